@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of VisMoE from Debian 12 packages.
+# This is the single list of dependencies: .ci/run, README and the Dockerfile use it.
+# Idempotent: packages already present are left alone. Needs root (or sudo).
+#
+#   deploy/install-deps.sh            build + test dependencies
+#   deploy/install-deps.sh --runtime  only the shared libraries vismoe-server needs to run
+set -euo pipefail
+
+RUNTIME_PKGS=(
+  libgrpc++1.51 libprotobuf32 libabsl20220623
+  libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406
+  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
+  libpcre2-8-0 libutf8proc2 libspdlog1.10 ca-certificates
+)
+BUILD_PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  libabsl-dev
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  prometheus-cpp-dev
+  libgtest-dev libgmock-dev
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev
+  # tests: a real Prometheus server (promtool too) for the metrics e2e tests.
+  prometheus
+  # tests: Python + grpcio for the example client smoke test is optional; not installed here.
+)
+
+pkgs=("${RUNTIME_PKGS[@]}")
+if [[ "${1:-}" != "--runtime" ]]; then
+  pkgs+=("${BUILD_PKGS[@]}")
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

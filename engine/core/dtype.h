@@ -1,0 +1,48 @@
+// Element types of stored weights and their conversions to fp32.
+// The CPU backend computes in fp32; weights stay in their file dtype and are
+// widened on the fly with these helpers.
+#ifndef VISMOE_ENGINE_CORE_DTYPE_H_
+#define VISMOE_ENGINE_CORE_DTYPE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace vismoe {
+
+enum class DType : uint8_t { kF32, kF16, kBF16 };
+
+// Bytes per element.
+size_t DTypeSize(DType t);
+// "F32", "F16", "BF16" (the safetensors spelling).
+std::string_view DTypeName(DType t);
+// Parses the safetensors spelling; anything else is InvalidArgument.
+absl::StatusOr<DType> ParseDType(std::string_view name);
+
+inline float Bf16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Round-to-nearest-even, as torch does; NaN stays NaN.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float F16ToFloat(uint16_t h);
+uint16_t FloatToF16(float f);
+
+// Widens `n` elements of type `t` at `src` into fp32 `dst`.
+void ToFloat(DType t, const void* src, size_t n, float* dst);
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_CORE_DTYPE_H_

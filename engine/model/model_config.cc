@@ -1,0 +1,283 @@
+#include "engine/model/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace vismoe {
+namespace {
+
+using nlohmann::json;
+
+// Reads typed fields from one JSON object; errors carry the field's path.
+class FieldReader {
+ public:
+  FieldReader(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  bool Has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
+
+  absl::Status Int(const char* key, int* out, bool required, int min_value = 0) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    const json& v = obj_[key];
+    if (!v.is_number_integer()) return Bad(key, "an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x < min_value || x > (int64_t{1} << 31) - 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", Path(key), " = ", x, " is out of range (>= ", min_value,
+                       ")"));
+    }
+    *out = static_cast<int>(x);
+    return absl::OkStatus();
+  }
+
+  absl::Status Float(const char* key, float* out, bool required) const {
+    double d = *out;
+    VISMOE_RETURN_IF_ERROR(Double(key, &d, required));
+    *out = static_cast<float>(d);
+    return absl::OkStatus();
+  }
+
+  absl::Status Double(const char* key, double* out, bool required) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    if (!obj_[key].is_number()) return Bad(key, "a number");
+    *out = obj_[key].get<double>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const char* key, bool* out, bool required) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    if (!obj_[key].is_boolean()) return Bad(key, "a boolean");
+    *out = obj_[key].get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const char* key, std::string* out, bool required) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    if (!obj_[key].is_string()) return Bad(key, "a string");
+    *out = obj_[key].get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status IntList(const char* key, std::vector<int>* out, bool required) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    const json& v = obj_[key];
+    if (!v.is_array()) return Bad(key, "a list of integers");
+    out->clear();
+    for (const json& e : v) {
+      if (!e.is_number_integer()) return Bad(key, "a list of integers");
+      out->push_back(e.get<int>());
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Path(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+
+ private:
+  absl::Status Missing(const char* key) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: required field '", Path(key), "' is missing"));
+  }
+  absl::Status Bad(const char* key, const char* what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: field '", Path(key), "' must be ", what));
+  }
+
+  const json& obj_;
+  std::string prefix_;
+};
+
+absl::Status Inconsistent(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json: inconsistent config: ", what));
+}
+
+absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t) {
+  FieldReader r(tc, prefix);
+  VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
+  // transformers v4 writes rope_scaling, v5 writes rope_parameters.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!r.Has(key)) continue;
+    if (!tc[key].is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: field '", r.Path(key), "' must be an object"));
+    }
+    FieldReader rr(tc[key], r.Path(key));
+    std::string type;
+    VISMOE_RETURN_IF_ERROR(rr.String("rope_type", &type, false));
+    if (type.empty()) VISMOE_RETURN_IF_ERROR(rr.String("type", &type, false));
+    if (!type.empty() && type != "default" && type != "mrope") {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: ", rr.Path("rope_type"),
+                                                     " '", type, "' is not supported"));
+    }
+    VISMOE_RETURN_IF_ERROR(rr.Double("rope_theta", &t->rope_theta, false));
+    VISMOE_RETURN_IF_ERROR(rr.IntList("mrope_section", &t->mrope_section, false));
+    VISMOE_RETURN_IF_ERROR(rr.Bool("mrope_interleaved", &t->mrope_interleaved, false));
+  }
+  if (!(t->rope_theta > 0)) return Inconsistent(absl::StrCat(prefix, ".rope_theta must be > 0"));
+  return absl::OkStatus();
+}
+
+absl::Status ParseText(const json& tc, const std::string& prefix, TextConfig* t) {
+  FieldReader r(tc, prefix);
+  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  t->num_key_value_heads = t->num_attention_heads;
+  VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, false, 1));
+  t->head_dim = t->hidden_size / t->num_attention_heads;
+  VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, false, 2));
+  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, false, 0));
+  VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_experts", &t->num_experts, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
+  VISMOE_RETURN_IF_ERROR(r.Int("decoder_sparse_step", &t->decoder_sparse_step, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.IntList("mlp_only_layers", &t->mlp_only_layers, false));
+  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
+  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
+  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
+  VISMOE_RETURN_IF_ERROR(ParseRope(tc, prefix, t));
+
+  if (t->hidden_act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", r.Path("hidden_act"), " '", t->hidden_act, "' is not supported (silu)"));
+  }
+  if (t->num_attention_heads % t->num_key_value_heads != 0) {
+    return Inconsistent(absl::StrCat(prefix, ".num_attention_heads (", t->num_attention_heads,
+                                     ") is not a multiple of num_key_value_heads (",
+                                     t->num_key_value_heads, ")"));
+  }
+  if (t->head_dim % 2 != 0) return Inconsistent(prefix + ".head_dim must be even");
+  if (t->num_experts_per_tok > t->num_experts) {
+    return Inconsistent(absl::StrCat(prefix, ".num_experts_per_tok (", t->num_experts_per_tok,
+                                     ") exceeds num_experts (", t->num_experts, ")"));
+  }
+  for (int l : t->mlp_only_layers) {
+    if (l < 0 || l >= t->num_hidden_layers) {
+      return Inconsistent(absl::StrCat(prefix, ".mlp_only_layers names layer ", l,
+                                       " outside 0..", t->num_hidden_layers - 1));
+    }
+  }
+  bool any_dense = !t->mlp_only_layers.empty() || t->decoder_sparse_step != 1;
+  if (any_dense && t->intermediate_size <= 0) {
+    return Inconsistent(prefix + ".intermediate_size is required when some layers are dense");
+  }
+  if (!t->mrope_section.empty()) {
+    const int sum = std::accumulate(t->mrope_section.begin(), t->mrope_section.end(), 0);
+    if (t->mrope_section.size() != 3 || sum != t->head_dim / 2) {
+      return Inconsistent(absl::StrCat(prefix, ".mrope_section must have 3 entries summing to ",
+                                       "head_dim/2 = ", t->head_dim / 2, " (sum is ", sum, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseVision(const json& vc, VisionConfig* v) {
+  FieldReader r(vc, "vision_config");
+  VISMOE_RETURN_IF_ERROR(r.Int("depth", &v->depth, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &v->hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_heads", &v->num_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &v->intermediate_size, true, 1));
+  v->hidden_act = "gelu_pytorch_tanh";
+  VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &v->hidden_act, false));
+  VISMOE_RETURN_IF_ERROR(r.Int("in_channels", &v->in_channels, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("patch_size", &v->patch_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("temporal_patch_size", &v->temporal_patch_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("spatial_merge_size", &v->spatial_merge_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_position_embeddings", &v->num_position_embeddings, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("out_hidden_size", &v->out_hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.IntList("deepstack_visual_indexes", &v->deepstack_visual_indexes, false));
+  if (v->hidden_act != "gelu_pytorch_tanh" && v->hidden_act != "gelu") {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: vision_config.hidden_act '",
+                                                   v->hidden_act, "' is not supported"));
+  }
+  if (v->hidden_size % v->num_heads != 0) {
+    return Inconsistent("vision_config.hidden_size is not a multiple of num_heads");
+  }
+  const int side = static_cast<int>(std::lround(std::sqrt(v->num_position_embeddings)));
+  if (side * side != v->num_position_embeddings) {
+    return Inconsistent("vision_config.num_position_embeddings must be a perfect square");
+  }
+  for (int idx : v->deepstack_visual_indexes) {
+    if (idx < 0 || idx >= v->depth) {
+      return Inconsistent(absl::StrCat("vision_config.deepstack_visual_indexes names block ", idx,
+                                       " outside 0..", v->depth - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool TextConfig::IsMoeLayer(int layer) const {
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) {
+    return false;
+  }
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
+  json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("config.json: not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError("config.json: top level is not an object");
+  ModelConfig c;
+  FieldReader top(root, "");
+  VISMOE_RETURN_IF_ERROR(top.String("model_type", &c.model_type, true));
+  if (c.model_type == "qwen3_vl_moe") {
+    if (!root.contains("text_config") || !root["text_config"].is_object()) {
+      return absl::InvalidArgumentError("config.json: required object 'text_config' is missing");
+    }
+    if (!root.contains("vision_config") || !root["vision_config"].is_object()) {
+      return absl::InvalidArgumentError("config.json: required object 'vision_config' is missing");
+    }
+    VISMOE_RETURN_IF_ERROR(ParseText(root["text_config"], "text_config", &c.text));
+    VISMOE_RETURN_IF_ERROR(ParseVision(root["vision_config"], &c.vision));
+    c.has_vision = true;
+    VISMOE_RETURN_IF_ERROR(top.Int("image_token_id", &c.image_token_id, true));
+    VISMOE_RETURN_IF_ERROR(top.Int("video_token_id", &c.video_token_id, false));
+    VISMOE_RETURN_IF_ERROR(top.Int("vision_start_token_id", &c.vision_start_token_id, true));
+    VISMOE_RETURN_IF_ERROR(top.Int("vision_end_token_id", &c.vision_end_token_id, true));
+    // tie_word_embeddings lives at the top level for the VL model.
+    VISMOE_RETURN_IF_ERROR(top.Bool("tie_word_embeddings", &c.text.tie_word_embeddings, false));
+    if (c.vision.out_hidden_size != c.text.hidden_size) {
+      return Inconsistent(absl::StrCat("vision_config.out_hidden_size (", c.vision.out_hidden_size,
+                                       ") != text_config.hidden_size (", c.text.hidden_size, ")"));
+    }
+    for (int id : {c.image_token_id, c.vision_start_token_id, c.vision_end_token_id}) {
+      if (id >= c.text.vocab_size) {
+        return Inconsistent(absl::StrCat("special token id ", id, " >= text_config.vocab_size (",
+                                         c.text.vocab_size, ")"));
+      }
+    }
+  } else if (c.model_type == "qwen3_moe") {
+    VISMOE_RETURN_IF_ERROR(ParseText(root, "", &c.text));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: model_type '", c.model_type,
+                                                   "' is not supported (qwen3_vl_moe, qwen3_moe)"));
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto config = Parse(ss.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+}  // namespace vismoe

@@ -1,0 +1,79 @@
+// ModelConfig: the architecture hyper-parameters of a checkpoint, parsed from
+// its Hugging Face config.json. Every shape, eps, rope setting and special
+// token id comes from the file; nothing is hard-coded.
+#ifndef VISMOE_ENGINE_MODEL_MODEL_CONFIG_H_
+#define VISMOE_ENGINE_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vismoe {
+
+struct TextConfig {
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  int intermediate_size = 0;  // dense MLP layers (mlp_only_layers), if any
+  int moe_intermediate_size = 0;
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  bool norm_topk_prob = true;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  float rms_norm_eps = 1e-6f;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  // Interleaved M-RoPE: frequency pairs per axis (t, h, w); sums to head_dim/2.
+  // Empty for text-only models (plain RoPE).
+  std::vector<int> mrope_section;
+  bool mrope_interleaved = false;
+  bool attention_bias = false;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+
+  // True when decoder layer `layer` has a sparse MoE block.
+  bool IsMoeLayer(int layer) const;
+};
+
+struct VisionConfig {
+  int depth = 0;
+  int hidden_size = 0;
+  int num_heads = 0;
+  int intermediate_size = 0;
+  std::string hidden_act;  // "gelu_pytorch_tanh" for Qwen3-VL
+  int in_channels = 3;
+  int patch_size = 0;
+  int temporal_patch_size = 0;
+  int spatial_merge_size = 0;
+  int num_position_embeddings = 0;
+  int out_hidden_size = 0;
+  std::vector<int> deepstack_visual_indexes;
+  float layer_norm_eps = 1e-6f;
+};
+
+struct ModelConfig {
+  std::string model_type;  // "qwen3_vl_moe", or a text MoE such as "qwen3_moe"
+  TextConfig text;
+  bool has_vision = false;
+  VisionConfig vision;
+  int image_token_id = -1;
+  int video_token_id = -1;
+  int vision_start_token_id = -1;
+  int vision_end_token_id = -1;
+
+  // Parses config.json text. Errors name the offending field.
+  static absl::StatusOr<ModelConfig> Parse(std::string_view json_text);
+  // Reads and parses `<dir>/config.json`.
+  static absl::StatusOr<ModelConfig> Load(const std::string& checkpoint_dir);
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_MODEL_MODEL_CONFIG_H_

@@ -1,0 +1,75 @@
+// Engine: the public API of engine/. Loads one model and runs requests on it.
+//
+// Thread safety: Generate() may be called from several threads; until batched
+// decoding lands, calls are serialised internally (one sequence at a time).
+// Ownership: the engine owns its model, weights (mmapped), device memory plan
+// and thread pool. The StatsSink in the options is not owned and must outlive
+// the engine.
+#ifndef VISMOE_ENGINE_RUNTIME_ENGINE_H_
+#define VISMOE_ENGINE_RUNTIME_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/stats_sink.h"
+
+namespace vismoe {
+
+struct EngineOptions {
+  std::string model_path;       // Hugging Face checkpoint directory
+  std::string backend = "auto";  // auto | cpu | cuda
+  int num_threads = 0;           // CPU kernel threads; 0 = all cores
+  // Device memory budget for the offload runtime; 0 = everything resident.
+  int64_t gpu_memory_budget_bytes = 0;
+  int max_context_tokens = 32768;  // KV cache capacity per sequence
+  StatsSink* stats = nullptr;      // not owned; null = drop stats
+};
+
+struct ModelInfo {
+  std::string model_type;
+  std::string model_path;
+  std::string backend;
+  int num_layers = 0;
+  int num_experts = 0;
+  int experts_per_token = 0;
+  int hidden_size = 0;
+  int vocab_size = 0;
+  int max_context_tokens = 0;
+  bool has_vision = false;
+};
+
+struct GenerateCallbacks {
+  // Called with each piece of complete UTF-8 text as it is produced; return
+  // false to cancel the request (finish reason kCancelled).
+  std::function<bool(const TokenDelta&)> on_delta;
+  // Polled between decode steps (and between prefill layers); true cancels.
+  std::function<bool()> is_cancelled;
+};
+
+class Engine {
+ public:
+  // Loads the checkpoint at options.model_path. Any problem with the files or
+  // options comes back as a Status naming the file and field.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  virtual const ModelInfo& info() const = 0;
+
+  // Formats, tokenizes and checks a request without running the model.
+  // Returns the prompt length in tokens (visual placeholders expanded).
+  virtual absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) = 0;
+
+  // Runs one request to completion on the calling thread, streaming deltas.
+  // Invalid requests give InvalidArgument; a cancelled request returns OK with
+  // finish_reason kCancelled and the tokens produced so far.
+  virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                                  const GenerateCallbacks& callbacks) = 0;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_RUNTIME_ENGINE_H_

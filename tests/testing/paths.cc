@@ -1,0 +1,1 @@
+#include "tests/testing/paths.h"
