@@ -14,7 +14,7 @@ RUNTIME_PKGS=(
   libpcre2-8-0 libutf8proc2 libspdlog1.10 ca-certificates
 )
 BUILD_PKGS=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git curl
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev

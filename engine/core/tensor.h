@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/dtype.h"
 
@@ -38,7 +39,8 @@ struct TensorView {
     return r;
   }
 
-  std::string ShapeString() const { return "[" + absl::StrJoin(shape, ", ") + "]"; }
+  // StrCat, not operator+: GCC 12 -O3 reports a false -Wrestrict on "[" + str.
+  std::string ShapeString() const { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 };
 
 }  // namespace vismoe

@@ -5,15 +5,26 @@
 // (ResidentExpertProvider) or with the offload runtime's pinned prefix + slab
 // cache, which may have to copy an expert in first.
 //
-// Protocol per MoE layer and step: AcquireLayer(layer, experts) blocks until
-// every listed expert is usable (copy completed); Get() may then be called for
-// those experts; ReleaseLayer(layer) says the layer is done for this step
-// (its slab slots become Expired and may be evicted).
+// Protocol per MoE layer and step: BeginLayer(layer, experts) declares every
+// expert the layer's tokens routed to, so missing ones start copying at once,
+// and returns the order to compute them in (usable ones first, so compute
+// overlaps the remaining copies). Then, for each expert in that order:
+// Acquire() blocks until that one expert is usable and pins it; Release()
+// unpins it (its slab may now be reused, which is what lets a cache smaller
+// than one layer's working set still make progress). EndLayer() closes the
+// layer for this step.
+// Because the compute order depends on the cache state, callers must make the
+// result independent of it (e.g. keep each expert's output per token and
+// top-k slot, and sum the slots in a fixed order) so every memory budget gives
+// bit-identical logits.
 // Thread safety: called from the one thread running a sequence's forward pass.
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 #define VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/core/tensor.h"
 #include "engine/runtime/stats_sink.h"
@@ -39,13 +50,18 @@ class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
 
-  // Makes `experts` of MoE `layer` usable; blocks only on those experts.
-  virtual absl::Status AcquireLayer(Phase phase, int layer, absl::Span<const int> experts) = 0;
-  // REQUIRES: `expert` was in the last AcquireLayer(layer, ...) call and the
-  // layer was not released since.
-  virtual ExpertWeights Get(int layer, int expert) = 0;
+  // `layer` is the decoder layer index throughout.
+  // Declares the experts `layer` needs in this step (distinct ids) and returns
+  // them permuted into the order they should be computed in.
+  virtual absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,
+                                                      absl::Span<const int> experts) = 0;
+  // Blocks until `expert` of `layer` is usable; pins it until Release().
+  // REQUIRES: `expert` was declared by the current BeginLayer(layer, ...).
+  virtual absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) = 0;
+  // REQUIRES: a matching Acquire(layer, expert).
+  virtual void Release(int layer, int expert) = 0;
   // The layer is done for the current step.
-  virtual void ReleaseLayer(int layer) = 0;
+  virtual void EndLayer(int layer) = 0;
 };
 
 }  // namespace vismoe

@@ -14,6 +14,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/offload/offload_options.h"
+#include "engine/policy/token_compressor.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/stats_sink.h"
 
@@ -25,6 +27,14 @@ struct EngineOptions {
   int num_threads = 0;           // CPU kernel threads; 0 = all cores
   // Device memory budget for the offload runtime; 0 = everything resident.
   int64_t gpu_memory_budget_bytes = 0;
+  OffloadOptions offload;  // used when gpu_memory_budget_bytes > 0
+  // Default token compression (VisMMOE 3.2; PolicyOverrides may change kind
+  // and beta per request). "none" keeps the exact path.
+  TokenCompressorOptions compression;
+  // MoE layers whose routing the affinity compressor sees (compression runs
+  // after them) when there is no offload plan; with one, its L_pinned is used.
+  // -1 = about a fifth of the MoE layers (the paper pins 10 of Qwen3-VL's 48), at least 1.
+  int compression_pinned_layers = -1;
   int max_context_tokens = 32768;  // KV cache capacity per sequence
   StatsSink* stats = nullptr;      // not owned; null = drop stats
 };

@@ -1,0 +1,36 @@
+#include "client/policy_flags.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace vismoe::client {
+
+vismoe::v1::PolicyOverrides MakePolicyOverrides(const std::string& token_compressor,
+                                                double keep_ratio,
+                                                const std::string& expert_predictor) {
+  vismoe::v1::PolicyOverrides policy;
+  if (!token_compressor.empty()) policy.set_token_compressor(token_compressor);
+  if (keep_ratio >= 0) policy.set_keep_ratio(static_cast<float>(keep_ratio));
+  if (!expert_predictor.empty()) policy.set_expert_predictor(expert_predictor);
+  return policy;
+}
+
+nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy) {
+  nlohmann::json j = nlohmann::json::object();
+  if (policy.has_token_compressor()) j["token_compressor"] = policy.token_compressor();
+  if (policy.has_keep_ratio()) j["keep_ratio"] = policy.keep_ratio();
+  if (policy.has_expert_predictor()) j["expert_predictor"] = policy.expert_predictor();
+  return j;
+}
+
+absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& value) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return absl::InternalError(absl::StrCat("cannot open ", path, " for writing"));
+  out << value.dump(2) << "\n";
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace vismoe::client

@@ -1,0 +1,27 @@
+// Policy-override and report-file helpers shared by vismoe-load and vismoe-eval.
+#ifndef VISMOE_CLIENT_POLICY_FLAGS_H_
+#define VISMOE_CLIENT_POLICY_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "vismoe/v1/inference.pb.h"
+
+namespace vismoe::client {
+
+// Builds overrides from flag-style values: empty strings and a negative
+// keep_ratio mean "server default" (unset).
+vismoe::v1::PolicyOverrides MakePolicyOverrides(const std::string& token_compressor,
+                                                double keep_ratio,
+                                                const std::string& expert_predictor);
+
+// The overrides as JSON for report configs (unset fields omitted).
+nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy);
+
+// Writes `value` (pretty-printed) to `path`; Internal naming the path on failure.
+absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& value);
+
+}  // namespace vismoe::client
+
+#endif  // VISMOE_CLIENT_POLICY_FLAGS_H_

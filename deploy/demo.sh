@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# README command 1: build, start vismoe-server on the bundled tiny Qwen3-VL-MoE
+# checkpoint (CPU backend unless a GPU is usable), send the bundled image+text
+# request with the bundled client, print the streamed answer and the request's
+# stats, then stop the server.
+#   deploy/demo.sh                      uses build/release
+#   VISMOE_MODEL=/path/to/checkpoint deploy/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+if [[ ! -x build/release/server/vismoe-server || ! -x build/release/client/vismoe-cli ]]; then
+  cmake --preset release
+fi
+cmake --build --preset release -j "$(nproc)" --target vismoe-server vismoe-cli
+
+port="${VISMOE_DEMO_PORT:-50051}"
+metrics_port="${VISMOE_DEMO_METRICS_PORT:-9464}"
+model_args=()
+if [[ -n "${VISMOE_MODEL:-}" ]]; then model_args=(--model="$VISMOE_MODEL"); fi
+log="$(mktemp -t vismoe-demo.XXXXXX.log)"
+build/release/server/vismoe-server "${model_args[@]}" --listen="127.0.0.1:${port}" \
+  --metrics_listen="127.0.0.1:${metrics_port}" >"$log" 2>&1 &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true' EXIT
+
+echo "waiting for vismoe-server on 127.0.0.1:${port} (log: $log) ..."
+for _ in $(seq 1 120); do
+  if build/release/client/vismoe-cli health --server="127.0.0.1:${port}" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "vismoe-server exited; its log:"; cat "$log"; exit 1
+  fi
+  sleep 0.5
+done
+
+build/release/client/vismoe-cli --server="127.0.0.1:${port}" \
+  --image=tests/fixtures/golden/images/demo.jpg \
+  --prompt="Describe this picture in one sentence." --max_new_tokens=24
+
+echo
+echo "metrics (first lines of http://127.0.0.1:${metrics_port}/metrics):"
+if command -v curl >/dev/null; then
+  curl -s "http://127.0.0.1:${metrics_port}/metrics" | grep -E '^vismoe_(requests_total|expert_cache_(hits|queries)_total\{phase="decode")' | head -8 || true
+fi

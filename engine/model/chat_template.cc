@@ -1,0 +1,115 @@
+#include "engine/model/chat_template.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+namespace {
+
+struct MarkerOr {
+  int id;
+  std::string text;
+};
+
+absl::StatusOr<MarkerOr> ByName(const Tokenizer& tok, const std::string& name) {
+  const AddedToken* t = tok.added_vocabulary().FindByContent(name);
+  if (t == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("chat template: tokenizer.json has no added token \"", name, "\""));
+  }
+  return MarkerOr{t->id, t->content};
+}
+
+absl::StatusOr<MarkerOr> ById(const Tokenizer& tok, int id, const std::string& field) {
+  const AddedToken* t = tok.added_vocabulary().FindById(id);
+  if (t == nullptr) {
+    return absl::NotFoundError(absl::StrCat("chat template: config.json ", field, " = ", id,
+                                            " is not an added token of tokenizer.json"));
+  }
+  return MarkerOr{t->id, t->content};
+}
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(const Tokenizer& tokenizer) {
+  ChatTemplate t;
+  const std::pair<Marker*, const char*> wanted[] = {
+      {&t.im_start_, "<|im_start|>"},         {&t.im_end_, "<|im_end|>"},
+      {&t.vision_start_, "<|vision_start|>"}, {&t.image_pad_, "<|image_pad|>"},
+      {&t.vision_end_, "<|vision_end|>"},
+  };
+  for (const auto& [marker, name] : wanted) {
+    VISMOE_ASSIGN_OR_RETURN(const MarkerOr m, ByName(tokenizer, name));
+    *marker = {m.id, m.text};
+  }
+  return t;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(const Tokenizer& tokenizer,
+                                                  const ModelConfig& config) {
+  ChatTemplate t;
+  VISMOE_ASSIGN_OR_RETURN(const MarkerOr start, ByName(tokenizer, "<|im_start|>"));
+  VISMOE_ASSIGN_OR_RETURN(const MarkerOr end, ByName(tokenizer, "<|im_end|>"));
+  t.im_start_ = {start.id, start.text};
+  t.im_end_ = {end.id, end.text};
+  if (!config.has_vision) return t;
+  const std::tuple<Marker*, int, const char*> wanted[] = {
+      {&t.vision_start_, config.vision_start_token_id, "vision_start_token_id"},
+      {&t.image_pad_, config.image_token_id, "image_token_id"},
+      {&t.vision_end_, config.vision_end_token_id, "vision_end_token_id"},
+  };
+  for (const auto& [marker, id, field] : wanted) {
+    VISMOE_ASSIGN_OR_RETURN(const MarkerOr m, ById(tokenizer, id, field));
+    *marker = {m.id, m.text};
+  }
+  return t;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt) const {
+  if (messages.empty()) {
+    return absl::InvalidArgumentError("chat template: the message list is empty");
+  }
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool user = m.role == "user";
+    if (m.role == "system") {
+      if (i != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chat template: messages[", i, "]: a system message is only allowed first"));
+      }
+    } else if (!user && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i,
+                                                     "]: unknown role \"", m.role,
+                                                     "\" (expected system, user or assistant)"));
+    }
+    absl::StrAppend(&out, im_start_.text, m.role, "\n");
+    for (size_t p = 0; p < m.content.size(); ++p) {
+      const ContentPart& part = m.content[p];
+      if (part.kind == ContentPart::Kind::kText) {
+        out += part.text;
+        continue;
+      }
+      // The Qwen3-VL template silently drops images outside user turns; that
+      // would desynchronise images and pads, so it is an error here.
+      if (!user) {
+        return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[",
+                                                       p,
+                                                       "]: images are only "
+                                                       "allowed in user messages, not \"",
+                                                       m.role, "\""));
+      }
+      if (!has_vision()) {
+        return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[",
+                                                       p, "]: this model has no vision tokens"));
+      }
+      absl::StrAppend(&out, vision_start_.text, image_pad_.text, vision_end_.text);
+    }
+    absl::StrAppend(&out, im_end_.text, "\n");
+  }
+  if (add_generation_prompt) absl::StrAppend(&out, im_start_.text, "assistant\n");
+  return out;
+}
+
+}  // namespace vismoe

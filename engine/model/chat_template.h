@@ -1,0 +1,58 @@
+// ChatML prompt rendering for Qwen3-VL, equal to the chat_template.jinja that
+// transformers writes for Qwen3-VL-30B-A3B-Instruct (without tools):
+//   [<|im_start|>system\n{text}<|im_end|>\n]       first message only
+//   <|im_start|>{user|assistant}\n{parts}<|im_end|>\n   per message
+//   <|im_start|>assistant\n                          generation prompt
+// An image part renders as <|vision_start|><|image_pad|><|vision_end|> with ONE
+// pad; the engine expands each pad to the image's visual token count.
+// Marker strings are taken from the tokenizer's added tokens (the vision ones
+// from config.json ids when a ModelConfig is given) and must exist there.
+// Immutable and thread-safe after Create.
+#ifndef VISMOE_ENGINE_MODEL_CHAT_TEMPLATE_H_
+#define VISMOE_ENGINE_MODEL_CHAT_TEMPLATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/tokenizer.h"
+#include "engine/runtime/request.h"
+
+namespace vismoe {
+
+class ChatTemplate {
+ public:
+  // Looks the markers up by their Qwen names among the added tokens.
+  static absl::StatusOr<ChatTemplate> Create(const Tokenizer& tokenizer);
+  // Same, with vision markers from config.json (vision_start_token_id,
+  // image_token_id, vision_end_token_id). A config without vision gives a
+  // template that rejects image parts.
+  static absl::StatusOr<ChatTemplate> Create(const Tokenizer& tokenizer, const ModelConfig& config);
+
+  // Renders `messages`. Errors (InvalidArgument): no messages, a role other
+  // than system/user/assistant, a system message that is not first, an image
+  // part outside a user message or with a template that has no vision
+  // markers.
+  absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt) const;
+
+  // Ids of the markers (the image pad is what the engine expands).
+  int im_start_id() const { return im_start_.id; }
+  int im_end_id() const { return im_end_.id; }
+  int image_pad_id() const { return image_pad_.id; }
+  int vision_start_id() const { return vision_start_.id; }
+  int vision_end_id() const { return vision_end_.id; }
+  bool has_vision() const { return image_pad_.id >= 0; }
+
+ private:
+  struct Marker {
+    int id = -1;
+    std::string text;
+  };
+  Marker im_start_, im_end_, vision_start_, image_pad_, vision_end_;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_MODEL_CHAT_TEMPLATE_H_

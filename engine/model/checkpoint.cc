@@ -1,0 +1,153 @@
+#include "engine/model/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace vismoe {
+namespace {
+
+using nlohmann::json;
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+// A shard must be a plain file name inside the checkpoint directory.
+bool IsPlainFileName(const std::string& name) {
+  if (name.empty() || name.find("..") != std::string::npos) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+}
+
+absl::StatusOr<json> ReadJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  try {
+    return json::parse(buf.str());
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
+  std::string clean = dir;
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint(clean));
+
+  const std::string single = absl::StrCat(clean, "/", kSingleFile);
+  const std::string index = absl::StrCat(clean, "/", kIndexFile);
+  if (IsFile(single)) {
+    VISMOE_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single));
+    for (const std::string& name : file->names()) ckpt->shard_of_[name] = file.get();
+    ckpt->shards_.push_back(std::move(file));
+  } else if (IsFile(index)) {
+    VISMOE_RETURN_IF_ERROR(ckpt->OpenIndex(index));
+  } else {
+    return absl::NotFoundError(absl::StrCat("no ", kSingleFile, " or ", kIndexFile, " in ", clean));
+  }
+  return ckpt;
+}
+
+absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
+  auto error = [&index_path](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path, ": ", what));
+  };
+  VISMOE_ASSIGN_OR_RETURN(const json index, ReadJson(index_path));
+  if (!index.is_object()) return error("not a JSON object");
+  if (index.contains("metadata") && !index["metadata"].is_object()) {
+    return error("\"metadata\" is not a JSON object");
+  }
+  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    return error("missing or non-object \"weight_map\"");
+  }
+
+  std::map<std::string, const SafetensorsFile*> by_shard;  // opened once each
+  for (const auto& [tensor, shard_json] : index["weight_map"].items()) {
+    if (!shard_json.is_string()) {
+      return error(absl::StrCat("weight_map entry for '", tensor, "' is not a string"));
+    }
+    const std::string shard = shard_json.get<std::string>();
+    if (!IsPlainFileName(shard)) {
+      return error(absl::StrCat("shard name '", shard, "' for tensor '", tensor,
+                                "' is not a plain file name in the checkpoint directory"));
+    }
+    auto it = by_shard.find(shard);
+    if (it == by_shard.end()) {
+      const std::string shard_path = absl::StrCat(dir_, "/", shard);
+      if (!IsFile(shard_path)) {
+        return absl::NotFoundError(absl::StrCat(index_path, ": shard '", shard, "' (for tensor '",
+                                                tensor, "') does not exist in ", dir_));
+      }
+      VISMOE_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(shard_path));
+      it = by_shard.emplace(shard, file.get()).first;
+      shards_.push_back(std::move(file));
+    }
+    if (!it->second->Contains(tensor)) {
+      return error(absl::StrCat("weight_map puts tensor '", tensor, "' in shard '", shard,
+                                "', which does not contain it"));
+    }
+    shard_of_[tensor] = it->second;
+  }
+
+  // Every tensor may live in one shard only; tensors the map does not list are ignored.
+  std::map<std::string, const std::string*> owner;  // tensor -> shard name
+  size_t unlisted = 0;
+  for (const auto& [shard, file] : by_shard) {
+    for (const std::string& name : file->names()) {
+      auto [it, inserted] = owner.emplace(name, &shard);
+      if (!inserted) {
+        return error(absl::StrCat("tensor '", name, "' appears in both shard '", *it->second,
+                                  "' and shard '", shard, "'"));
+      }
+      if (!shard_of_.contains(name)) ++unlisted;
+    }
+  }
+  if (unlisted > 0) {
+    spdlog::warn("{}: {} tensor(s) in the shards are not listed in weight_map; ignoring them",
+                 index_path, unlisted);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+  auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) {
+    return absl::NotFoundError(absl::StrCat("tensor '", name, "' not found in ", dir_));
+  }
+  return it->second->Get(name);
+}
+
+absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name, const Shape& expected) const {
+  VISMOE_ASSIGN_OR_RETURN(TensorView view, Get(name));
+  if (view.shape != expected) {
+    const TensorView want{nullptr, view.dtype, expected};
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ",
+                                                   view.ShapeString(), ", expected ",
+                                                   want.ShapeString(), " (in ", dir_, ")"));
+  }
+  return view;
+}
+
+std::vector<std::string> Checkpoint::Names() const {
+  std::vector<std::string> names;
+  names.reserve(shard_of_.size());
+  for (const auto& [name, shard] : shard_of_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace vismoe

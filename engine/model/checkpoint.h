@@ -1,0 +1,68 @@
+// Checkpoint: the weights of one Hugging Face model directory.
+//
+// The directory holds either a single "model.safetensors" (preferred when both
+// exist, as transformers does) or "model.safetensors.index.json" =
+// {"metadata": {...}, "weight_map": {tensor: shard file}} whose shards sit in the
+// same directory. Each shard is mapped once. Open() validates the index: it must
+// be a JSON object with a "weight_map" of string -> string; shard names must be
+// plain file names (no "/", "\", or ".."), every shard must exist and hold every
+// tensor the map assigns to it, and no tensor may appear in two shards. Tensors
+// a shard holds but the map does not list are ignored (with a warning): the index
+// is authoritative, as in transformers.
+//
+// Thread safety: immutable after Open(); const methods may be called
+// concurrently. Ownership: owns the mappings; returned views stay valid until
+// the Checkpoint is destroyed. Not copyable or movable.
+#ifndef VISMOE_ENGINE_MODEL_CHECKPOINT_H_
+#define VISMOE_ENGINE_MODEL_CHECKPOINT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/tensor.h"
+#include "engine/model/safetensors_file.h"
+
+namespace vismoe {
+
+class Checkpoint {
+ public:
+  static constexpr const char* kSingleFile = "model.safetensors";
+  static constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+  // NotFound if `dir` has neither file (or a shard is missing); InvalidArgument
+  // for a malformed index or shard. Messages name the file at fault.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+  bool Has(absl::string_view name) const { return shard_of_.contains(name); }
+  // NotFound: "tensor 'X' not found in <dir>"; InvalidArgument if the tensor's
+  // dtype is not F32/F16/BF16.
+  absl::StatusOr<TensorView> Get(absl::string_view name) const;
+  // As Get(name), and InvalidArgument
+  // "tensor 'X' has shape [a, b], expected [c, d]" if the shape differs.
+  absl::StatusOr<TensorView> Get(absl::string_view name, const Shape& expected) const;
+  // All tensor names, sorted.
+  std::vector<std::string> Names() const;
+  const std::string& dir() const { return dir_; }
+  // Number of safetensors files mapped (1 for an unsharded checkpoint).
+  size_t num_shards() const { return shards_.size(); }
+
+ private:
+  explicit Checkpoint(std::string dir) : dir_(std::move(dir)) {}
+
+  absl::Status OpenIndex(const std::string& index_path);
+
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  absl::flat_hash_map<std::string, const SafetensorsFile*> shard_of_;  // tensor -> its shard
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_MODEL_CHECKPOINT_H_

@@ -1,0 +1,139 @@
+#include "engine/offload/host_expert_store.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+namespace {
+
+constexpr size_t kPartAlign = 64;
+constexpr size_t kPageAlign = 4096;
+
+size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+std::vector<const TensorView*> PartsOf(const ExpertWeights& w) {
+  if (w.layout == ExpertWeights::Layout::kFusedTransposed) return {&w.gate_up, &w.down};
+  return {&w.gate, &w.up, &w.down};
+}
+
+}  // namespace
+
+absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w) {
+  ExpertFormat f;
+  f.layout = w.layout;
+  const std::vector<const TensorView*> parts = PartsOf(w);
+  f.dtype = parts[0]->dtype;
+  for (const TensorView* t : parts) {
+    if (t->empty()) return absl::InvalidArgumentError("expert weights miss a tensor");
+    if (t->dtype != f.dtype) {
+      return absl::InvalidArgumentError("expert tensors of one expert differ in dtype");
+    }
+    f.parts.push_back({f.bytes, t->shape});
+    f.bytes = RoundUp(f.bytes + t->nbytes(), kPartAlign);
+  }
+  return f;
+}
+
+bool ExpertFormat::Matches(const ExpertWeights& w) const {
+  if (w.layout != layout) return false;
+  const std::vector<const TensorView*> t = PartsOf(w);
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i]->empty() || t[i]->dtype != dtype || t[i]->shape != parts[i].shape) return false;
+  }
+  return true;
+}
+
+void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
+  const std::vector<const TensorView*> t = PartsOf(w);
+  char* d = static_cast<char*>(dst);
+  std::memset(d, 0, bytes);  // padding is deterministic
+  for (size_t i = 0; i < t.size(); ++i) std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
+}
+
+ExpertWeights ExpertFormat::View(const void* block) const {
+  ExpertWeights w;
+  w.layout = layout;
+  const char* b = static_cast<const char*>(block);
+  auto part = [&](int i) { return TensorView{b + parts[i].offset, dtype, parts[i].shape}; };
+  if (layout == ExpertWeights::Layout::kFusedTransposed) {
+    w.gate_up = part(0);
+    w.down = part(1);
+  } else {
+    w.gate = part(0);
+    w.up = part(1);
+    w.down = part(2);
+  }
+  return w;
+}
+
+void* AlignedHostAllocator::Allocate(size_t bytes) {
+  return std::aligned_alloc(kPageAlign, RoundUp(bytes == 0 ? 1 : bytes, kPageAlign));
+}
+void AlignedHostAllocator::Free(void* p, size_t) { std::free(p); }
+AlignedHostAllocator* AlignedHostAllocator::Default() {
+  static AlignedHostAllocator* a = new AlignedHostAllocator();
+  return a;
+}
+
+absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
+    ExpertProvider& source, absl::Span<const int> layers, int num_experts,
+    HostAllocator* allocator) {
+  std::unique_ptr<HostExpertStore> s(new HostExpertStore());
+  s->allocator_ = allocator != nullptr ? allocator : AlignedHostAllocator::Default();
+  s->num_experts_ = num_experts;
+  if (layers.empty() || num_experts <= 0) return s;
+  std::vector<int> all(num_experts);
+  for (int e = 0; e < num_experts; ++e) all[e] = e;
+  bool have_format = false;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const int layer = layers[li];
+    if (layer >= static_cast<int>(s->slot_of_layer_.size())) s->slot_of_layer_.resize(layer + 1, -1);
+    s->slot_of_layer_[layer] = static_cast<int>(li);
+    VISMOE_ASSIGN_OR_RETURN(std::vector<int> order,
+                            source.BeginLayer(Phase::kPrefill, layer, all));
+    for (int e : order) {
+      auto w = source.Acquire(layer, e);
+      if (!w.ok()) {
+        source.EndLayer(layer);
+        return w.status();
+      }
+      if (!have_format) {
+        VISMOE_ASSIGN_OR_RETURN(s->format_, ExpertFormat::FromWeights(*w));
+        have_format = true;
+        s->total_bytes_ = s->format_.bytes * layers.size() * num_experts;
+        s->data_ = static_cast<char*>(s->allocator_->Allocate(s->total_bytes_));
+        if (s->data_ == nullptr) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "cannot allocate ", s->total_bytes_, " bytes of host memory for the expert store"));
+        }
+      }
+      if (!s->format_.Matches(*w)) {
+        source.EndLayer(layer);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer ", layer, " expert ", e, " differs in layout, dtype or shape from the first"));
+      }
+      s->format_.Pack(*w, const_cast<void*>(s->Block(layer, e)));
+      source.Release(layer, e);
+    }
+    source.EndLayer(layer);
+  }
+  return s;
+}
+
+HostExpertStore::~HostExpertStore() {
+  if (data_ != nullptr) allocator_->Free(data_, total_bytes_);
+}
+
+const void* HostExpertStore::Block(int layer, int expert) const {
+  if (layer < 0 || layer >= static_cast<int>(slot_of_layer_.size()) || slot_of_layer_[layer] < 0 ||
+      expert < 0 || expert >= num_experts_) {
+    return nullptr;
+  }
+  const size_t index = static_cast<size_t>(slot_of_layer_[layer]) * num_experts_ + expert;
+  return data_ + index * format_.bytes;
+}
+
+}  // namespace vismoe

@@ -1,0 +1,363 @@
+#include "engine/offload/offload_expert_provider.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace vismoe {
+namespace {
+
+NullStatsSink* NullSink() {
+  static NullStatsSink* s = new NullStatsSink();
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(
+    ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
+    const OffloadOptions& options, StatsSink* stats, HostAllocator* allocator) {
+  VISMOE_ASSIGN_OR_RETURN(EvictionPolicy policy, ParseEvictionPolicy(options.eviction));
+  if (options.prefetch != "none" && options.prefetch != "history") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefetch policy must be none or history, got '", options.prefetch, "'"));
+  }
+  if (options.copy_bandwidth_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("copy bandwidth must be >= 0 bytes/s, got ",
+                                                   options.copy_bandwidth_bytes_per_s));
+  }
+  if (options.history_decay <= 0 || options.history_decay > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("history decay must be in (0, 1], got ", options.history_decay));
+  }
+  std::unique_ptr<OffloadExpertProvider> p(new OffloadExpertProvider());
+  p->plan_ = plan;
+  p->options_ = options;
+  p->num_experts_ = config.num_experts;
+  p->prefetch_count_ =
+      options.prefetch_count > 0 ? options.prefetch_count : config.num_experts_per_tok;
+  p->sink_ = stats != nullptr ? stats : NullSink();
+  const int num_layers = config.num_hidden_layers;
+  p->kind_.assign(num_layers, Kind::kDense);
+  p->pinned_.assign(num_layers, nullptr);
+  for (int l : plan.pinned_layer_ids) p->kind_.at(l) = Kind::kPinned;
+  for (int l : plan.offloaded_layer_ids) p->kind_.at(l) = Kind::kOffloaded;
+  p->next_offloaded_.assign(num_layers, -1);
+  for (int l = 0; l < num_layers && !plan.offloaded_layer_ids.empty(); ++l) {
+    auto it = std::upper_bound(plan.offloaded_layer_ids.begin(), plan.offloaded_layer_ids.end(), l);
+    p->next_offloaded_[l] = it == plan.offloaded_layer_ids.end() ? plan.offloaded_layer_ids.front()
+                                                                 : *it;
+  }
+
+  // Host store for the offloaded layers; the pinned prefix is packed through
+  // a second store and copied into the arena once.
+  VISMOE_ASSIGN_OR_RETURN(p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids,
+                                                             config.num_experts, allocator));
+  std::unique_ptr<HostExpertStore> pinned_store;
+  VISMOE_ASSIGN_OR_RETURN(pinned_store, HostExpertStore::Create(source, plan.pinned_layer_ids,
+                                                                config.num_experts, nullptr));
+  const size_t stride = !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes
+                                                          : pinned_store->format().bytes;
+  p->stride_ = stride;
+  const int64_t pinned_bytes = static_cast<int64_t>(pinned_store->total_bytes());
+  const int64_t slab_bytes = static_cast<int64_t>(stride) * plan.num_slabs;
+  VISMOE_ASSIGN_OR_RETURN(p->arena_, DeviceArena::Create(
+                                         DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
+                                         nullptr));
+  VISMOE_ASSIGN_OR_RETURN(char* prefix, p->arena_->Carve("pinned_prefix", pinned_bytes));
+  if (pinned_bytes > 0) std::memcpy(prefix, pinned_store->Block(plan.pinned_layer_ids[0], 0),
+                                    static_cast<size_t>(pinned_bytes));
+  for (size_t i = 0; i < plan.pinned_layer_ids.size(); ++i) {
+    p->pinned_[plan.pinned_layer_ids[i]] =
+        prefix + i * pinned_store->format().bytes * config.num_experts;
+  }
+  p->store_format_pinned_ = pinned_store->format();
+  p->pinned_stride_ = pinned_store->format().bytes;
+  VISMOE_ASSIGN_OR_RETURN(p->slabs_, p->arena_->Carve("slab_cache", slab_bytes));
+  p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
+  if (options.prefetch == "history") {
+    p->predictor_ =
+        std::make_unique<HistoryPredictor>(num_layers, config.num_experts, options.history_decay);
+  }
+  p->transfer_ = std::make_unique<TransferEngine>(
+      TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false});
+  p->sink_->SetMemoryRegion("resident", plan.resident_bytes);
+  p->sink_->SetMemoryRegion("pinned_prefix", pinned_bytes);
+  p->sink_->SetMemoryRegion("slab_cache", slab_bytes);
+  p->sink_->SetMemoryRegion("activations", plan.activation_bytes);
+  {
+    std::lock_guard<std::mutex> lock(p->mu_);
+    p->PublishSlotGaugesLocked();
+  }
+  spdlog::info("offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s", plan.DebugString(),
+               EvictionPolicyName(policy), options.prefetch, options.copy_bandwidth_bytes_per_s);
+  return p;
+}
+
+OffloadExpertProvider::~OffloadExpertProvider() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    cv_.notify_all();
+  }
+  if (transfer_ != nullptr) transfer_->Shutdown();
+}
+
+absl::Status OffloadExpertProvider::CheckIds(int layer, int expert) const {
+  if (layer < 0 || layer >= static_cast<int>(kind_.size()) || kind_[layer] == Kind::kDense) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is not a MoE layer"));
+  }
+  if (expert < 0 || expert >= num_experts_) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": expert ", expert,
+                                                   " out of range [0, ", num_experts_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void OffloadExpertProvider::PublishSlotGaugesLocked() {
+  for (SlotState s : {SlotState::kFree, SlotState::kRequired, SlotState::kSpeculative,
+                      SlotState::kExpired}) {
+    sink_->SetSlotCount(s, cache_->Count(s));
+  }
+}
+
+void OffloadExpertProvider::StartCopyLocked(int slot, int layer, int expert, double priority) {
+  ++in_flight_;
+  request_.bytes_h2d += stride_;
+  sink_->OnBytesHostToDevice(stride_);
+  TransferEngine::Request r;
+  r.src = store_->Block(layer, expert);
+  r.dst = const_cast<void*>(SlabData(slot));
+  r.bytes = stride_;
+  r.priority = priority;
+  r.on_done = [this, slot](bool completed) { OnCopyDone(slot, completed); };
+  // The copy thread takes mu_ only in OnCopyDone, after releasing its own
+  // lock, so submitting under mu_ cannot deadlock.
+  transfer_->Submit(std::move(r));
+}
+
+void OffloadExpertProvider::OnCopyDone(int slot, bool completed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  if (completed) {
+    cache_->MarkLoaded(slot);
+  } else {
+    shutting_down_ = true;  // only Shutdown cancels copies
+  }
+  cv_.notify_all();
+}
+
+int OffloadExpertProvider::DispatchDemandLocked() {
+  int started = 0;
+  while (!pending_.empty()) {
+    const int victim = cache_->PickVictim(/*demand=*/true);
+    if (victim < 0) break;
+    const int e = pending_.front();
+    pending_.erase(pending_.begin());
+    cache_->Assign(victim, current_layer_, e, SlotState::kRequired, /*prefetched=*/false);
+    cache_->Touch(victim);
+    StartCopyLocked(victim, current_layer_, e,
+                    kDemandPriority - static_cast<double>(demand_seq_++));
+    ++started;
+  }
+  return started;
+}
+
+void OffloadExpertProvider::PrefetchLocked(int layer) {
+  if (predictor_ == nullptr || !pending_.empty()) return;
+  const int next = next_offloaded_[layer];
+  if (next < 0) return;
+  uint64_t issued = 0;
+  for (const auto& [e, score] : predictor_->Predict(next, prefetch_count_)) {
+    if (cache_->Find(next, e) >= 0) continue;
+    const int victim = cache_->PickVictim(/*demand=*/false);
+    if (victim < 0) break;
+    cache_->Assign(victim, next, e, SlotState::kSpeculative, /*prefetched=*/true);
+    StartCopyLocked(victim, next, e, score);
+    ++issued;
+  }
+  if (issued > 0) {
+    request_.prefetch_issued += issued;
+    sink_->OnPrefetchIssued(issued);
+  }
+}
+
+absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(
+    Phase phase, int layer, absl::Span<const int> experts) {
+  for (int e : experts) VISMOE_RETURN_IF_ERROR(CheckIds(layer, e));
+  std::vector<int> ids(experts.begin(), experts.end());
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": duplicate expert ids"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kind_[layer] == Kind::kPinned) {
+    request_.cache_queries += experts.size();
+    request_.cache_hits += experts.size();
+    for (size_t i = 0; i < experts.size(); ++i) sink_->OnExpertQuery(phase, layer, true);
+    return std::vector<int>(experts.begin(), experts.end());
+  }
+  if (current_layer_ >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BeginLayer(", layer, ") while layer ", current_layer_, " has not ended"));
+  }
+  if (shutting_down_) return absl::CancelledError("offload runtime is shutting down");
+  current_layer_ = layer;
+  declared_.assign(experts.begin(), experts.end());
+  pending_.clear();
+  std::vector<int> loaded, loading;
+  uint64_t used = 0;
+  for (int e : experts) {
+    const int slot = cache_->Find(layer, e);
+    const bool hit = slot >= 0;
+    ++request_.cache_queries;
+    ++request_.prefetch_needed;
+    sink_->OnExpertQuery(phase, layer, hit);
+    sink_->OnPrefetchNeeded(layer, hit);
+    if (!hit) {
+      pending_.push_back(e);
+      continue;
+    }
+    ++request_.cache_hits;
+    ++request_.prefetch_recalled;
+    if (cache_->slot(slot).prefetched) {
+      ++used;
+      cache_->ClearPrefetched(slot);
+    }
+    cache_->SetState(slot, SlotState::kRequired);
+    cache_->Touch(slot);
+    (cache_->slot(slot).in_flight ? loading : loaded).push_back(e);
+  }
+  if (used > 0) {
+    request_.prefetch_used += used;
+    sink_->OnPrefetchUsed(used);
+  }
+  std::vector<int> order = loaded;
+  order.insert(order.end(), loading.begin(), loading.end());
+  order.insert(order.end(), pending_.begin(), pending_.end());
+  DispatchDemandLocked();
+  if (predictor_ != nullptr) {
+    predictor_->Observe(layer, experts);
+    if (cache_->policy() == EvictionPolicy::kGuardedPriority) {
+      for (int e = 0; e < num_experts_; ++e) {
+        cache_->SetPriority(layer, e, predictor_->Score(layer, e));
+      }
+    }
+    PrefetchLocked(layer);
+  }
+  PublishSlotGaugesLocked();
+  return order;
+}
+
+absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expert) {
+  VISMOE_RETURN_IF_ERROR(CheckIds(layer, expert));
+  if (kind_[layer] == Kind::kPinned) {
+    return store_format_pinned_.View(pinned_[layer] +
+                                    static_cast<size_t>(expert) * pinned_stride_);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (layer != current_layer_ ||
+      std::find(declared_.begin(), declared_.end(), expert) == declared_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Acquire(", layer, ", ", expert, ") of an expert not declared by BeginLayer"));
+  }
+  std::chrono::steady_clock::time_point wait_start;
+  bool stalled = false;
+  int slot = -1;
+  for (;;) {
+    if (shutting_down_) return absl::CancelledError("offload runtime is shutting down");
+    slot = cache_->Find(layer, expert);
+    if (slot >= 0 && cache_->slot(slot).state != SlotState::kRequired) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Acquire(", layer, ", ", expert, ") after its Release"));
+    }
+    if (slot >= 0 && !cache_->slot(slot).in_flight) break;
+    if (slot < 0) {
+      // Still waiting for a slab: put it first in line and try again.
+      auto it = std::find(pending_.begin(), pending_.end(), expert);
+      if (it != pending_.end()) std::rotate(pending_.begin(), it, it + 1);
+      if (DispatchDemandLocked() > 0) continue;
+      if (in_flight_ == 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "slab cache of ", cache_->num_slots(), " slabs cannot take layer ", layer,
+            " expert ", expert, ": every slab is Required or pinned and no copy is in flight"));
+      }
+    }
+    if (!stalled) {
+      stalled = true;
+      wait_start = std::chrono::steady_clock::now();
+    }
+    cv_.wait(lock);
+  }
+  if (stalled) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    request_.stall_seconds += s;
+    sink_->OnTransferStall(s);
+  }
+  cache_->Pin(slot);
+  return store_->format().View(SlabData(slot));
+}
+
+void OffloadExpertProvider::Release(int layer, int expert) {
+  if (!CheckIds(layer, expert).ok() || kind_[layer] == Kind::kPinned) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int slot = cache_->Find(layer, expert);
+  if (slot < 0 || cache_->slot(slot).pins == 0) {
+    spdlog::error("offload: Release({}, {}) without a matching Acquire", layer, expert);
+    return;
+  }
+  cache_->Unpin(slot);
+  if (cache_->slot(slot).pins == 0) cache_->SetState(slot, SlotState::kExpired);
+  DispatchDemandLocked();
+  cv_.notify_all();
+}
+
+void OffloadExpertProvider::EndLayer(int layer) {
+  if (layer < 0 || layer >= static_cast<int>(kind_.size()) || kind_[layer] != Kind::kOffloaded) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < cache_->num_slots(); ++i) {
+    const SlabCache::Slot& s = cache_->slot(i);
+    if (s.layer != layer || s.pins > 0) continue;
+    if (s.state == SlotState::kRequired || s.state == SlotState::kSpeculative) {
+      cache_->SetState(i, SlotState::kExpired);
+    }
+  }
+  pending_.clear();
+  declared_.clear();
+  if (current_layer_ == layer) current_layer_ = -1;
+  PublishSlotGaugesLocked();
+  cv_.notify_all();
+}
+
+OffloadStats OffloadExpertProvider::TakeRequestStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  OffloadStats s = request_;
+  request_ = OffloadStats();
+  return s;
+}
+
+void OffloadExpertProvider::SetExpertPriority(int layer, int expert, double priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_->SetPriority(layer, expert, priority);
+}
+
+bool OffloadExpertProvider::CheckInvariants(std::string* why) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!cache_->CheckInvariants(why)) return false;
+  int flying = 0;
+  for (int i = 0; i < cache_->num_slots(); ++i) flying += cache_->slot(i).in_flight ? 1 : 0;
+  if (flying != in_flight_) {
+    *why = absl::StrCat(flying, " slots in flight, ", in_flight_, " copies outstanding");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace vismoe

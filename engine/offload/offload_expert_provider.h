@@ -1,0 +1,126 @@
+// OffloadExpertProvider: ExpertProvider over the pinned prefix + slab cache +
+// transfer engine (VisMMOE 3.4). Experts of the first L_pinned MoE layers sit
+// in the pinned-prefix region of the device arena for the whole run; experts
+// of deeper layers are copied on demand (and by prefetch) from the host
+// expert store into one-expert slabs.
+//
+// Per offloaded layer: BeginLayer queries the cache for every declared expert
+// (a hit = resident or in flight), marks them Required, queues copies for the
+// misses into Free/Expired (or, for demand, Speculative) slabs at demand
+// priority, then, if prefetch is on and no demand is left waiting, prefetches
+// the history predictor's top-B experts of the next offloaded layer into
+// Free/Expired slabs as Speculative at lower priority. Acquire blocks only on
+// the one expert asked for (stall time is counted) and pins it; a layer never
+// computes with a slab whose copy has not completed. Release unpins and
+// expires the slab, so a cache smaller than one layer's working set still
+// progresses; waiting demand is then dispatched into it. EndLayer expires what
+// is left of the layer and unused prefetches targeted at it.
+// With every slab Required and nothing in flight, Acquire fails with
+// ResourceExhausted instead of blocking forever (callers must acquire in the
+// order BeginLayer returns; the engine does).
+//
+// Thread safety: the ExpertProvider calls come from one forward-pass thread;
+// a mutex guards all state because the copy thread completes transfers, and
+// TakeRequestStats/SetExpertPriority may be called from any thread.
+// Ownership: owns its arena, host store, slab cache, transfer engine and
+// predictor; `stats` (may be null) must outlive it.
+#ifndef VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_
+#define VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/device_arena.h"
+#include "engine/offload/expert_provider.h"
+#include "engine/offload/host_expert_store.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/offload_options.h"
+#include "engine/offload/slab_cache.h"
+#include "engine/offload/transfer_engine.h"
+#include "engine/policy/history_predictor.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/stats_sink.h"
+
+namespace vismoe {
+
+class OffloadExpertProvider final : public ExpertProvider {
+ public:
+  // Packs the experts of `plan`'s layers from `source` (used only during
+  // Create) into the pinned prefix and the host store, carves the arena and
+  // starts the copy thread. `allocator` null = aligned heap memory.
+  static absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> Create(
+      ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
+      const OffloadOptions& options, StatsSink* stats, HostAllocator* allocator = nullptr);
+  ~OffloadExpertProvider() override;
+  OffloadExpertProvider(const OffloadExpertProvider&) = delete;
+  OffloadExpertProvider& operator=(const OffloadExpertProvider&) = delete;
+
+  absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,
+                                              absl::Span<const int> experts) override;
+  absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override;
+  void Release(int layer, int expert) override;
+  void EndLayer(int layer) override;
+
+  // Counters since the last call (the per-request slice), then reset.
+  OffloadStats TakeRequestStats();
+  // Eviction priority for the guarded policy, set by an outside predictor.
+  void SetExpertPriority(int layer, int expert, double priority);
+  const MemoryPlan& plan() const { return plan_; }
+  const ExpertFormat& format() const { return store_->format(); }
+  // Copy engine statistics (bytes, busy time) for bandwidth measurement.
+  TransferEngine::Stats transfer_stats() const { return transfer_->stats(); }
+  // Blocks until no copy is queued or running (tests, benchmarks).
+  void WaitForTransfers() { transfer_->WaitIdle(); }
+  // Slot-table consistency (tests): false with a reason.
+  bool CheckInvariants(std::string* why) const;
+
+ private:
+  enum class Kind { kDense, kPinned, kOffloaded };
+  static constexpr double kDemandPriority = 1e12;
+
+  OffloadExpertProvider() = default;
+  absl::Status CheckIds(int layer, int expert) const;
+  const void* SlabData(int slot) const { return slabs_ + static_cast<size_t>(slot) * stride_; }
+  // Gives waiting demand misses slabs, in order; returns how many started.
+  int DispatchDemandLocked();
+  void PrefetchLocked(int layer);
+  void StartCopyLocked(int slot, int layer, int expert, double priority);
+  void OnCopyDone(int slot, bool completed);
+  void PublishSlotGaugesLocked();
+
+  MemoryPlan plan_;
+  OffloadOptions options_;
+  int num_experts_ = 0;
+  int prefetch_count_ = 0;
+  StatsSink* sink_ = nullptr;
+  std::vector<Kind> kind_;            // per decoder layer
+  std::vector<int> next_offloaded_;   // per decoder layer: the next offloaded layer (wraps), -1
+  std::vector<const char*> pinned_;   // per decoder layer: its pinned-prefix block, or null
+  std::unique_ptr<DeviceArena> arena_;
+  std::unique_ptr<HostExpertStore> store_;
+  ExpertFormat store_format_pinned_;  // format of the pinned-prefix blocks
+  char* slabs_ = nullptr;
+  size_t stride_ = 0;         // bytes of one slab / host block
+  size_t pinned_stride_ = 0;  // bytes of one pinned-prefix block
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a copy completed or a slab was released
+  std::unique_ptr<SlabCache> cache_;              // guarded by mu_
+  std::unique_ptr<HistoryPredictor> predictor_;  // guarded by mu_; null = no prefetch
+  int current_layer_ = -1;                        // guarded by mu_
+  std::vector<int> pending_;   // guarded by mu_: declared misses without a slab, in order
+  std::vector<int> declared_;  // guarded by mu_: experts of current_layer_
+  int in_flight_ = 0;          // guarded by mu_
+  bool shutting_down_ = false;  // guarded by mu_
+  uint64_t demand_seq_ = 0;     // guarded by mu_
+  OffloadStats request_;        // guarded by mu_
+  std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_

@@ -1,0 +1,23 @@
+// OffloadOptions: the knobs of the offload runtime (plain values; part of
+// EngineOptions and the vismoe-bench / server flags).
+#ifndef VISMOE_ENGINE_OFFLOAD_OFFLOAD_OPTIONS_H_
+#define VISMOE_ENGINE_OFFLOAD_OFFLOAD_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace vismoe {
+
+struct OffloadOptions {
+  int pinned_layers = -1;                 // MoE layers in the pinned prefix; -1 = Eq. 10
+  double copy_bandwidth_bytes_per_s = 0;  // CPU backend copy throttle; 0 = unthrottled
+  std::string eviction = "lru";           // lru | lfu | guarded
+  std::string prefetch = "none";          // none | history (next-layer prefetch)
+  int prefetch_count = 0;                 // B: experts prefetched per layer; 0 = top-k
+  double history_decay = 0.8;             // history predictor decay per step
+  int64_t activation_bytes = 0;           // reserved in the plan for activations
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_OFFLOAD_OFFLOAD_OPTIONS_H_

@@ -1,0 +1,130 @@
+#include "engine/offload/transfer_engine.h"
+
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+namespace vismoe {
+
+using Clock = std::chrono::steady_clock;
+
+TransferEngine::TransferEngine(Options options)
+    : options_(options), paused_(options.start_paused) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+TransferEngine::~TransferEngine() { Shutdown(); }
+
+uint64_t TransferEngine::Submit(Request request) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t ticket = next_ticket_++;
+  if (stopping_) {
+    ++stats_.cancelled;
+    lock.unlock();
+    if (request.on_done) request.on_done(false);
+    return ticket;
+  }
+  queue_.push_back({ticket, std::move(request)});
+  cv_.notify_all();
+  return ticket;
+}
+
+bool TransferEngine::Cancel(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    if (queue_[i].ticket != ticket) continue;
+    Request r = std::move(queue_[i].request);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    ++stats_.cancelled;
+    if (queue_.empty() && !busy_) idle_cv_.notify_all();
+    lock.unlock();
+    if (r.on_done) r.on_done(false);
+    return true;
+  }
+  return false;
+}
+
+void TransferEngine::Resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = false;
+  cv_.notify_all();
+}
+
+void TransferEngine::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return (queue_.empty() || stopping_) && !busy_; });
+}
+
+void TransferEngine::Shutdown() {
+  std::vector<Entry> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      dropped.swap(queue_);
+      stats_.cancelled += dropped.size();
+      cv_.notify_all();
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+  for (Entry& e : dropped) {
+    if (e.request.on_done) e.request.on_done(false);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_cv_.notify_all();
+}
+
+void TransferEngine::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || (!paused_ && !queue_.empty()); });
+    if (stopping_) return;
+    size_t best = 0;
+    for (size_t i = 1; i < queue_.size(); ++i) {
+      const Entry& a = queue_[i];
+      const Entry& b = queue_[best];
+      if (a.request.priority > b.request.priority ||
+          (a.request.priority == b.request.priority && a.ticket < b.ticket)) {
+        best = i;
+      }
+    }
+    Request r = std::move(queue_[best].request);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(best));
+    busy_ = true;
+    lock.unlock();
+    const Clock::time_point start = Clock::now();
+    std::memcpy(r.dst, r.src, r.bytes);
+    if (options_.bandwidth_bytes_per_s > 0) {
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                      static_cast<double>(r.bytes) / options_.bandwidth_bytes_per_s)));
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    lock.lock();
+    ++stats_.copies;
+    stats_.bytes += r.bytes;
+    stats_.busy_seconds += seconds;
+    lock.unlock();
+    if (r.on_done) r.on_done(true);
+    lock.lock();
+    busy_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+TransferEngine::Stats TransferEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+double TransferEngine::MeasuredBandwidth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_.busy_seconds > 0 ? static_cast<double>(stats_.bytes) / stats_.busy_seconds : 0;
+}
+
+size_t TransferEngine::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace vismoe

@@ -1,0 +1,99 @@
+#include "engine/ops/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace vismoe::cpu {
+namespace {
+
+float Dot(const float* a, const float* b, int n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+               const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,
+               float* key_saliency) {
+  const int heads = shape.num_heads;
+  const int d = shape.head_dim;
+  const int group = heads / shape.num_kv_heads;
+  const int64_t q_stride = shape.q_row_stride > 0 ? shape.q_row_stride : int64_t{heads} * d;
+  const int64_t kv_stride =
+      shape.kv_row_stride > 0 ? shape.kv_row_stride : int64_t{shape.num_kv_heads} * d;
+  const int64_t out_stride = int64_t{heads} * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  // Saliency is reduced per head (each head's rows run on one thread), then
+  // summed over heads in a fixed order, so the result is deterministic.
+  std::vector<float> head_sal;
+  if (key_saliency != nullptr) head_sal.assign(static_cast<size_t>(heads) * nk, 0.0f);
+
+  auto run_row = [&](int h, int64_t i, std::vector<float>& p) {
+    const float* qi = q + i * q_stride + int64_t{h} * d;
+    const int64_t kv_off = int64_t{h / group} * d;
+    const int64_t visible = causal ? std::min(nk, q_pos0 + i + 1) : nk;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < visible; ++j) {
+      p[j] = Dot(qi, k + j * kv_stride + kv_off, d) * scale;
+      mx = std::max(mx, p[j]);
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      p[j] = std::exp(p[j] - mx);
+      sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    float* o = out + i * out_stride + int64_t{h} * d;
+    std::fill(o, o + d, 0.0f);
+    for (int64_t j = 0; j < visible; ++j) {
+      p[j] *= inv;
+      const float* vj = v + j * kv_stride + kv_off;
+      for (int t = 0; t < d; ++t) o[t] += p[j] * vj[t];
+    }
+    if (key_saliency != nullptr) {
+      float* hs = head_sal.data() + int64_t{h} * nk;
+      for (int64_t j = 0; j < visible; ++j) hs[j] += p[j];
+    }
+  };
+
+  if (key_saliency != nullptr) {
+    ParallelFor(pool, heads, 1, [&](int64_t h0, int64_t h1) {
+      std::vector<float> p(nk);
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t i = 0; i < nq; ++i) run_row(static_cast<int>(h), i, p);
+      }
+    });
+    const float norm = 1.0f / static_cast<float>(int64_t{heads} * nq);
+    for (int64_t j = 0; j < nk; ++j) {
+      float s = 0;
+      for (int h = 0; h < heads; ++h) s += head_sal[int64_t{h} * nk + j];
+      key_saliency[j] = s * norm;
+    }
+    return;
+  }
+  ParallelFor(pool, int64_t{heads} * nq, 4, [&](int64_t r0, int64_t r1) {
+    std::vector<float> p(nk);
+    for (int64_t r = r0; r < r1; ++r) run_row(static_cast<int>(r % heads), r / heads, p);
+  });
+}
+
+void Attention(ThreadPool* pool, const float* q, int64_t nq, const float* k, const float* v,
+               int64_t nk, int num_heads, int num_kv_heads, int head_dim,
+               int64_t kv_row_stride_elems, bool causal, int64_t q_pos0, float* out,
+               float* key_saliency) {
+  AttentionShape shape{num_heads, num_kv_heads, head_dim, 0, kv_row_stride_elems};
+  Attention(pool, shape, q, nq, k, v, nk, causal, q_pos0, out, key_saliency);
+}
+
+}  // namespace vismoe::cpu

@@ -1,0 +1,55 @@
+// Scaled dot-product attention of the CPU reference backend (fp32), shared by
+// the text decoder (causal, GQA, over the KV cache) and the vision tower
+// (bidirectional within one image: call it once per image frame with causal =
+// false and q/k/v pointing at that frame's rows).
+//
+// For query row i (absolute position q_pos0 + i when causal) and head h, with
+// kv head g = h / (num_heads / num_kv_heads):
+//   s_j = (q[i,h] . k[j,g]) * head_dim^-0.5          for keys j in [0, nk)
+//   causal: keys j > q_pos0 + i are masked out
+//   p = softmax(s) in fp32;  out[i,h] = sum_j p_j v[j,g]
+//
+// Layouts (row-major, fp32):
+//   q   [nq, num_heads * head_dim], rows q_row_stride floats apart
+//   k,v [nk, num_kv_heads * head_dim], rows kv_row_stride floats apart
+//       (the KV cache row, or a fused qkv buffer row)
+//   out [nq, num_heads * head_dim], dense; must not alias q, k or v
+//   key_saliency (optional) [nk]: for each key, the attention probability it
+//       receives averaged over all heads and all query rows (masked entries count
+//       as 0). Each query row's probabilities sum to 1, so the saliency sums to 1.
+//       VisMMOE's saliency-based token compression reads this.
+// Thread safety: reentrant; parallelises over heads and query rows on `pool`
+// (null runs inline). Deterministic for a given input.
+#ifndef VISMOE_ENGINE_OPS_CPU_ATTENTION_H_
+#define VISMOE_ENGINE_OPS_CPU_ATTENTION_H_
+
+#include <cstdint>
+
+#include "engine/core/thread_pool.h"
+
+namespace vismoe::cpu {
+
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int64_t q_row_stride = 0;   // 0 = num_heads * head_dim
+  int64_t kv_row_stride = 0;  // 0 = num_kv_heads * head_dim
+};
+
+// REQUIRES: num_heads % num_kv_heads == 0; nq, nk >= 1; when causal, q_pos0 >= 0
+// (every query then sees at least key 0).
+void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+               const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,
+               float* key_saliency = nullptr);
+
+// The same with the shape spelled out; q rows are dense (num_heads * head_dim)
+// and kv_row_stride_elems = 0 means dense k/v rows.
+void Attention(ThreadPool* pool, const float* q, int64_t nq, const float* k, const float* v,
+               int64_t nk, int num_heads, int num_kv_heads, int head_dim,
+               int64_t kv_row_stride_elems, bool causal, int64_t q_pos0, float* out,
+               float* key_saliency = nullptr);
+
+}  // namespace vismoe::cpu
+
+#endif  // VISMOE_ENGINE_OPS_CPU_ATTENTION_H_

@@ -1,0 +1,43 @@
+// Mixture-of-experts pieces of the CPU reference backend: the softmax top-k
+// router and the SwiGLU expert, as transformers' Qwen3-MoE / Qwen3-VL-MoE
+// compute them.
+#ifndef VISMOE_ENGINE_OPS_CPU_MOE_H_
+#define VISMOE_ENGINE_OPS_CPU_MOE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
+#include "engine/offload/expert_provider.h"
+
+namespace vismoe::cpu {
+
+// Routing of n tokens over E experts, top_k per token.
+struct RouterResult {
+  int64_t n = 0;
+  int num_experts = 0;
+  int top_k = 0;
+  std::vector<float> logits;   // [n, E]: x . W_g^T
+  std::vector<int> experts;    // [n, top_k], by decreasing probability
+  std::vector<float> weights;  // [n, top_k], combine weights
+};
+
+// logits = x W_g^T (x [n, hidden], W_g [E, hidden]); p = softmax(logits) in
+// fp32; top_k largest p per token (ties: lower expert index first); weights =
+// p / sum(top-k p) when `renormalize`, else p.
+void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const TensorView& gate,
+           int top_k, bool renormalize, RouterResult* out);
+
+// Top-k of one probability row (ties: lower index first), by decreasing value.
+void TopK(const float* p, int num_experts, int k, int* idx, float* val);
+
+// y [n, hidden] = (silu(x . gate) * (x . up)) . down for one expert, either
+// layout of ExpertWeights. x [n, hidden]; `intermediate` is I.
+// REQUIRES: the views have the shapes ExpertWeights documents.
+void ExpertForward(ThreadPool* pool, const ExpertWeights& w, const float* x, int64_t n,
+                   int64_t hidden, int64_t intermediate, float* y);
+
+}  // namespace vismoe::cpu
+
+#endif  // VISMOE_ENGINE_OPS_CPU_MOE_H_

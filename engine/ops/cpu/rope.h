@@ -1,0 +1,46 @@
+// Rotary position embedding of the CPU reference backend (rotate_half / NeoX
+// style), with the interleaved multimodal variant (M-RoPE) of Qwen3-VL.
+//
+// Tables follow transformers' Qwen3VLMoeTextRotaryEmbedding exactly:
+//   inv_freq[j] = 1 / theta^(2j / head_dim)              (fp32), j < head_dim/2
+//   freqs[a][i][j] = float(pos[a][i]) * inv_freq[j]      (a = t, h, w axis)
+//   interleaved M-RoPE: start from axis t for every j; overwrite with axis h at
+//   j = 1, 4, ... < 3*section[1] and with axis w at j = 2, 5, ... < 3*section[2]
+//   emb = cat(freqs, freqs); cos/sin in fp32.
+// With an empty mrope_section it is plain RoPE on axis 0 (Qwen3-MoE, OLMoE).
+// Qwen3-VL always interleaves (transformers ignores mrope_interleaved), so
+// this does too.
+#ifndef VISMOE_ENGINE_OPS_CPU_ROPE_H_
+#define VISMOE_ENGINE_OPS_CPU_ROPE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+
+namespace vismoe::cpu {
+
+// cos/sin rows for n tokens: cos[i * head_dim + d].
+struct RopeTable {
+  int64_t n = 0;
+  int head_dim = 0;
+  std::vector<float> cos;
+  std::vector<float> sin;
+};
+
+// Builds the table for n tokens. `positions` is row-major [3][n] (t, h, w);
+// with an empty `mrope_section` only row 0 is read (it may then be [1][n]).
+// REQUIRES: head_dim even; mrope_section empty or 3 entries summing to head_dim/2.
+RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, double theta,
+                         const std::vector<int>& mrope_section);
+
+// x [n, num_heads, head_dim] in place: x = x * cos + rotate_half(x) * sin,
+// rotate_half(x) = cat(-x[half:], x[:half]). Rows of x are `row_stride` floats
+// apart (>= num_heads * head_dim), so q/k can be rotated inside a fused buffer.
+// REQUIRES: table.n == n and table.head_dim == head_dim.
+void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
+               int head_dim, int64_t row_stride);
+
+}  // namespace vismoe::cpu
+
+#endif  // VISMOE_ENGINE_OPS_CPU_ROPE_H_

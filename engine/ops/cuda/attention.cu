@@ -1,0 +1,143 @@
+#include "absl/strings/str_cat.h"
+#include "engine/ops/cuda/attention.h"
+#include "engine/ops/cuda/cuda_status.h"
+#include "engine/ops/cuda/kernel_utils.cuh"
+
+namespace vismoe::cuda {
+namespace {
+
+using detail::kWarp;
+using detail::LoadBf16;
+using detail::StoreBf16;
+using detail::WarpSum;
+
+// Block (query row i, head h). Each warp walks keys j = warp, warp + nwarps, ...
+// with its own online-softmax state (max m, mass l, acc over head_dim split
+// across lanes: lane owns dims lane + 32c); the warps' states merge at the end
+// through shared memory. kPerLane = ceil(head_dim / 32) bounds the registers
+// and is a template constant so acc[] stays in registers.
+template <int kPerLane>
+__global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, const Bf16* v,
+                                int64_t kv_stride, int64_t nk, int group, int head_dim,
+                                bool causal, int64_t q_pos0, float scale, Bf16* out,
+                                int64_t out_stride) {
+  extern __shared__ float smem[];  // [nwarps][head_dim] acc, then [nwarps] m, [nwarps] l
+  const int64_t i = blockIdx.x;
+  const int h = blockIdx.y;
+  const int g = h / group;
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int nwarps = blockDim.x / kWarp;
+
+  const Bf16* qi = q + i * q_stride + static_cast<int64_t>(h) * head_dim;
+  float qr[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int d = lane + kWarp * c;
+    qr[c] = d < head_dim ? LoadBf16(qi, d) : 0.0f;
+  }
+  int64_t visible = nk;
+  if (causal && q_pos0 + i + 1 < nk) visible = q_pos0 + i + 1;
+
+  float m = -INFINITY;
+  float l = 0.0f;
+  float acc[kPerLane];
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) acc[c] = 0.0f;
+
+  const int64_t kv_off = static_cast<int64_t>(g) * head_dim;
+  for (int64_t j = warp; j < visible; j += nwarps) {
+    const Bf16* kj = k + j * kv_stride + kv_off;
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + kWarp * c;
+      if (d < head_dim) dot += qr[c] * LoadBf16(kj, d);
+    }
+    const float s = WarpSum(dot) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+    const Bf16* vj = v + j * kv_stride + kv_off;
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) {
+      const int d = lane + kWarp * c;
+      acc[c] = acc[c] * corr + (d < head_dim ? p * LoadBf16(vj, d) : 0.0f);
+    }
+    m = m_new;
+  }
+
+  float* s_acc = smem;
+  float* s_m = smem + nwarps * head_dim;
+  float* s_l = s_m + nwarps;
+#pragma unroll
+  for (int c = 0; c < kPerLane; ++c) {
+    const int d = lane + kWarp * c;
+    if (d < head_dim) s_acc[warp * head_dim + d] = acc[c];
+  }
+  if (lane == 0) {
+    s_m[warp] = m;
+    s_l[warp] = l;
+  }
+  __syncthreads();
+  float gm = -INFINITY;
+  for (int w = 0; w < nwarps; ++w) gm = fmaxf(gm, s_m[w]);
+  float gl = 0.0f;
+  for (int w = 0; w < nwarps; ++w) {
+    if (s_l[w] > 0.0f) gl += s_l[w] * expf(s_m[w] - gm);
+  }
+  Bf16* oi = out + i * out_stride + static_cast<int64_t>(h) * head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < nwarps; ++w) {
+      if (s_l[w] > 0.0f) o += s_acc[w * head_dim + d] * expf(s_m[w] - gm);
+    }
+    StoreBf16(oi, d, gl > 0.0f ? o / gl : 0.0f);
+  }
+}
+
+template <int kPerLane>
+void Launch(dim3 grid, int warps, const AttentionShape& s, int64_t qs, int64_t kvs, const Bf16* q,
+            const Bf16* k, const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, float scale,
+            Bf16* out, StreamHandle stream) {
+  const size_t shmem = static_cast<size_t>(warps) * (s.head_dim + 2) * sizeof(float);
+  AttentionKernel<kPerLane><<<grid, warps * kWarp, shmem, stream>>>(
+      q, qs, k, v, kvs, nk, s.num_heads / s.num_kv_heads, s.head_dim, causal, q_pos0, scale, out,
+      static_cast<int64_t>(s.num_heads) * s.head_dim);
+}
+
+}  // namespace
+
+absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
+                       const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
+                       StreamHandle stream) {
+  if (shape.num_heads <= 0 || shape.num_kv_heads <= 0 ||
+      shape.num_heads % shape.num_kv_heads != 0 || shape.head_dim <= 0 || shape.head_dim > 256 ||
+      q_pos0 < 0 || nq > 0x7fffffffLL || shape.num_heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda::Attention: bad shape heads=", shape.num_heads, " kv_heads=", shape.num_kv_heads,
+        " head_dim=", shape.head_dim, " nq=", nq, " q_pos0=", q_pos0));
+  }
+  if (nq <= 0) return absl::OkStatus();
+  const int64_t qs = shape.q_row_stride > 0 ? shape.q_row_stride
+                                            : static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+  const int64_t kvs = shape.kv_row_stride > 0
+                          ? shape.kv_row_stride
+                          : static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+  const float scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
+  // Decode (few query blocks): more warps per block to spread the keys.
+  const int warps = nq * shape.num_heads < 1024 ? 16 : 4;
+  const dim3 grid(static_cast<unsigned>(nq), static_cast<unsigned>(shape.num_heads));
+  if (shape.head_dim <= 64) {
+    Launch<2>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+  } else if (shape.head_dim <= 128) {
+    Launch<4>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+  } else {
+    Launch<8>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+  }
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("AttentionKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace vismoe::cuda

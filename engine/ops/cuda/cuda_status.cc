@@ -1,0 +1,67 @@
+#include "engine/ops/cuda/cuda_status.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace vismoe::cuda {
+namespace {
+
+absl::StatusCode CodeFor(cudaError_t err) {
+  switch (err) {
+    case cudaErrorMemoryAllocation:
+      return absl::StatusCode::kResourceExhausted;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInitializationError:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorNotSupported:
+      return absl::StatusCode::kUnavailable;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidConfiguration:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+}  // namespace
+
+absl::Status CudaErrorToStatus(cudaError_t err, const char* call, const char* file, int line) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::Status(CodeFor(err), absl::StrCat(call, " failed at ", file, ":", line, ": ",
+                                                 cudaGetErrorName(err), ": ",
+                                                 cudaGetErrorString(err)));
+}
+
+absl::Status CublasErrorToStatus(cublasStatus_t err, const char* call, const char* file, int line) {
+  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  absl::StatusCode code = absl::StatusCode::kInternal;
+  if (err == CUBLAS_STATUS_ALLOC_FAILED) code = absl::StatusCode::kResourceExhausted;
+  if (err == CUBLAS_STATUS_NOT_INITIALIZED || err == CUBLAS_STATUS_ARCH_MISMATCH) {
+    code = absl::StatusCode::kUnavailable;
+  }
+  if (err == CUBLAS_STATUS_INVALID_VALUE || err == CUBLAS_STATUS_NOT_SUPPORTED) {
+    code = absl::StatusCode::kInvalidArgument;
+  }
+  return absl::Status(code, absl::StrCat(call, " failed at ", file, ":", line, ": ",
+                                         cublasGetStatusName(err), ": ",
+                                         cublasGetStatusString(err)));
+}
+
+absl::Status LastLaunchStatus(const char* kernel, const char* file, int line) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return absl::OkStatus();
+  return CudaErrorToStatus(err, absl::StrCat("launch of ", kernel).c_str(), file, line);
+}
+
+void CudaCheckFailed(cudaError_t err, const char* call, const char* file, int line) {
+  std::fprintf(stderr, "fatal: %s failed at %s:%d: %s\n", call, file, line,
+               cudaGetErrorString(err));
+  std::abort();
+}
+
+}  // namespace vismoe::cuda

@@ -1,0 +1,83 @@
+// Dense and grouped (MoE) bf16 GEMMs through cuBLAS with fp32 accumulation.
+// y = x W^T for weights stored [out, in] row-major (nn.Linear, kOutIn) or
+// y = x W_t for weights stored [in, out] (the fused Qwen3-VL-MoE expert
+// tensors, kInOut) -- the layouts of cpu::Linear and cpu::LinearTransposed.
+#ifndef VISMOE_ENGINE_OPS_CUDA_GEMM_H_
+#define VISMOE_ENGINE_OPS_CUDA_GEMM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/ops/cuda/types.h"
+
+struct cublasContext;  // cublasHandle_t is cublasContext*
+
+namespace vismoe::cuda {
+
+enum class WeightLayout { kOutIn, kInOut };
+enum class GemmOut { kBf16, kF32 };
+
+// One expert of a grouped GEMM: its weight and its block of permuted rows.
+struct GemmGroup {
+  const Bf16* w = nullptr;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+};
+
+// One expert's device weights, in either ExpertWeights layout
+// (engine/offload/expert_provider.h): kInOut = fused gate_up [H, 2I] and down
+// [I, H]; kOutIn = separate gate [I, H], up [I, H], down [H, I].
+struct DeviceExpert {
+  WeightLayout layout = WeightLayout::kInOut;
+  const Bf16* gate_up = nullptr;  // kInOut only
+  const Bf16* gate = nullptr;     // kOutIn only
+  const Bf16* up = nullptr;       // kOutIn only
+  const Bf16* down = nullptr;
+};
+
+// Owns a cuBLAS handle bound to one stream and a caller-provided workspace
+// (carved from the start-up arena, so cuBLAS does not allocate on the hot path).
+// Thread safety: not thread-safe; one per stream. Move-only.
+class Blas {
+ public:
+  static absl::StatusOr<Blas> Create(StreamHandle stream, void* workspace, size_t workspace_bytes);
+  Blas(Blas&& other) noexcept;
+  Blas& operator=(Blas&& other) noexcept;
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  ~Blas();
+
+  StreamHandle stream() const { return stream_; }
+
+  // y [n, out] (with row stride ldy >= out; 0 = out) = alpha * x [n, in] . W + beta * y.
+  // beta = 1 accumulates (fused residual add). y is bf16 or fp32 per `out_type`.
+  absl::Status Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w, WeightLayout layout,
+                      int64_t out, void* y, GemmOut out_type, float beta = 0.0f, int64_t ldy = 0);
+
+  // For each group g: yp[rows of g] = xp[rows of g] . W_g (layout as Linear),
+  // bf16 out, one cuBLAS call per non-empty group on this stream.
+  absl::Status GroupedLinear(const Bf16* xp, int64_t in, absl::Span<const GemmGroup> groups,
+                             WeightLayout layout, int64_t out, Bf16* yp, int64_t ldy = 0);
+
+  // SwiGLU experts over a permuted buffer (see moe_permute.h):
+  // yp[rows of e] = (silu(xp W_gate) * (xp W_up)) W_down for each expert e with
+  // experts[e] set and rows in [host_offsets[e], host_offsets[e+1]).
+  // Scratch: gate_up [total_rows, 2 * inter], act [total_rows, inter].
+  // REQUIRES: host_offsets has experts.size() + 1 entries; every expert with
+  // rows has weights.
+  absl::Status MoeExperts(const Bf16* xp, absl::Span<const int32_t> host_offsets,
+                          absl::Span<const DeviceExpert> experts, int64_t hidden, int64_t inter,
+                          Bf16* gate_up_scratch, Bf16* act_scratch, Bf16* yp);
+
+ private:
+  Blas(cublasContext* handle, StreamHandle stream) : handle_(handle), stream_(stream) {}
+  cublasContext* handle_ = nullptr;
+  StreamHandle stream_ = nullptr;
+};
+
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_ENGINE_OPS_CUDA_GEMM_H_

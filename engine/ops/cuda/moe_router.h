@@ -1,0 +1,25 @@
+// MoE router on device: softmax over each token's expert logits, top-k (ties:
+// lower expert index first), optional renormalisation of the k weights. The
+// semantics of cpu::Route after its logits GEMM (engine/ops/cpu/moe.h); the
+// logits come from cuda::Gemm with an fp32 output.
+#ifndef VISMOE_ENGINE_OPS_CUDA_MOE_ROUTER_H_
+#define VISMOE_ENGINE_OPS_CUDA_MOE_ROUTER_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/ops/cuda/types.h"
+
+namespace vismoe::cuda {
+
+// logits [n, num_experts] fp32 -> experts [n, top_k] (by decreasing
+// probability) and weights [n, top_k] fp32.
+// REQUIRES (else InvalidArgument): 0 < top_k <= min(num_experts, 32),
+// num_experts <= 1024.
+absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int top_k,
+                           bool renormalize, int32_t* experts, float* weights,
+                           StreamHandle stream);
+
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_ENGINE_OPS_CUDA_MOE_ROUTER_H_

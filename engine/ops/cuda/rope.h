@@ -1,0 +1,38 @@
+// Rotary position embedding on bf16 q/k, rotate_half (NeoX) style, in place.
+// Mirrors engine/ops/cpu/rope.h: the same inv_freq (computed on the host by
+// RopeInvFreq exactly as cpu::BuildRopeTable does), the same interleaved
+// M-RoPE axis assignment, fp32 angles and cos/sin, one bf16 rounding at the store.
+#ifndef VISMOE_ENGINE_OPS_CUDA_ROPE_H_
+#define VISMOE_ENGINE_OPS_CUDA_ROPE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/ops/cuda/types.h"
+
+namespace vismoe::cuda {
+
+// Host: inv_freq[j] = 1 / theta^(2j / head_dim) in fp32, j < head_dim / 2; the
+// caller uploads it once at start-up.
+std::vector<float> RopeInvFreq(int head_dim, double theta);
+
+// x [n, num_heads, head_dim] (rows `row_stride` elements apart) in place.
+// positions: device int64 row-major [3][n] (t, h, w). mrope_section: host
+// pointer to 3 ints (interleaved M-RoPE, sum = head_dim / 2), or nullptr for
+// plain RoPE on positions row 0 (then positions may be [1][n]).
+// inv_freq: device fp32 [head_dim / 2].
+// REQUIRES: head_dim even.
+absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
+                       const int64_t* positions, const float* inv_freq, const int* mrope_section,
+                       StreamHandle stream);
+
+// The same rotation with precomputed fp32 tables cos/sin [n, head_dim] (the
+// layout of cpu::RopeTable): used by the vision tower's 2-D rotary, whose
+// table is built on the host from the patch grid.
+absl::Status ApplyRopeTable(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
+                            const float* cos, const float* sin, StreamHandle stream);
+
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_ENGINE_OPS_CUDA_ROPE_H_

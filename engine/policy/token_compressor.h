@@ -1,0 +1,77 @@
+// TokenCompressor: picks which visual tokens of one image survive the pinned
+// prefix (VisMMOE 3.2). Kinds (DESIGN.md "Policies"):
+//   none      keeps every token;
+//   random    floor(beta*N) tokens drawn uniformly without replacement from a
+//             seeded generator (same seed + same N = same choice);
+//   saliency  the floor(beta*N) tokens with the highest head-averaged vision
+//             attention (VisionOutput::saliency);
+//   affinity  Algorithm 1 (AffinityCompressor, affinity_compressor.h).
+// Every kind except none keeps exactly max(1, floor(beta*N)) tokens: an image
+// never vanishes entirely. Ties in a ranking go to the lower token index.
+//
+// Thread safety: Select() is const and reentrant for every kind.
+#ifndef VISMOE_ENGINE_POLICY_TOKEN_COMPRESSOR_H_
+#define VISMOE_ENGINE_POLICY_TOKEN_COMPRESSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace vismoe {
+
+struct TokenCompressorOptions {
+  std::string kind = "none";  // none | random | saliency | affinity
+  double beta = 0.5;          // keep ratio, in (0, 1]
+  // Salient-core ratio of Algorithm 1, in [0, beta]. The paper calls it "a
+  // small salient ratio" without a number; 0.1 (a fifth of the default keep
+  // budget) is our choice.
+  double alpha = 0.1;
+  double lambda = 2.0;  // working-set weight of Eq. 4 (the paper's fixed value)
+  uint64_t seed = 0;    // random kind only
+};
+
+// The visual tokens of one image as the compressor sees them.
+struct CompressionInput {
+  int64_t num_tokens = 0;            // N
+  absl::Span<const float> saliency;  // [N]; required by saliency and affinity
+  // Affinity only: the experts each token activated in the pinned-prefix MoE
+  // layers, [N, experts_per_token]. An expert is identified across layers
+  // (e.g. slot * num_experts + expert), so the union over the prefix is a set
+  // of (layer, expert) pairs. Duplicates within a row count once.
+  absl::Span<const int> active_experts;
+  int experts_per_token = 0;
+};
+
+class TokenCompressor {
+ public:
+  virtual ~TokenCompressor() = default;
+  virtual const char* name() const = 0;
+  // True when Select() reads CompressionInput::active_experts.
+  virtual bool needs_routing() const { return false; }
+  // Indices of the kept tokens, ascending. InvalidArgument when a field the
+  // kind needs is missing or has the wrong size.
+  virtual absl::StatusOr<std::vector<int64_t>> Select(const CompressionInput& in) const = 0;
+};
+
+// InvalidArgument for an unknown kind (the message lists the known ones) or
+// an out-of-range ratio.
+absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
+    const TokenCompressorOptions& options);
+
+// max(1, floor(beta * n)) for n >= 1, else 0.
+int64_t KeepBudget(double ratio, int64_t n);
+
+// Min-max normalisation to [0, 1] (Algorithm 1, line 3); all zeros when every
+// value is equal.
+std::vector<float> NormalizeUnit(absl::Span<const float> s);
+
+// Indices of the k largest scores, ties to the lower index, in rank order.
+std::vector<int64_t> TopKIndices(absl::Span<const float> scores, int64_t k);
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_POLICY_TOKEN_COMPRESSOR_H_

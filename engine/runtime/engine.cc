@@ -1,0 +1,431 @@
+// Engine implementation for the CPU backend: one model, one sequence at a
+// time (Generate is serialised), everything resident.
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/arch/mrope_positions.h"
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/arch/qwen3_vl_vision.h"
+#include "engine/core/status_macros.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/image_preprocessor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/stream_decoder.h"
+#include "engine/model/tokenizer.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "engine/policy/compression_session.h"
+#include "engine/policy/token_compressor.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/sampler.h"
+#include "engine/runtime/stop_matcher.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace vismoe {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStopString:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Appends the ids of an "eos_token_id" field (an int or a list of ints).
+absl::Status ReadEosIds(const nlohmann::json& v, const std::string& where, std::vector<int>* out) {
+  if (v.is_number_integer()) {
+    out->push_back(v.get<int>());
+    return absl::OkStatus();
+  }
+  if (v.is_array()) {
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) break;
+      out->push_back(e.get<int>());
+    }
+    if (out->size() == v.size()) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": eos_token_id must be an integer or a list of integers"));
+}
+
+// EOS ids from generation_config.json, else config.json (top level or
+// text_config). Absent everywhere: empty (generation then stops on length).
+absl::StatusOr<std::vector<int>> LoadEosIds(const std::string& dir) {
+  std::vector<int> ids;
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    const std::string path = absl::StrCat(dir, "/", file);
+    std::ifstream in(path);
+    if (!in) continue;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+    }
+    const nlohmann::json* v = nullptr;
+    if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+      v = &j["eos_token_id"];
+    } else if (j.contains("text_config") && j["text_config"].is_object() &&
+               j["text_config"].contains("eos_token_id")) {
+      v = &j["text_config"]["eos_token_id"];
+    }
+    if (v == nullptr) continue;
+    VISMOE_RETURN_IF_ERROR(ReadEosIds(*v, path, &ids));
+    return ids;
+  }
+  return ids;
+}
+
+// What a request turns into before the model runs.
+struct Prompt {
+  std::vector<int> ids;
+  std::vector<GridThw> grids;
+  std::vector<float> patches;  // all images' patch rows, in order
+  MropePositions mrope;        // filled only when there are images
+};
+
+class CpuEngine final : public Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+
+  const ModelInfo& info() const override { return info_; }
+  absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) override;
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const GenerateCallbacks& callbacks) override;
+
+ private:
+  CpuEngine() = default;
+  absl::StatusOr<Prompt> BuildPrompt(const GenerateRequest& request) const;
+
+  EngineOptions options_;
+  ModelInfo info_;
+  ModelConfig config_;
+  std::vector<int> eos_ids_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> template_;
+  std::unique_ptr<ImagePreprocessor> preprocessor_;  // null without vision
+  std::unique_ptr<Qwen3VlVisionModel> vision_;       // null without vision
+  std::unique_ptr<Qwen3VlMoeModel> model_;
+  std::unique_ptr<ResidentExpertProvider> experts_;
+  std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
+  ExpertProvider* provider_ = nullptr;              // offload_ or experts_
+  std::mutex mu_;                                   // serialises Generate (batch 1)
+  std::unique_ptr<KvCache> cache_;                  // guarded by mu_
+  int compress_layer_ = 0;  // decoder layer token compression runs before
+};
+
+absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& options) {
+  if (options.backend == "cuda") {
+    return absl::UnimplementedError(
+        "backend 'cuda' is not available in this build; use backend 'cpu' or 'auto'");
+  }
+  if (options.backend != "auto" && options.backend != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend must be auto, cpu or cuda, got '", options.backend, "'"));
+  }
+  if (options.max_context_tokens < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
+  }
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
+  }
+  if (options.backend == "auto") spdlog::info("engine: no CUDA backend in use; running on cpu");
+  std::unique_ptr<CpuEngine> e(new CpuEngine());
+  e->options_ = options;
+  const std::string& dir = options.model_path;
+  VISMOE_ASSIGN_OR_RETURN(e->config_, ModelConfig::Load(dir));
+  VISMOE_ASSIGN_OR_RETURN(e->eos_ids_, LoadEosIds(dir));
+  e->pool_ = std::make_unique<ThreadPool>(options.num_threads);
+  VISMOE_ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::Open(dir));
+  VISMOE_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::Load(dir));
+  VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*e->tokenizer_, e->config_));
+  e->template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
+  if (e->config_.has_vision) {
+    VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
+    e->preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
+    VISMOE_ASSIGN_OR_RETURN(
+        e->vision_, Qwen3VlVisionModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+  }
+  VISMOE_ASSIGN_OR_RETURN(e->model_,
+                          Qwen3VlMoeModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+  VISMOE_ASSIGN_OR_RETURN(e->experts_,
+                          ResidentExpertProvider::Create(*e->checkpoint_, e->config_.text,
+                                                         Qwen3VlMoeModel::TextPrefix(e->config_)));
+  e->cache_ = e->model_->NewKvCache(options.max_context_tokens);
+  if (options.stats != nullptr) options.stats->SetMemoryRegion("kv_cache", e->cache_->bytes());
+  e->provider_ = e->experts_.get();
+  if (options.gpu_memory_budget_bytes > 0) {
+    const std::string prefix = Qwen3VlMoeModel::TextPrefix(e->config_);
+    VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
+                            MeasureModelSizes(*e->checkpoint_, e->config_.text, prefix));
+    MemoryPlanOptions po;
+    po.budget_bytes = options.gpu_memory_budget_bytes;
+    po.pinned_layers = options.offload.pinned_layers;
+    po.activation_bytes = options.offload.activation_bytes;
+    po.kv_cache_bytes = static_cast<int64_t>(e->cache_->bytes());
+    VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
+    VISMOE_ASSIGN_OR_RETURN(e->offload_,
+                            OffloadExpertProvider::Create(*e->experts_, e->config_.text, plan,
+                                                          options.offload, options.stats));
+    e->provider_ = e->offload_.get();
+    e->compress_layer_ = CompressionLayer(e->config_.text, plan.pinned_layers);
+  } else {
+    // Resident: every expert lookup is a hit (the offload provider reports its own).
+    e->experts_->set_stats(options.stats);
+  }
+
+  VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(options.compression).status());
+  if (options.gpu_memory_budget_bytes <= 0) {
+    int pinned = options.compression_pinned_layers;
+    int moe_layers = 0;
+    for (int l = 0; l < e->config_.text.num_hidden_layers; ++l) {
+      moe_layers += e->config_.text.IsMoeLayer(l) ? 1 : 0;
+    }
+    if (pinned < 0) pinned = std::max(1, (moe_layers + 2) / 5);
+    e->compress_layer_ = CompressionLayer(e->config_.text, pinned);
+  }
+
+  ModelInfo& i = e->info_;
+  i.model_type = e->config_.model_type;
+  i.model_path = dir;
+  i.backend = "cpu";
+  i.num_layers = e->config_.text.num_hidden_layers;
+  i.num_experts = e->config_.text.num_experts;
+  i.experts_per_token = e->config_.text.num_experts_per_tok;
+  i.hidden_size = e->config_.text.hidden_size;
+  i.vocab_size = e->config_.text.vocab_size;
+  i.max_context_tokens = options.max_context_tokens;
+  i.has_vision = e->config_.has_vision;
+  spdlog::info("engine: loaded {} ({} layers, {} experts top-{}) from {}", i.model_type,
+               i.num_layers, i.num_experts, i.experts_per_token, dir);
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+absl::StatusOr<Prompt> CpuEngine::BuildPrompt(const GenerateRequest& request) const {
+  if (request.messages.empty()) return absl::InvalidArgumentError("request has no messages");
+  const SamplingParams& s = request.sampling;
+  if (s.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.max_new_tokens must be >= 1, got ", s.max_new_tokens));
+  }
+  VISMOE_RETURN_IF_ERROR(Sampler::Validate(s));
+  for (const std::string& stop : s.stop) {
+    if (stop.empty()) return absl::InvalidArgumentError("sampling.stop has an empty string");
+  }
+  Prompt p;
+  std::vector<int> image_order;
+  for (size_t m = 0; m < request.messages.size(); ++m) {
+    for (const ContentPart& part : request.messages[m].content) {
+      if (part.kind != ContentPart::Kind::kImage) continue;
+      if (part.image_index < 0 || part.image_index >= static_cast<int>(request.images.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("messages[", m, "] refers to image ",
+                                                       part.image_index, " but the request has ",
+                                                       request.images.size(), " images"));
+      }
+      image_order.push_back(part.image_index);
+    }
+  }
+  if (!image_order.empty() && vision_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", config_.model_type, " does not take images"));
+  }
+  VISMOE_ASSIGN_OR_RETURN(std::string text,
+                          template_->Render(request.messages, request.add_generation_prompt));
+  p.ids = tokenizer_->Encode(text);
+  if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  for (size_t i = 0; i < image_order.size(); ++i) {
+    auto img = preprocessor_->Process(request.images[image_order[i]]);
+    if (!img.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("images[", image_order[i], "]: ", img.status().message()));
+    }
+    p.grids.push_back(img->grid);
+    p.patches.insert(p.patches.end(), img->patches.begin(), img->patches.end());
+  }
+  if (!p.grids.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(p.ids, ExpandImagePads(p.ids, p.grids, config_));
+    VISMOE_ASSIGN_OR_RETURN(p.mrope, ComputeMropePositions(p.ids, p.grids, config_));
+  }
+  // Room for the prompt and at least one generated token.
+  if (static_cast<int64_t>(p.ids.size()) + 1 > options_.max_context_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", p.ids.size(),
+                     " tokens is too long for max_context_tokens = ", options_.max_context_tokens));
+  }
+  return p;
+}
+
+absl::StatusOr<int> CpuEngine::CountPromptTokens(const GenerateRequest& request) {
+  VISMOE_ASSIGN_OR_RETURN(Prompt p, BuildPrompt(request));
+  return static_cast<int>(p.ids.size());
+}
+
+absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& request,
+                                                   const GenerateCallbacks& callbacks) {
+  const Clock::time_point start = Clock::now();
+  VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
+  TokenCompressorOptions co = options_.compression;
+  if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
+  if (request.policy.keep_ratio.has_value()) co.beta = *request.policy.keep_ratio;
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
+  std::lock_guard<std::mutex> lock(mu_);
+  const SamplingParams& sp = request.sampling;
+  GenerateResult result;
+  const uint64_t queries_before = experts_->queries();
+  result.usage.prompt_tokens = static_cast<int>(prompt.ids.size());
+  auto cancelled = [&] { return callbacks.is_cancelled && callbacks.is_cancelled(); };
+
+  DecoderInput in;
+  in.tokens = prompt.ids;
+  in.phase = Phase::kPrefill;
+  in.is_cancelled = callbacks.is_cancelled;
+  VisionOutput vision;
+  if (!prompt.grids.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(vision, vision_->Forward(prompt.patches, prompt.grids));
+    result.usage.visual_tokens_before = static_cast<int>(vision.num_tokens);
+    result.usage.visual_tokens_after = static_cast<int>(vision.num_tokens);
+    in.positions = prompt.mrope.positions;
+    in.visual_embeds = vision.embeds.data();
+    in.num_visual = vision.num_tokens;
+    for (const auto& ds : vision.deepstack) in.deepstack.push_back(ds.data());
+  }
+  std::unique_ptr<CompressionSession> compression;  // only off the exact path
+  if (!prompt.grids.empty() && co.kind != "none") {
+    compression = std::make_unique<CompressionSession>(
+        compressor.get(), prompt.ids, config_.image_token_id, vision.tokens_per_image,
+        vision.saliency, compress_layer_, in.observer);
+    compression->Install(&in);
+  }
+  cache_->Clear();
+  if (offload_ != nullptr) offload_->TakeRequestStats();  // start this request's slice
+  std::vector<float> logits;
+  absl::Status st = model_->Forward(in, cache_.get(), provider_, &logits);
+  if (absl::IsCancelled(st)) {
+    result.finish_reason = FinishReason::kCancelled;
+    if (offload_ != nullptr) result.offload = offload_->TakeRequestStats();
+    result.timings.total_seconds = Seconds(start, Clock::now());
+    return result;
+  }
+  VISMOE_RETURN_IF_ERROR(st);
+  if (compression != nullptr) {
+    result.usage.visual_tokens_after = static_cast<int>(compression->visual_after());
+    if (options_.stats != nullptr) {
+      options_.stats->OnVisualTokensPruned(
+          static_cast<uint64_t>(compression->visual_before() - compression->visual_after()));
+      options_.stats->OnCompressionTime(compression->seconds());
+    }
+  }
+  const int64_t rope_delta = prompt.grids.empty() ? 0 : prompt.mrope.rope_delta;
+
+  Sampler sampler(sp);
+  StreamDecoder decoder(tokenizer_.get(), /*skip_special=*/true);
+  StopMatcher stops(sp.stop);
+  std::vector<int> delta_ids;
+  Clock::time_point first_token;
+  // Sends text (and the ids produced since the last delta); false = cancel.
+  auto emit = [&](const std::string& text, bool force) {
+    if (text.empty() && !force) return true;
+    if (text.empty() && delta_ids.empty()) return true;
+    TokenDelta d{text, std::move(delta_ids)};
+    delta_ids.clear();
+    if (callbacks.on_delta && !callbacks.on_delta(d)) return false;
+    return true;
+  };
+  for (;;) {
+    const int tok = sampler.Sample(logits);
+    if (result.token_ids.empty()) first_token = Clock::now();
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end()) {
+      result.finish_reason = FinishReason::kEos;
+      break;
+    }
+    result.token_ids.push_back(tok);
+    delta_ids.push_back(tok);
+    StopMatcher::Step step = stops.Push(decoder.Push(tok));
+    if (!emit(step.ready, false)) {
+      result.finish_reason = FinishReason::kCancelled;
+      break;
+    }
+    if (step.stopped) {
+      emit("", true);
+      result.finish_reason = FinishReason::kStopString;
+      break;
+    }
+    if (static_cast<int>(result.token_ids.size()) >= sp.max_new_tokens ||
+        !cache_->CheckRoom(1).ok()) {
+      result.finish_reason = FinishReason::kLength;
+      break;
+    }
+    if (cancelled()) {
+      result.finish_reason = FinishReason::kCancelled;
+      break;
+    }
+    DecoderInput next;
+    next.tokens = absl::MakeConstSpan(&result.token_ids.back(), 1);
+    next.phase = Phase::kDecode;
+    const int64_t pos = cache_->length() + rope_delta;
+    next.positions = {pos, pos, pos};
+    VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, &logits));
+  }
+  if (result.finish_reason == FinishReason::kEos || result.finish_reason == FinishReason::kLength) {
+    StopMatcher::Step step = stops.Push(decoder.Flush());
+    std::string rest = step.ready + (step.stopped ? "" : stops.Flush());
+    if (step.stopped) result.finish_reason = FinishReason::kStopString;
+    emit(rest, true);  // the caller can no longer cancel anything here
+  }
+  result.text = stops.emitted();
+  if (offload_ != nullptr) {
+    result.offload = offload_->TakeRequestStats();
+  } else {
+    result.offload.cache_queries = experts_->queries() - queries_before;
+    result.offload.cache_hits = result.offload.cache_queries;  // everything is resident
+  }
+  const Clock::time_point end = Clock::now();
+  result.usage.completion_tokens = static_cast<int>(result.token_ids.size());
+  result.timings.total_seconds = Seconds(start, end);
+  if (!result.token_ids.empty() || result.finish_reason == FinishReason::kEos) {
+    if (first_token == Clock::time_point()) first_token = end;
+    result.timings.ttft_seconds = Seconds(start, first_token);
+    if (result.token_ids.size() > 1) {
+      result.timings.tpot_seconds =
+          Seconds(first_token, end) / static_cast<double>(result.token_ids.size() - 1);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  return CpuEngine::Create(options);
+}
+
+}  // namespace vismoe

@@ -1,0 +1,108 @@
+#include "server/image_decoder.h"
+
+#include <exception>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/image_header.h"
+
+namespace vismoe::server {
+
+absl::StatusOr<std::unique_ptr<ImageDecoder>> ImageDecoder::Create(const Options& options) {
+  if (options.max_encoded_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_image_bytes must be positive, got ", options.max_encoded_bytes));
+  }
+  if (options.max_pixels <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_image_pixels must be positive, got ", options.max_pixels));
+  }
+  if (options.num_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("image decode threads must be >= 1, got ", options.num_threads));
+  }
+  return std::unique_ptr<ImageDecoder>(new ImageDecoder(options));
+}
+
+ImageDecoder::ImageDecoder(const Options& options) : options_(options) {
+  // ThreadPool counts the calling thread, so a pool of N gives N decoders.
+  if (options_.num_threads > 1) pool_ = std::make_unique<ThreadPool>(options_.num_threads);
+}
+
+absl::Status ImageDecoder::CheckLimits(absl::string_view data) const {
+  if (data.empty()) return absl::InvalidArgumentError("image data is empty");
+  if (static_cast<int64_t>(data.size()) > options_.max_encoded_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("image is ", data.size(),
+                                                   " bytes, over the limit of ",
+                                                   options_.max_encoded_bytes, " bytes"));
+  }
+  absl::StatusOr<ImageHeader> header = ParseImageHeader(data);
+  if (!header.ok()) return header.status();
+  if (header->pixels() > options_.max_pixels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ImageFormatName(header->format), " image is ", header->width, "x", header->height, " = ",
+        header->pixels(), " pixels, over the limit of ", options_.max_pixels, " pixels"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
+  absl::Status limits = CheckLimits(data);
+  if (!limits.ok()) return limits;
+  const ImageHeader header = *ParseImageHeader(data);
+  try {
+    const cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1,
+                          const_cast<char*>(data.data()));
+    // IMREAD_COLOR: grayscale is expanded and alpha dropped (like PIL's
+    // convert("RGB")); EXIF orientation is ignored, as PIL does by default.
+    cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    if (bgr.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot decode ", ImageFormatName(header.format), " image: corrupt or truncated data"));
+    }
+    if (bgr.cols != header.width || bgr.rows != header.height) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed ", ImageFormatName(header.format), " image: header says ", header.width, "x",
+          header.height, " but the data decodes to ", bgr.cols, "x", bgr.rows));
+    }
+    RgbImage image;
+    image.width = bgr.cols;
+    image.height = bgr.rows;
+    image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
+    cv::Mat rgb(image.height, image.width, CV_8UC3, image.pixels.data());
+    cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);  // writes into image.pixels
+    if (rgb.data != image.pixels.data()) {
+      return absl::InternalError("OpenCV reallocated the RGB output buffer");
+    }
+    return image;
+  } catch (const cv::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot decode ", ImageFormatName(header.format),
+                                                   " image: OpenCV error: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot decode ", ImageFormatName(header.format), " image: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::vector<RgbImage>> ImageDecoder::DecodeAll(
+    const std::vector<absl::string_view>& blobs) {
+  std::vector<absl::StatusOr<RgbImage>> results(blobs.size());
+  ParallelFor(pool_.get(), static_cast<int64_t>(blobs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) results[i] = Decode(blobs[i]);
+  });
+  std::vector<RgbImage> images;
+  images.reserve(blobs.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) {
+      return absl::Status(results[i].status().code(),
+                          absl::StrCat("image ", i, ": ", results[i].status().message()));
+    }
+    images.push_back(std::move(*results[i]));
+  }
+  return images;
+}
+
+}  // namespace vismoe::server

@@ -1,0 +1,57 @@
+// ImageDecoder: turns encoded JPEG / PNG / WebP bytes into 8-bit RGB images
+// with OpenCV, under limits checked BEFORE decoding (encoded size, and the
+// pixel count read from the header), on a bounded pool of worker threads.
+//
+// Thread safety: Decode and DecodeAll may be called from several threads at
+// once; at most `num_threads` images are decoded at the same time.
+// Ownership: owns its thread pool. Not copyable.
+#ifndef VISMOE_SERVER_IMAGE_DECODER_H_
+#define VISMOE_SERVER_IMAGE_DECODER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/core/thread_pool.h"
+#include "engine/runtime/request.h"
+
+namespace vismoe::server {
+
+class ImageDecoder {
+ public:
+  struct Options {
+    int64_t max_encoded_bytes = 20 << 20;  // per image
+    int64_t max_pixels = 4096LL * 4096;    // width * height from the header
+    int num_threads = 2;                   // concurrent decodes (>= 1)
+  };
+
+  static absl::StatusOr<std::unique_ptr<ImageDecoder>> Create(const Options& options);
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Decodes one image on the calling thread. InvalidArgument names what was
+  // wrong (format, size, pixel count, corrupt data).
+  absl::StatusOr<RgbImage> Decode(absl::string_view data) const;
+
+  // Decodes all images in parallel on the pool; the first error (in input
+  // order) is returned, prefixed with "image <i>: ".
+  absl::StatusOr<std::vector<RgbImage>> DecodeAll(const std::vector<absl::string_view>& blobs);
+
+  // Cheap checks without decoding: size and header pixel limits.
+  absl::Status CheckLimits(absl::string_view data) const;
+
+  const Options& options() const { return options_; }
+
+ private:
+  explicit ImageDecoder(const Options& options);
+
+  Options options_;
+  std::unique_ptr<ThreadPool> pool_;  // null when num_threads == 1
+};
+
+}  // namespace vismoe::server
+
+#endif  // VISMOE_SERVER_IMAGE_DECODER_H_

@@ -1,0 +1,155 @@
+#include "server/image_header.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace vismoe::server {
+namespace {
+
+constexpr unsigned char kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+uint32_t Byte(absl::string_view d, size_t i) { return static_cast<unsigned char>(d[i]); }
+uint32_t Be16(absl::string_view d, size_t i) { return (Byte(d, i) << 8) | Byte(d, i + 1); }
+uint32_t Be32(absl::string_view d, size_t i) { return (Be16(d, i) << 16) | Be16(d, i + 2); }
+uint32_t Le16(absl::string_view d, size_t i) { return Byte(d, i) | (Byte(d, i + 1) << 8); }
+uint32_t Le24(absl::string_view d, size_t i) { return Le16(d, i) | (Byte(d, i + 2) << 16); }
+uint32_t Le32(absl::string_view d, size_t i) { return Le24(d, i) | (Byte(d, i + 3) << 24); }
+
+absl::Status Truncated(const char* format, const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("truncated ", format, " image: ", what));
+}
+
+absl::StatusOr<ImageHeader> ParsePng(absl::string_view d) {
+  // Signature (8), IHDR length (4), "IHDR" (4), width (4), height (4).
+  if (d.size() < 24) return Truncated("PNG", "header shorter than 24 bytes");
+  if (d.substr(12, 4) != "IHDR") {
+    return absl::InvalidArgumentError("malformed PNG image: first chunk is not IHDR");
+  }
+  ImageHeader h{ImageFormat::kPng, Be32(d, 16), Be32(d, 20)};
+  return h;
+}
+
+bool IsJpegSof(uint32_t marker) {
+  // SOF0..SOF15 except DHT (C4), JPG (C8) and DAC (CC).
+  return marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+}
+
+absl::StatusOr<ImageHeader> ParseJpeg(absl::string_view d) {
+  size_t i = 2;  // after SOI
+  while (true) {
+    if (i >= d.size()) return Truncated("JPEG", "no SOF segment before end of data");
+    if (Byte(d, i) != 0xFF) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("malformed JPEG image: expected a marker at byte ", i));
+    }
+    while (i < d.size() && Byte(d, i) == 0xFF) ++i;  // fill bytes
+    if (i >= d.size()) return Truncated("JPEG", "no SOF segment before end of data");
+    const uint32_t marker = Byte(d, i++);
+    if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+    if (marker == 0xD9 || marker == 0xDA) {
+      return absl::InvalidArgumentError("malformed JPEG image: no SOF segment before scan data");
+    }
+    if (i + 2 > d.size()) return Truncated("JPEG", "segment length");
+    const uint32_t length = Be16(d, i);
+    if (length < 2) {
+      return absl::InvalidArgumentError("malformed JPEG image: segment length below 2");
+    }
+    if (IsJpegSof(marker)) {
+      // length (2), precision (1), height (2), width (2).
+      if (i + 7 > d.size()) return Truncated("JPEG", "SOF segment");
+      ImageHeader h{ImageFormat::kJpeg, Be16(d, i + 5), Be16(d, i + 3)};
+      return h;
+    }
+    i += length;
+  }
+}
+
+absl::StatusOr<ImageHeader> ParseWebp(absl::string_view d) {
+  if (d.size() < 16) return Truncated("WebP", "RIFF header");
+  const absl::string_view fourcc = d.substr(12, 4);
+  ImageHeader h;
+  h.format = ImageFormat::kWebp;
+  if (fourcc == "VP8 ") {
+    // Chunk header (8), frame tag (3), start code 9D 01 2A, 14-bit sizes.
+    if (d.size() < 30) return Truncated("WebP", "VP8 frame header");
+    if (Byte(d, 23) != 0x9D || Byte(d, 24) != 0x01 || Byte(d, 25) != 0x2A) {
+      return absl::InvalidArgumentError("malformed WebP image: bad VP8 start code");
+    }
+    h.width = Le16(d, 26) & 0x3FFF;
+    h.height = Le16(d, 28) & 0x3FFF;
+  } else if (fourcc == "VP8L") {
+    // Chunk header (8), signature 0x2F, then 14-bit (width-1), 14-bit (height-1).
+    if (d.size() < 25) return Truncated("WebP", "VP8L header");
+    if (Byte(d, 20) != 0x2F) {
+      return absl::InvalidArgumentError("malformed WebP image: bad VP8L signature");
+    }
+    const uint32_t bits = Le32(d, 21);
+    h.width = (bits & 0x3FFF) + 1;
+    h.height = ((bits >> 14) & 0x3FFF) + 1;
+  } else if (fourcc == "VP8X") {
+    // Chunk header (8), flags (4), 24-bit (canvas width-1), 24-bit (height-1).
+    if (d.size() < 30) return Truncated("WebP", "VP8X header");
+    h.width = static_cast<int64_t>(Le24(d, 24)) + 1;
+    h.height = static_cast<int64_t>(Le24(d, 27)) + 1;
+  } else {
+    return absl::InvalidArgumentError("malformed WebP image: unknown first chunk");
+  }
+  return h;
+}
+
+}  // namespace
+
+const char* ImageFormatName(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kJpeg:
+      return "JPEG";
+    case ImageFormat::kPng:
+      return "PNG";
+    case ImageFormat::kWebp:
+      return "WebP";
+    case ImageFormat::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+ImageFormat SniffImageFormat(absl::string_view d) {
+  if (d.size() >= 8 &&
+      d.substr(0, 8) == absl::string_view(reinterpret_cast<const char*>(kPngMagic), 8)) {
+    return ImageFormat::kPng;
+  }
+  if (d.size() >= 3 && Byte(d, 0) == 0xFF && Byte(d, 1) == 0xD8 && Byte(d, 2) == 0xFF) {
+    return ImageFormat::kJpeg;
+  }
+  if (d.size() >= 12 && d.substr(0, 4) == "RIFF" && d.substr(8, 4) == "WEBP") {
+    return ImageFormat::kWebp;
+  }
+  return ImageFormat::kUnknown;
+}
+
+absl::StatusOr<ImageHeader> ParseImageHeader(absl::string_view data) {
+  absl::StatusOr<ImageHeader> header;
+  switch (SniffImageFormat(data)) {
+    case ImageFormat::kPng:
+      header = ParsePng(data);
+      break;
+    case ImageFormat::kJpeg:
+      header = ParseJpeg(data);
+      break;
+    case ImageFormat::kWebp:
+      header = ParseWebp(data);
+      break;
+    case ImageFormat::kUnknown:
+      return absl::InvalidArgumentError(
+          "unsupported image format: only JPEG, PNG and WebP are accepted (magic bytes not "
+          "recognised)");
+  }
+  if (!header.ok()) return header;
+  if (header->width <= 0 || header->height <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed ", ImageFormatName(header->format),
+                                                   " image: zero width or height in header"));
+  }
+  return header;
+}
+
+}  // namespace vismoe::server

@@ -1,0 +1,331 @@
+#include "server/inference_service.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/metrics.h"
+#include "server/status_mapping.h"
+#include "spdlog/spdlog.h"
+
+namespace vismoe::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Compares without an early exit, so the time taken does not reveal how much
+// of a guessed key was right.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0 && !b.empty();
+}
+
+absl::string_view ToView(const grpc::string_ref& s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+// One Generate call. Lives from Generate() until gRPC calls OnDone(); the
+// scheduler job refers to it only until its on_done callback, after which
+// this reactor calls Finish (never before), so the pointer stays valid.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+                  ServerMetrics* metrics)
+      : context_(context), request_(request), metrics_(metrics), received_(Clock::now()) {}
+
+  // Either submits the job or finishes the call with an error.
+  void Start(const InferenceServiceImpl::Backend& backend, std::string request_id) {
+    request_id_ = std::move(request_id);
+    absl::StatusOr<ValidatedRequest> validated = backend.validator->Validate(*request_);
+    if (!validated.ok()) {
+      FinishEarly(validated.status());
+      return;
+    }
+    validated->request.request_id = request_id_;
+    auto job = std::make_unique<SchedulerJob>();
+    auto shared = std::make_shared<ValidatedRequest>(std::move(*validated));
+    job->prepare = [this, backend, shared]() -> absl::StatusOr<GenerateRequest> {
+      double decode_seconds = 0;
+      absl::StatusOr<GenerateRequest> r = backend.validator->Complete(
+          std::move(*shared), *backend.decoder, *backend.engine, &decode_seconds);
+      if (metrics_ != nullptr && !shared->image_data.empty()) {
+        metrics_->ObserveImageDecode(decode_seconds);
+      }
+      return r;
+    };
+    job->on_delta = [this](const TokenDelta& d) { return OnDelta(d); };
+    job->cancel_status = [this] { return CancelStatus(); };
+    job->on_done = [this](absl::StatusOr<GenerateResult> r, double queue_seconds) {
+      OnJobDone(std::move(r), queue_seconds);
+    };
+    absl::Status submitted = backend.scheduler->Submit(std::move(job));
+    if (!submitted.ok()) FinishEarly(submitted);
+  }
+
+  void FinishEarly(const absl::Status& status) {
+    Record(status, nullptr);
+    Finish(ToGrpcStatus(status));
+  }
+
+  void OnCancel() override { cancelled_.store(true); }
+
+  void OnWriteDone(bool ok) override {
+    Action action;
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      if (!ok) broken_ = true;  // the client is gone; stop writing
+      action = NextAction();
+    }
+    Do(action);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Action {
+    bool write = false;
+    bool finish = false;
+    grpc::Status status;
+  };
+
+  bool OnDelta(const TokenDelta& delta) {
+    Action action;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_) return false;
+      if (pending_.size() >= InferenceServiceImpl::kMaxPendingDeltas &&
+          pending_.back().has_delta()) {
+        v1::TokenDelta* last = pending_.back().mutable_delta();
+        last->mutable_text()->append(delta.text);
+        for (int id : delta.token_ids) last->add_token_ids(id);
+      } else {
+        v1::GenerateResponse msg;
+        msg.mutable_delta()->set_text(delta.text);
+        for (int id : delta.token_ids) msg.mutable_delta()->add_token_ids(id);
+        pending_.push_back(std::move(msg));
+      }
+      action = NextAction();
+    }
+    Do(action);
+    return !cancelled_.load();
+  }
+
+  absl::Status CancelStatus() const {
+    if (context_->deadline() <= std::chrono::system_clock::now()) {
+      return absl::DeadlineExceededError("request deadline exceeded");
+    }
+    if (cancelled_.load()) return absl::CancelledError("request cancelled by the client");
+    return absl::OkStatus();
+  }
+
+  void OnJobDone(absl::StatusOr<GenerateResult> result, double queue_seconds) {
+    const double total = std::chrono::duration<double>(Clock::now() - received_).count();
+    Record(result.status(), result.ok() ? &*result : nullptr);
+    Action action;
+    {
+      absl::MutexLock lock(&mu_);
+      if (result.ok()) {
+        v1::GenerateResponse msg;
+        *msg.mutable_final() = ToFinalResult(*result, queue_seconds, total, request_id_);
+        pending_.push_back(std::move(msg));
+        finish_status_ = grpc::Status::OK;
+      } else {
+        finish_status_ = ToGrpcStatus(result.status());
+      }
+      action = NextAction();
+    }
+    Do(action);  // may call Finish: `this` must not be touched afterwards
+  }
+
+  void Record(const absl::Status& status, const GenerateResult* result) {
+    const std::string label = StatusLabel(ToGrpcStatus(status).error_code());
+    if (metrics_ != nullptr) {
+      metrics_->OnRequestFinished(label);
+      if (result != nullptr) metrics_->ObserveResult(*result);
+    }
+    if (status.ok() && result != nullptr) {
+      spdlog::info("request {} ok: {} prompt + {} completion tokens, finish={}, {:.3f}s",
+                   request_id_, result->usage.prompt_tokens, result->usage.completion_tokens,
+                   FinishReasonName(result->finish_reason), result->timings.total_seconds);
+    } else {
+      spdlog::info("request {} {}: {}", request_id_, label, std::string(status.message()));
+    }
+  }
+
+  // Decides the next gRPC operation; performed by Do() outside the lock.
+  Action NextAction() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Action a;
+    if (finished_ || write_in_flight_) return a;
+    if (broken_) pending_.clear();
+    if (!pending_.empty()) {
+      in_flight_ = std::move(pending_.front());
+      pending_.pop_front();
+      write_in_flight_ = true;
+      a.write = true;
+    } else if (finish_status_.has_value()) {
+      finished_ = true;
+      a.finish = true;
+      a.status = *finish_status_;
+    }
+    return a;
+  }
+
+  void Do(const Action& a) {
+    if (a.write) StartWrite(&in_flight_);
+    if (a.finish) Finish(a.status);
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const v1::GenerateRequest* const request_;
+  ServerMetrics* const metrics_;
+  const Clock::time_point received_;
+  std::string request_id_;
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateResponse in_flight_;  // owned by gRPC while write_in_flight_
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+v1::FinalResult ToFinalResult(const GenerateResult& r, double queue_seconds, double total_seconds,
+                              const std::string& request_id) {
+  v1::FinalResult f;
+  f.set_finish_reason(ToProto(r.finish_reason));
+  f.set_request_id(request_id);
+  v1::Usage* u = f.mutable_usage();
+  u->set_prompt_tokens(r.usage.prompt_tokens);
+  u->set_visual_tokens_before(r.usage.visual_tokens_before);
+  u->set_visual_tokens_after(r.usage.visual_tokens_after);
+  u->set_completion_tokens(r.usage.completion_tokens);
+  v1::Timings* t = f.mutable_timings();
+  t->set_queue_seconds(queue_seconds);
+  t->set_ttft_seconds(r.timings.ttft_seconds);
+  t->set_tpot_seconds(r.timings.tpot_seconds);
+  t->set_total_seconds(total_seconds);
+  v1::OffloadStats* o = f.mutable_offload();
+  const OffloadStats& s = r.offload;
+  o->set_cache_queries(s.cache_queries);
+  o->set_cache_hits(s.cache_hits);
+  o->set_hit_ratio(s.cache_queries > 0 ? static_cast<double>(s.cache_hits) / s.cache_queries : 0);
+  o->set_prefetch_needed(s.prefetch_needed);
+  o->set_prefetch_recalled(s.prefetch_recalled);
+  o->set_hot_recall(
+      s.prefetch_needed > 0 ? static_cast<double>(s.prefetch_recalled) / s.prefetch_needed : 0);
+  o->set_prefetch_issued(s.prefetch_issued);
+  o->set_prefetch_used(s.prefetch_used);
+  o->set_bytes_h2d(s.bytes_h2d);
+  o->set_stall_seconds(s.stall_seconds);
+  return f;
+}
+
+InferenceServiceImpl::InferenceServiceImpl(const Options& options, ServerMetrics* metrics)
+    : options_(options), metrics_(metrics) {}
+
+void InferenceServiceImpl::Attach(const Backend& backend) {
+  absl::MutexLock lock(&mu_);
+  backend_ = backend;
+  attached_ = true;
+}
+
+bool InferenceServiceImpl::GetBackend(Backend* backend) const {
+  absl::MutexLock lock(&mu_);
+  if (!attached_) return false;
+  *backend = backend_;
+  return true;
+}
+
+std::string InferenceServiceImpl::NextRequestId() {
+  static const uint32_t kBoot = std::random_device{}();
+  return absl::StrFormat("req-%08x-%d", kBoot, next_id_.fetch_add(1));
+}
+
+absl::Status InferenceServiceImpl::Authenticate(const grpc::CallbackServerContext& context) const {
+  if (options_.api_key.empty()) return absl::OkStatus();
+  const auto& md = context.client_metadata();
+  for (auto it = md.find("authorization"); it != md.end() && it->first == "authorization"; ++it) {
+    absl::string_view v = ToView(it->second);
+    if (absl::StartsWithIgnoreCase(v, "bearer ") &&
+        ConstantTimeEquals(v.substr(7), options_.api_key)) {
+      return absl::OkStatus();
+    }
+  }
+  for (auto it = md.find("x-api-key"); it != md.end() && it->first == "x-api-key"; ++it) {
+    if (ConstantTimeEquals(ToView(it->second), options_.api_key)) return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(
+      "missing or wrong API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>'");
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(context, request, metrics_);
+  absl::Status auth = Authenticate(*context);
+  if (!auth.ok()) {
+    reactor->FinishEarly(auth);
+    return reactor;
+  }
+  Backend backend;
+  if (!GetBackend(&backend)) {
+    reactor->FinishEarly(absl::UnavailableError("model is loading; retry later"));
+    return reactor;
+  }
+  reactor->Start(backend, request->request_id().empty() ? NextRequestId() : request->request_id());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
+                                                             const v1::GetModelInfoRequest*,
+                                                             v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status auth = Authenticate(*context);
+  Backend backend;
+  if (!auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+  } else if (!GetBackend(&backend)) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError("model is loading; retry later")));
+  } else {
+    const ModelInfo& info = backend.engine->info();
+    response->set_model_type(info.model_type);
+    response->set_model_path(info.model_path);
+    response->set_backend(info.backend);
+    response->set_num_layers(info.num_layers);
+    response->set_num_experts(info.num_experts);
+    response->set_experts_per_token(info.experts_per_token);
+    response->set_hidden_size(info.hidden_size);
+    response->set_vocab_size(info.vocab_size);
+    response->set_max_context_tokens(info.max_context_tokens);
+    response->set_has_vision(info.has_vision);
+    *response->mutable_limits() = options_.limits;
+    reactor->Finish(grpc::Status::OK);
+  }
+  return reactor;
+}
+
+}  // namespace vismoe::server

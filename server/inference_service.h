@@ -1,0 +1,93 @@
+// InferenceServiceImpl: the gRPC face of the daemon (callback API). It
+// authenticates, validates, converts protos, and hands the work to the
+// Scheduler; it never runs model code on a gRPC thread.
+//
+// Generate streams TokenDelta messages and then one FinalResult, with flow
+// control: one write in flight at a time; deltas produced meanwhile wait in a
+// small buffer, and beyond kMaxPendingDeltas they are coalesced into the last
+// one, so a slow reader never blocks the engine and memory stays bounded by
+// the request's own output.
+//
+// Until Attach() is called (the model is loading) every call gets
+// UNAVAILABLE "model is loading".
+//
+// Thread safety: gRPC calls the methods concurrently; Attach may race them.
+// Ownership: borrows everything passed to Attach and the metrics; they must
+// outlive the grpc::Server that serves this service.
+#ifndef VISMOE_SERVER_INFERENCE_SERVICE_H_
+#define VISMOE_SERVER_INFERENCE_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/runtime/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "server/image_decoder.h"
+#include "server/request_validator.h"
+#include "server/scheduler.h"
+#include "vismoe/v1/inference.grpc.pb.h"
+
+namespace vismoe {
+class ServerMetrics;
+}  // namespace vismoe
+
+namespace vismoe::server {
+
+class InferenceServiceImpl final : public v1::InferenceService::CallbackService {
+ public:
+  static constexpr int kMaxPendingDeltas = 8;
+
+  struct Options {
+    std::string api_key;      // "" = no authentication
+    v1::ServerLimits limits;  // reported by GetModelInfo
+  };
+
+  // The pieces that exist once the model is loaded. All borrowed.
+  struct Backend {
+    Engine* engine = nullptr;
+    Scheduler* scheduler = nullptr;
+    const RequestValidator* validator = nullptr;
+    ImageDecoder* decoder = nullptr;
+  };
+
+  // `metrics` may be null.
+  InferenceServiceImpl(const Options& options, ServerMetrics* metrics);
+
+  // REQUIRES: every pointer of `backend` non-null. Called once.
+  void Attach(const Backend& backend);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+  // OK, or UNAUTHENTICATED when an API key is configured and the call's
+  // metadata lacks it ("authorization: Bearer <key>" or "x-api-key: <key>").
+  absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
+
+ private:
+  // Returns false while the model is loading.
+  bool GetBackend(Backend* backend) const;
+  std::string NextRequestId();
+
+  const Options options_;
+  ServerMetrics* const metrics_;
+  mutable absl::Mutex mu_;
+  Backend backend_ ABSL_GUARDED_BY(mu_);
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> next_id_{1};
+
+  friend class GenerateReactor;
+};
+
+// Converts the engine result into the final stream message.
+v1::FinalResult ToFinalResult(const GenerateResult& result, double queue_seconds,
+                              double total_seconds, const std::string& request_id);
+
+}  // namespace vismoe::server
+
+#endif  // VISMOE_SERVER_INFERENCE_SERVICE_H_

@@ -1,0 +1,71 @@
+// vismoe-server: serves one vision-language MoE model over gRPC.
+//   vismoe-server --model=/path/to/checkpoint [--listen=...] [--config=...]
+// SIGTERM / SIGINT start a graceful drain (see VismoeServer).
+#include <pthread.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "server/server.h"
+#include "server/server_options.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves a vision-language Mixture-of-Experts model over gRPC "
+      "(vismoe.v1.InferenceService).\nUsage: vismoe-server [--model=DIR] [--listen=HOST:PORT] "
+      "[--config=FILE.json] [flags]");
+  // --help lists the daemon's flags, which live in server_options.cc.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "server_options");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the shutdown signals in every thread (threads inherit the mask);
+  // one thread takes them with sigwait, outside any signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<vismoe::server::ServerOptions> options = vismoe::server::ServerOptionsFromFlags();
+  if (!options.ok()) {
+    spdlog::error("configuration error: {}", std::string(options.status().message()));
+    return 2;
+  }
+  spdlog::info("vismoe-server effective configuration:\n{}", options->DebugString());
+
+  absl::StatusOr<std::unique_ptr<vismoe::server::VismoeServer>> server =
+      vismoe::server::VismoeServer::Start(*options);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", std::string(server.status().message()));
+    return 1;
+  }
+  vismoe::server::VismoeServer* srv = server->get();
+  std::thread signal_thread([srv, &signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : (sig == SIGINT ? "SIGINT" : "signal"));
+    srv->Shutdown();
+  });
+
+  int exit_code = 0;
+  absl::Status loaded = srv->LoadModel();
+  if (!loaded.ok() && !absl::IsCancelled(loaded)) {
+    spdlog::error("{}", std::string(loaded.message()));
+    exit_code = 1;
+    pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes the sigwait thread
+  }
+  srv->Wait();
+  signal_thread.join();
+  server->reset();
+  return exit_code;
+}

@@ -1,0 +1,183 @@
+// ServerMetrics: the daemon's Prometheus metrics (names fixed in DESIGN.md,
+// prefix vismoe_) and, optionally, the HTTP exposer that serves /metrics.
+//
+// It is the server's adapter of the engine's StatsSink: the engine reports
+// expert-cache, prefetch, transfer and policy events through the StatsSink
+// methods; the gRPC service reports per-request outcomes through
+// OnRequestFinished / ObserveResult / ObserveImageDecode and the admission
+// gauges. Exported series:
+//
+//   counters   vismoe_expert_cache_queries_total{phase,layer}
+//              vismoe_expert_cache_hits_total{phase,layer}
+//              vismoe_prefetch_needed_total, vismoe_prefetch_recalled_total
+//              vismoe_prefetch_issued_total, vismoe_prefetch_used_total
+//              vismoe_expert_bytes_h2d_total, vismoe_transfer_stall_seconds_total
+//              vismoe_requests_total{status}, vismoe_generated_tokens_total
+//              vismoe_prompt_tokens_total{modality="text"|"image"}
+//              vismoe_visual_tokens_pruned_total
+//   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
+//              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
+//              vismoe_queue_depth, vismoe_running_requests
+//   histograms vismoe_time_to_first_token_seconds, vismoe_time_per_output_token_seconds,
+//              vismoe_request_duration_seconds, vismoe_image_decode_seconds,
+//              vismoe_compression_seconds, vismoe_predictor_seconds
+//
+// Label values: phase is "prefill"|"decode"; layer is the decoder layer index
+// in decimal; state is "free"|"required"|"speculative"|"expired"; region is
+// whatever the engine reports ("resident", "pinned_prefix", "slab_cache",
+// "activations", "kv_cache"); status is "ok" for a successful request, else the
+// lower-case gRPC code name ("invalid_argument", "resource_exhausted",
+// "cancelled", "deadline_exceeded", "internal", ...). Dashboards and alerts
+// rely on status="ok" meaning success.
+//
+// The two convenience gauges are computed at scrape time over a sliding time
+// window (Options::window, default the last 60 s, in 1-second buckets): hits /
+// queries and recalled / needed of the events inside the window. With no
+// events in the window they read NaN (undefined), never a fake 0 or 1.
+//
+// Thread safety: every method may be called concurrently from any thread
+// (engine worker threads, gRPC handlers, the exposer's HTTP threads).
+// Ownership: owns its registry and exposer; the exposer stops serving in the
+// destructor. Not copyable.
+#ifndef VISMOE_SERVER_METRICS_H_
+#define VISMOE_SERVER_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/stats_sink.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace vismoe {
+
+class SlidingWindowRatios;  // metrics.cc
+
+class ServerMetrics : public StatsSink {
+ public:
+  struct Options {
+    // "host:port" for the HTTP exposer ("0.0.0.0:9464"); "" = no exposer
+    // (metrics are still collected and Serialize() works); port 0 = any free.
+    std::string listen_address;
+    // Width of the sliding window of the two convenience ratio gauges.
+    // REQUIRES: a whole number of seconds, >= 1 s.
+    absl::Duration window = absl::Seconds(60);
+    // Time source of the sliding window; tests inject a fake. Null = absl::Now.
+    std::function<absl::Time()> clock;
+  };
+
+  // Fails with InvalidArgument on a malformed address or window, Unavailable
+  // when the exposer cannot bind.
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(const std::string& listen_address);
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(const Options& options);
+
+  ~ServerMetrics() override;
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // ---- request-level (called by the gRPC service) ----
+  // vismoe_requests_total{status=status_label}; see the label convention above.
+  void OnRequestFinished(absl::string_view status_label);
+  // TTFT / TPOT / duration histograms and token counters of one finished
+  // request. TTFT is observed only if a token was produced, TPOT only if two.
+  // The per-request offload stats are NOT added here: the engine reports
+  // those live through the StatsSink methods.
+  void ObserveResult(const GenerateResult& r);
+  void ObserveImageDecode(double seconds);
+  void SetQueueDepth(int64_t n);
+  void SetRunningRequests(int64_t n);
+
+  // Optional: pre-creates zero-valued expert-cache series for layers
+  // [0, num_layers) in both phases, so per-layer panels show every layer from
+  // the start. Without it only layer 0 is pre-created; others appear on use.
+  void DeclareLayers(int num_layers);
+
+  // ---- StatsSink (called by the engine) ----
+  void OnExpertQuery(Phase phase, int layer, bool hit) override;
+  void OnPrefetchNeeded(int layer, bool recalled) override;
+  void OnPrefetchIssued(uint64_t count) override;
+  void OnPrefetchUsed(uint64_t count) override;
+  void OnBytesHostToDevice(uint64_t bytes) override;
+  void OnTransferStall(double seconds) override;
+  void OnVisualTokensPruned(uint64_t count) override;
+  void OnCompressionTime(double seconds) override;
+  void OnPredictorTime(double seconds) override;
+  void SetSlotCount(SlotState state, int64_t count) override;
+  void SetMemoryRegion(std::string_view region, int64_t bytes) override;
+
+  // TCP port the exposer listens on (resolved when 0 was asked); 0 without
+  // an exposer.
+  int metrics_port() const { return metrics_port_; }
+  // Everything /metrics would serve, in the Prometheus text format.
+  std::string Serialize() const;
+
+ private:
+  struct CachePair {
+    prometheus::Counter* queries = nullptr;
+    prometheus::Counter* hits = nullptr;
+  };
+
+  explicit ServerMetrics(const Options& options);
+  // REQUIRES: layer >= 0.
+  CachePair& CacheSeries(Phase phase, int layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<SlidingWindowRatios> window_;
+
+  prometheus::Family<prometheus::Counter>* cache_queries_ = nullptr;
+  prometheus::Family<prometheus::Counter>* cache_hits_ = nullptr;
+  prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_ = nullptr;
+
+  prometheus::Counter* prefetch_needed_ = nullptr;
+  prometheus::Counter* prefetch_recalled_ = nullptr;
+  prometheus::Counter* prefetch_issued_ = nullptr;
+  prometheus::Counter* prefetch_used_ = nullptr;
+  prometheus::Counter* bytes_h2d_ = nullptr;
+  prometheus::Counter* stall_seconds_ = nullptr;
+  prometheus::Counter* generated_tokens_ = nullptr;
+  prometheus::Counter* prompt_tokens_text_ = nullptr;
+  prometheus::Counter* prompt_tokens_image_ = nullptr;
+  prometheus::Counter* visual_pruned_ = nullptr;
+  prometheus::Gauge* queue_depth_ = nullptr;
+  prometheus::Gauge* running_requests_ = nullptr;
+  prometheus::Gauge* slots_[4] = {};  // indexed by SlotState
+  prometheus::Histogram* ttft_ = nullptr;
+  prometheus::Histogram* tpot_ = nullptr;
+  prometheus::Histogram* duration_ = nullptr;
+  prometheus::Histogram* image_decode_ = nullptr;
+  prometheus::Histogram* compression_ = nullptr;
+  prometheus::Histogram* predictor_ = nullptr;
+
+  // Label children created on first use. prometheus-cpp families are
+  // thread-safe but Add() hashes the label set on every call; these caches
+  // keep the hot path (one call per expert lookup) to an index under mu_.
+  mutable absl::Mutex mu_;
+  std::vector<CachePair> cache_by_layer_[2] ABSL_GUARDED_BY(mu_);  // [phase][layer]
+
+  // Declared last: destroyed first, so no scrape runs during teardown.
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int metrics_port_ = 0;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_SERVER_METRICS_H_

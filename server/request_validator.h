@@ -1,0 +1,68 @@
+// RequestValidator: checks a v1::GenerateRequest and turns it into the
+// engine's GenerateRequest. Validation is split in two:
+//   Validate()  cheap, on the gRPC thread: structure, sampling ranges, policy
+//               names, image count, encoded size and header pixel limits.
+//   Complete()  on an engine worker: decodes the images and checks the
+//               prompt length with Engine::CountPromptTokens.
+// Every failure is InvalidArgument with a message naming the field and value.
+//
+// Thread safety: const methods, safe from any thread.
+// Ownership: borrows the ImageDecoder (for limits), which must outlive it.
+#ifndef VISMOE_SERVER_REQUEST_VALIDATOR_H_
+#define VISMOE_SERVER_REQUEST_VALIDATOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/request.h"
+#include "server/image_decoder.h"
+#include "vismoe/v1/inference.pb.h"
+
+namespace vismoe::server {
+
+// A request that passed Validate(): the engine request without pixels, and
+// views of the encoded images (into the proto, which must outlive this).
+struct ValidatedRequest {
+  GenerateRequest request;                    // images empty until Complete()
+  std::vector<absl::string_view> image_data;  // by ContentPart::image_index
+};
+
+class RequestValidator {
+ public:
+  struct Options {
+    int max_images = 8;
+    int max_new_tokens_limit = 4096;
+    int default_max_new_tokens = 128;  // when the request says 0
+    int max_stop_strings = 16;
+    int max_prompt_tokens = 16384;
+    size_t max_request_id_bytes = 128;
+    size_t max_stop_string_bytes = 256;
+    // Server default policies applied when the request leaves them unset.
+    std::string default_token_compressor;  // "" = engine default
+    double default_keep_ratio = 0;         // 0 = engine default
+    std::string default_expert_predictor;  // "" = engine default
+  };
+
+  // REQUIRES: decoder != nullptr and outlives the validator.
+  RequestValidator(const Options& options, const ImageDecoder* decoder);
+
+  absl::StatusOr<ValidatedRequest> Validate(const v1::GenerateRequest& proto) const;
+
+  // Decodes the images into request.images and checks the prompt length.
+  // `decode_seconds` (optional) receives the wall time spent decoding.
+  absl::StatusOr<GenerateRequest> Complete(ValidatedRequest validated, ImageDecoder& decoder,
+                                           Engine& engine, double* decode_seconds) const;
+
+  const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+  const ImageDecoder* decoder_;
+};
+
+}  // namespace vismoe::server
+
+#endif  // VISMOE_SERVER_REQUEST_VALIDATOR_H_

@@ -1,0 +1,110 @@
+// Scheduler: admission control in front of the engine. A bounded queue of
+// jobs feeds a fixed set of worker threads that run the long work (image
+// decoding, prefill, decode); gRPC threads only submit.
+//
+//   Submit()  never blocks: a full queue is RESOURCE_EXHAUSTED at once, a
+//             draining scheduler UNAVAILABLE "server shutting down".
+//   workers   per job: prepare() (decode + checks), then Engine::Generate with
+//             cancellation polled between decode steps, then on_done().
+//   Drain()   stops accepting, lets queued and running jobs finish until the
+//             timeout, then cancels the rest with UNAVAILABLE.
+//
+// Thread safety: all methods may be called from any thread.
+// Ownership: borrows the Engine and the (optional) ServerMetrics, which must
+// outlive it; owns its worker threads and the queued jobs.
+#ifndef VISMOE_SERVER_SCHEDULER_H_
+#define VISMOE_SERVER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/request.h"
+
+namespace vismoe {
+class ServerMetrics;
+}  // namespace vismoe
+
+namespace vismoe::server {
+
+// One request as the scheduler sees it. Callbacks run on a worker thread.
+struct SchedulerJob {
+  // Builds the engine request (decodes images, counts prompt tokens).
+  std::function<absl::StatusOr<GenerateRequest>()> prepare;
+  // Each streamed piece of output; return false to cancel.
+  std::function<bool(const TokenDelta&)> on_delta;
+  // OK while the caller still wants the result; else why not (Cancelled,
+  // DeadlineExceeded). Polled between decode steps. May be null.
+  std::function<absl::Status()> cancel_status;
+  // Called exactly once, last: the result or the error, and the time the job
+  // waited in the queue.
+  std::function<void(absl::StatusOr<GenerateResult>, double queue_seconds)> on_done;
+};
+
+class Scheduler {
+ public:
+  struct Options {
+    int max_queue = 64;  // jobs waiting for a worker
+    int workers = 1;     // jobs running at once
+  };
+
+  // REQUIRES: engine != nullptr; both pointers outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Options& options, Engine* engine,
+                                                           ServerMetrics* metrics);
+  ~Scheduler();  // Drain(ZeroDuration()) if not drained yet.
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues the job, or returns RESOURCE_EXHAUSTED / UNAVAILABLE without
+  // calling any of its callbacks.
+  absl::Status Submit(std::unique_ptr<SchedulerJob> job);
+
+  // From now on Submit() returns UNAVAILABLE; queued and running jobs go on.
+  void StopAccepting();
+
+  // Graceful shutdown; returns when every worker has exited. Idempotent.
+  void Drain(absl::Duration timeout);
+
+  int64_t queue_depth() const;
+  int64_t running() const;
+
+ private:
+  Scheduler(const Options& options, Engine* engine, ServerMetrics* metrics);
+  void WorkerLoop();
+  void RunJob(SchedulerJob& job, absl::Time enqueued);
+  bool Aborted() const;
+  void PublishGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct Queued {
+    std::unique_ptr<SchedulerJob> job;
+    absl::Time enqueued;
+  };
+
+  const Options options_;
+  Engine* const engine_;
+  ServerMetrics* const metrics_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;  // no new jobs
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;   // cancel everything left
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;      // workers exit when idle
+  bool drain_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace vismoe::server
+
+#endif  // VISMOE_SERVER_SCHEDULER_H_

@@ -1,0 +1,190 @@
+#include "server/server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "spdlog/spdlog.h"
+
+namespace vismoe::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& option, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::InvalidArgumentError(absl::StrCat("option ", option, ": cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+VismoeServer::VismoeServer(const ServerOptions& options, EngineFactory factory)
+    : options_(options), factory_(std::move(factory)) {}
+
+absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOptions& options,
+                                                                  EngineFactory factory) {
+  std::unique_ptr<VismoeServer> s(new VismoeServer(options, std::move(factory)));
+  VISMOE_ASSIGN_OR_RETURN(s->metrics_, ServerMetrics::Create(options.metrics_listen));
+  ImageDecoder::Options dec;
+  dec.max_encoded_bytes = options.max_image_bytes;
+  dec.max_pixels = options.max_image_pixels;
+  dec.num_threads = options.decode_threads;
+  VISMOE_ASSIGN_OR_RETURN(s->decoder_, ImageDecoder::Create(dec));
+
+  RequestValidator::Options val;
+  val.max_images = options.max_images;
+  val.max_new_tokens_limit = options.max_new_tokens_limit;
+  val.max_stop_strings = options.max_stop_strings;
+  val.max_prompt_tokens = options.max_prompt_tokens;
+  val.default_token_compressor = options.token_compressor;
+  val.default_keep_ratio = options.keep_ratio;
+  val.default_expert_predictor = options.expert_predictor;
+  s->validator_ = std::make_unique<RequestValidator>(val, s->decoder_.get());
+
+  InferenceServiceImpl::Options svc;
+  svc.api_key = options.api_key;
+  svc.limits.set_max_images(options.max_images);
+  svc.limits.set_max_image_bytes(options.max_image_bytes);
+  svc.limits.set_max_image_pixels(options.max_image_pixels);
+  svc.limits.set_max_prompt_tokens(options.max_prompt_tokens);
+  svc.limits.set_max_new_tokens(options.max_new_tokens_limit);
+  svc.limits.set_max_message_bytes(options.max_message_bytes);
+  s->service_ = std::make_unique<InferenceServiceImpl>(svc, s->metrics_.get());
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    VISMOE_ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("tls_cert", options.tls_cert));
+    VISMOE_ASSIGN_OR_RETURN(pair.private_key, ReadFile("tls_key", options.tls_key));
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, creds, &s->port_);
+  // Two daemons must not share a port silently (gRPC enables SO_REUSEPORT).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(s->service_.get());
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen, " (address in use or invalid?)"));
+  }
+  s->SetServing(false);
+  spdlog::info("gRPC listening on {} (port {}, {}); health NOT_SERVING until the model is loaded",
+               options.listen, s->port_, options.tls_cert.empty() ? "plaintext" : "TLS");
+  if (!options.metrics_listen.empty()) {
+    spdlog::info("Prometheus metrics on {} (port {})", options.metrics_listen,
+                 s->metrics_->metrics_port());
+  }
+  return s;
+}
+
+VismoeServer::~VismoeServer() { Shutdown(); }
+
+void VismoeServer::SetServing(bool serving) {
+  if (grpc_server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+absl::Status VismoeServer::LoadModel() {
+  absl::MutexLock load_lock(&load_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_started_) return absl::CancelledError("server is shutting down");
+    if (engine_ != nullptr) return absl::FailedPreconditionError("model already loaded");
+  }
+  EngineOptions eo;
+  eo.model_path = options_.model;
+  eo.backend = options_.backend;
+  eo.num_threads = options_.engine_threads;
+  eo.gpu_memory_budget_bytes = options_.gpu_memory_budget;
+  eo.max_context_tokens = options_.max_context_tokens;
+  eo.stats = metrics_.get();
+  spdlog::info("loading model from {}", options_.model);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = factory_ ? factory_(eo) : Engine::Create(eo);
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(), absl::StrCat("loading model ", options_.model, ": ",
+                                                             engine.status().message()));
+  }
+  Scheduler::Options so;
+  so.max_queue = options_.max_queue;
+  so.workers = options_.workers;
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
+                          Scheduler::Create(so, engine->get(), metrics_.get()));
+  const ModelInfo& info = (*engine)->info();
+  metrics_->DeclareLayers(info.num_layers);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_started_) return absl::CancelledError("server is shutting down");
+    engine_ = std::move(*engine);
+    scheduler_ = std::move(scheduler);
+    service_->Attach({engine_.get(), scheduler_.get(), validator_.get(), decoder_.get()});
+  }
+  SetServing(true);
+  spdlog::info("model {} ({}, {} layers, {} experts, backend {}) loaded in {}; SERVING",
+               info.model_path, info.model_type, info.num_layers, info.num_experts, info.backend,
+               absl::FormatDuration(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+void VismoeServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_started_) {
+      mu_.Await(absl::Condition(&shutdown_done_));
+      return;
+    }
+    shutdown_started_ = true;
+  }
+  spdlog::info("shutting down: health NOT_SERVING, draining for up to {}",
+               absl::FormatDuration(options_.drain_timeout));
+  // Stop admitting before health says NOT_SERVING, so no request accepted
+  // after that can slip in. scheduler_ is only set while !shutdown_started_.
+  if (Scheduler* s = scheduler(); s != nullptr) s->StopAccepting();
+  SetServing(false);
+  absl::MutexLock load_lock(&load_mu_);  // waits for a LoadModel in progress
+  if (Scheduler* s = scheduler(); s != nullptr) s->Drain(options_.drain_timeout);
+  // Every Generate call has finished by now; this ends unary calls and closes
+  // the listeners.
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    grpc_server_->Wait();
+  }
+  spdlog::info("shutdown complete");
+  absl::MutexLock lock(&mu_);
+  shutdown_done_ = true;
+}
+
+void VismoeServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&shutdown_done_));
+}
+
+Scheduler* VismoeServer::scheduler() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_.get();
+}
+
+Engine* VismoeServer::engine() const {
+  absl::MutexLock lock(&mu_);
+  return engine_.get();
+}
+
+}  // namespace vismoe::server

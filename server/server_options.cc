@@ -1,0 +1,377 @@
+#include "server/server_options.h"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "engine/core/status_macros.h"
+#include "server/policy_names.h"
+
+#ifndef VISMOE_DEFAULT_MODEL_DIR
+#define VISMOE_DEFAULT_MODEL_DIR ""
+#endif
+
+namespace {
+const vismoe::server::ServerOptions kDefaults;
+}  // namespace
+
+// Flag names equal the JSON config keys. Defaults come from ServerOptions.
+ABSL_FLAG(std::string, config, "", "JSON file of {option: value}; explicit flags override it");
+ABSL_FLAG(std::string, model, VISMOE_DEFAULT_MODEL_DIR, "Checkpoint directory to serve");
+ABSL_FLAG(std::string, backend, kDefaults.backend, "Compute backend: auto | cpu | cuda");
+ABSL_FLAG(std::string, gpu_memory_budget, "0",
+          "Device memory budget: bytes or with a unit (24GB, 512MiB); 0 = all resident");
+ABSL_FLAG(int, engine_threads, kDefaults.engine_threads, "CPU kernel threads; 0 = all cores");
+ABSL_FLAG(int, max_context_tokens, kDefaults.max_context_tokens,
+          "KV cache capacity per sequence, in tokens");
+ABSL_FLAG(std::string, listen, kDefaults.listen, "gRPC listen address host:port");
+ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
+          "Prometheus /metrics address host:port; empty disables");
+ABSL_FLAG(std::string, max_message_bytes, absl::StrCat(kDefaults.max_message_bytes),
+          "Largest gRPC request accepted (bytes or with a unit)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (enables TLS with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, api_key, "",
+          "Require 'authorization: Bearer <key>' or 'x-api-key: <key>' on every call");
+ABSL_FLAG(std::string, api_key_file, "", "File holding the API key (alternative to --api_key)");
+ABSL_FLAG(int, max_queue, kDefaults.max_queue,
+          "Requests waiting for a worker; beyond it calls get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, workers, kDefaults.workers, "Requests running on the engine at once");
+ABSL_FLAG(int, decode_threads, kDefaults.decode_threads, "Concurrent image decodes");
+ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
+          "On shutdown, how long in-flight requests may finish before being cancelled");
+ABSL_FLAG(int, max_images, kDefaults.max_images, "Images per request");
+ABSL_FLAG(std::string, max_image_bytes, absl::StrCat(kDefaults.max_image_bytes),
+          "Encoded bytes per image (bytes or with a unit)");
+ABSL_FLAG(int64_t, max_image_pixels, kDefaults.max_image_pixels,
+          "width*height per image, checked from the header before decoding");
+ABSL_FLAG(int, max_prompt_tokens, kDefaults.max_prompt_tokens,
+          "Prompt tokens per request (visual tokens included)");
+ABSL_FLAG(int, max_new_tokens_limit, kDefaults.max_new_tokens_limit,
+          "Largest max_new_tokens a request may ask for");
+ABSL_FLAG(int, max_stop_strings, kDefaults.max_stop_strings, "Stop strings per request");
+ABSL_FLAG(std::string, token_compressor, "",
+          "Default token compressor: none|random|saliency|affinity; empty = engine default");
+ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
+ABSL_FLAG(std::string, expert_predictor, "",
+          "Default expert predictor: none|history|router-lookahead|mlp-lookahead; empty = engine "
+          "default");
+
+namespace vismoe::server {
+namespace {
+
+absl::Status BadValue(absl::string_view key, absl::string_view value, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("option ", key, ": invalid value \"", value, "\": ", why));
+}
+
+absl::Status ParseInt(absl::string_view key, absl::string_view value, int* out) {
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), out)) {
+    return BadValue(key, value, "expected an integer");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseInt64(absl::string_view key, absl::string_view value, int64_t* out) {
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(value), out)) {
+    return BadValue(key, value, "expected an integer");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseBytes(absl::string_view key, absl::string_view value, int64_t* out) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) return BadValue(key, value, bytes.status().message());
+  *out = *bytes;
+  return absl::OkStatus();
+}
+
+using Setter =
+    std::function<absl::Status(absl::string_view key, absl::string_view value, ServerOptions*)>;
+using Getter = std::function<std::string(const ServerOptions&)>;
+struct OptionDef {
+  std::string key;
+  Setter set;
+  Getter get;
+};
+
+#define VISMOE_STRING_OPTION(name)                                                      \
+  OptionDef {                                                                           \
+#name,                                                                                \
+        [](absl::string_view, absl::string_view v, ServerOptions* o) {                    \
+          o->name = std::string(v);                                                       \
+          return absl::OkStatus();                                                        \
+        },                                                                                \
+        [](const ServerOptions& o) { return o.name; } \
+  }
+#define VISMOE_INT_OPTION(name)                                                                    \
+  OptionDef {                                                                                      \
+#name, [](absl::string_view k, absl::string_view v,                                            \
+              ServerOptions *                                                                      \
+                  o) { return ParseInt(k, v, &o->name); },                                         \
+                                                        [](const ServerOptions&                    \
+                                                               o) { return absl::StrCat(o.name); } \
+  }
+#define VISMOE_BYTES_OPTION(name)                                                                 \
+  OptionDef {                                                                                     \
+#name,                                                                                        \
+        [](absl::string_view k, absl::string_view v,                                              \
+           ServerOptions *                                                                        \
+               o) { return ParseBytes(k, v, &o->name); },                                         \
+                                                       [](const ServerOptions&                    \
+                                                              o) { return absl::StrCat(o.name); } \
+  }
+
+const std::vector<OptionDef>& OptionDefs() {
+  static const auto* defs = new std::vector<OptionDef>{
+      VISMOE_STRING_OPTION(model),
+      VISMOE_STRING_OPTION(backend),
+      VISMOE_BYTES_OPTION(gpu_memory_budget),
+      VISMOE_INT_OPTION(engine_threads),
+      VISMOE_INT_OPTION(max_context_tokens),
+      VISMOE_STRING_OPTION(listen),
+      VISMOE_STRING_OPTION(metrics_listen),
+      VISMOE_BYTES_OPTION(max_message_bytes),
+      VISMOE_STRING_OPTION(tls_cert),
+      VISMOE_STRING_OPTION(tls_key),
+      OptionDef{"api_key",
+                [](absl::string_view, absl::string_view v, ServerOptions* o) {
+                  o->api_key = std::string(v);
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) {
+                  return std::string(o.api_key.empty() ? "<unset>" : "<set>");
+                }},
+      VISMOE_STRING_OPTION(api_key_file),
+      VISMOE_INT_OPTION(max_queue),
+      VISMOE_INT_OPTION(workers),
+      VISMOE_INT_OPTION(decode_threads),
+      OptionDef{"drain_timeout",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  if (!absl::ParseDuration(absl::StripAsciiWhitespace(v), &o->drain_timeout) ||
+                      o->drain_timeout < absl::ZeroDuration()) {
+                    return BadValue(k, v, "expected a non-negative duration such as 30s");
+                  }
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) { return absl::FormatDuration(o.drain_timeout); }},
+      VISMOE_INT_OPTION(max_images),
+      VISMOE_BYTES_OPTION(max_image_bytes),
+      OptionDef{"max_image_pixels",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  return ParseInt64(k, v, &o->max_image_pixels);
+                },
+                [](const ServerOptions& o) { return absl::StrCat(o.max_image_pixels); }},
+      VISMOE_INT_OPTION(max_prompt_tokens),
+      VISMOE_INT_OPTION(max_new_tokens_limit),
+      VISMOE_INT_OPTION(max_stop_strings),
+      VISMOE_STRING_OPTION(token_compressor),
+      OptionDef{"keep_ratio",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &o->keep_ratio)) {
+                    return BadValue(k, v, "expected a number");
+                  }
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) { return absl::StrCat(o.keep_ratio); }},
+      VISMOE_STRING_OPTION(expert_predictor),
+  };
+  return *defs;
+}
+
+#undef VISMOE_STRING_OPTION
+#undef VISMOE_INT_OPTION
+#undef VISMOE_BYTES_OPTION
+
+absl::Status RequirePositive(absl::string_view key, int64_t value) {
+  if (value <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option ", key, " must be positive, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<std::string>& ServerOptionKeys() {
+  static const auto* keys = [] {
+    auto* k = new std::vector<std::string>;
+    for (const OptionDef& d : OptionDefs()) k->push_back(d.key);
+    return k;
+  }();
+  return *keys;
+}
+
+std::string ServerOptions::DebugString() const {
+  std::string out;
+  for (const OptionDef& d : OptionDefs())
+    absl::StrAppend(&out, "  ", d.key, " = ", d.get(*this), "\n");
+  return out;
+}
+
+absl::Status SetServerOption(absl::string_view key, absl::string_view value,
+                             ServerOptions* options) {
+  for (const OptionDef& d : OptionDefs()) {
+    if (d.key == key) return d.set(key, value, options);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown option \"", key, "\""));
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  size_t split = 0;
+  while (split < s.size() && (absl::ascii_isdigit(s[split]) || s[split] == '.')) ++split;
+  const absl::string_view number = s.substr(0, split);
+  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(split)));
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"b", 1},
+                                                       {"kb", 1e3},
+                                                       {"mb", 1e6},
+                                                       {"gb", 1e9},
+                                                       {"tb", 1e12},
+                                                       {"kib", 1024.0},
+                                                       {"mib", 1048576.0},
+                                                       {"gib", 1073741824.0},
+                                                       {"tib", 1099511627776.0}};
+  auto it = kUnits.find(unit);
+  double value = 0;
+  if (number.empty() || it == kUnits.end() || !absl::SimpleAtod(number, &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a byte size such as 4096, 512MiB or 24GB, got \"", text, "\""));
+  }
+  const double bytes = value * it->second;
+  if (!std::isfinite(bytes) || bytes >= 9.2e18) {
+    return absl::InvalidArgumentError(absl::StrCat("byte size \"", text, "\" is too large"));
+  }
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+absl::Status ApplyConfigJson(absl::string_view json_text, absl::string_view source,
+                             ServerOptions* options) {
+  const nlohmann::json doc = nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr,
+                                                   /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", source, ": not valid JSON"));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", source, ": expected a JSON object"));
+  }
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& key = it.key();
+    std::string value;
+    if (it->is_string()) {
+      value = it->get<std::string>();
+    } else if (it->is_boolean()) {
+      value = it->get<bool>() ? "true" : "false";
+    } else if (it->is_number()) {
+      value = it->dump();
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("config ", source, ": key \"", key,
+                                                     "\" must be a string, number or boolean"));
+    }
+    absl::Status s = SetServerOption(key, value, options);
+    if (!s.ok()) {
+      std::string msg = absl::StrCat("config ", source, ": ", s.message());
+      if (absl::StartsWith(s.message(), "unknown option")) {
+        absl::StrAppend(&msg, " (known keys: ", absl::StrJoin(ServerOptionKeys(), ", "), ")");
+      }
+      return absl::InvalidArgumentError(msg);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinalizeServerOptions(ServerOptions* o) {
+  if (o->model.empty()) return absl::InvalidArgumentError("option model: no model directory given");
+  if (o->backend != "auto" && o->backend != "cpu" && o->backend != "cuda") {
+    return BadValue("backend", o->backend, "expected auto, cpu or cuda");
+  }
+  if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
+  if (o->gpu_memory_budget < 0) return BadValue("gpu_memory_budget", "", "must be >= 0");
+  if (o->engine_threads < 0) {
+    return absl::InvalidArgumentError("option engine_threads must be >= 0");
+  }
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_context_tokens", o->max_context_tokens));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_message_bytes", o->max_message_bytes));
+  if (o->max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError("option max_message_bytes must be below 2 GiB");
+  }
+  if (o->max_queue < 0) return absl::InvalidArgumentError("option max_queue must be >= 0");
+  VISMOE_RETURN_IF_ERROR(RequirePositive("workers", o->workers));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("decode_threads", o->decode_threads));
+  if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_pixels", o->max_image_pixels));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_tokens", o->max_prompt_tokens));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_new_tokens_limit", o->max_new_tokens_limit));
+  if (o->max_stop_strings < 0) {
+    return absl::InvalidArgumentError("option max_stop_strings must be >= 0");
+  }
+  if (o->tls_cert.empty() != o->tls_key.empty()) {
+    return absl::InvalidArgumentError("options tls_cert and tls_key must be given together");
+  }
+  if (!o->api_key.empty() && !o->api_key_file.empty()) {
+    return absl::InvalidArgumentError("options api_key and api_key_file are mutually exclusive");
+  }
+  if (!o->api_key_file.empty()) {
+    std::ifstream in(o->api_key_file, std::ios::binary);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option api_key_file: cannot read ", o->api_key_file));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    o->api_key = std::string(absl::StripAsciiWhitespace(ss.str()));
+    if (o->api_key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option api_key_file: ", o->api_key_file, " is empty"));
+    }
+  }
+  if (!o->token_compressor.empty()) {
+    VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));
+  }
+  if (!o->expert_predictor.empty()) {
+    VISMOE_RETURN_IF_ERROR(ValidateExpertPredictorName("expert_predictor", o->expert_predictor));
+  }
+  if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option keep_ratio must be in (0, 1] (or 0 for the engine default), got ", o->keep_ratio));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
+  ServerOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  const std::string config = absl::GetFlag(FLAGS_config);
+  if (!config.empty()) {
+    std::ifstream in(config, std::ios::binary);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read config file ", config));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    VISMOE_RETURN_IF_ERROR(ApplyConfigJson(ss.str(), config, &options));
+  }
+  for (const std::string& key : ServerOptionKeys()) {
+    if (!absl::flags_internal::WasPresentOnCommandLine(key)) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(key);
+    if (flag == nullptr) return absl::InternalError(absl::StrCat("flag --", key, " not defined"));
+    VISMOE_RETURN_IF_ERROR(SetServerOption(key, flag->CurrentValue(), &options));
+  }
+  VISMOE_RETURN_IF_ERROR(FinalizeServerOptions(&options));
+  return options;
+}
+
+}  // namespace vismoe::server

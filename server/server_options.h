@@ -1,0 +1,89 @@
+// ServerOptions: the daemon's whole configuration, from defaults, an optional
+// JSON config file (--config) and command-line flags, in that order of
+// precedence (a flag given explicitly overrides the file).
+//
+// Every option has one key, used both as the flag name and as the JSON key;
+// SetServerOption() is the single parser of option values.
+//
+// Thread safety: plain data; ServerOptionsFromFlags reads global flags.
+#ifndef VISMOE_SERVER_SERVER_OPTIONS_H_
+#define VISMOE_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace vismoe::server {
+
+struct ServerOptions {
+  // ---- model and engine ----
+  std::string model;               // checkpoint directory
+  std::string backend = "auto";    // auto | cpu | cuda
+  int64_t gpu_memory_budget = 0;   // bytes; 0 = everything resident
+  int engine_threads = 0;          // CPU kernel threads; 0 = all cores
+  int max_context_tokens = 32768;  // KV cache capacity per sequence
+  // ---- network ----
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";  // "" disables /metrics
+  int64_t max_message_bytes = 64LL << 20;         // gRPC receive limit
+  std::string tls_cert;                           // PEM files; both or neither
+  std::string tls_key;
+  std::string api_key;       // "" = no authentication
+  std::string api_key_file;  // alternative to api_key
+  // ---- admission ----
+  int max_queue = 64;      // requests waiting for a worker
+  int workers = 1;         // requests running on the engine at once
+  int decode_threads = 2;  // concurrent image decodes
+  absl::Duration drain_timeout = absl::Seconds(30);
+  // ---- request limits ----
+  int max_images = 8;
+  int64_t max_image_bytes = 20LL << 20;
+  int64_t max_image_pixels = 4096LL * 4096;
+  int max_prompt_tokens = 16384;
+  int max_new_tokens_limit = 4096;
+  int max_stop_strings = 16;
+  // ---- default policies ("" / 0 = the engine's default) ----
+  std::string token_compressor;
+  double keep_ratio = 0;
+  std::string expert_predictor;
+
+  // Multi-line "key = value" listing for the start-up log; the API key is
+  // shown as "<set>" or "<unset>", never its value.
+  std::string DebugString() const;
+};
+
+// All option keys, in DebugString order.
+const std::vector<std::string>& ServerOptionKeys();
+
+// Sets the option `key` from its textual value. Byte sizes accept plain
+// bytes or a unit ("24GB", "512MiB", "1.5GiB"); durations use absl syntax
+// ("30s", "1m"). InvalidArgument names the key and the bad value; an unknown
+// key is an error.
+absl::Status SetServerOption(absl::string_view key, absl::string_view value,
+                             ServerOptions* options);
+
+// Parses "24GB" (10^9), "512MiB" (2^20), "4096" (bytes), "1.5GiB", case-
+// insensitive units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+
+// Applies a JSON object of {key: value} (strings, numbers or booleans).
+// `source` names the file in error messages.
+absl::Status ApplyConfigJson(absl::string_view json_text, absl::string_view source,
+                             ServerOptions* options);
+
+// Cross-field checks and derived values: reads api_key_file, checks TLS
+// pairs, limits and policy names.
+absl::Status FinalizeServerOptions(ServerOptions* options);
+
+// Defaults, then --config (if given), then the flags present on the command
+// line; finalized. REQUIRES: absl::ParseCommandLine ran.
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags();
+
+}  // namespace vismoe::server
+
+#endif  // VISMOE_SERVER_SERVER_OPTIONS_H_

@@ -1,0 +1,280 @@
+// The CPU decoder against transformers' golden logits and greedy tokens
+// (tests/fixtures/golden, made by tests/fixtures/make_fixtures.py).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/arch/mrope_positions.h"
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/arch/qwen3_vl_vision.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors_file.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "engine/runtime/sampler.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+struct Loaded {
+  ModelConfig config;
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<ResidentExpertProvider> experts;
+  std::unique_ptr<Qwen3VlMoeModel> model;
+};
+
+void Load(const std::string& dir, ThreadPool* pool, Loaded* out) {
+  auto config = ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  out->config = *config;
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  out->checkpoint = std::move(*ckpt);
+  auto experts = ResidentExpertProvider::Create(*out->checkpoint, out->config.text,
+                                                Qwen3VlMoeModel::TextPrefix(out->config));
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  out->experts = std::move(*experts);
+  auto model = Qwen3VlMoeModel::Create(out->config, *out->checkpoint, pool);
+  ASSERT_TRUE(model.ok()) << model.status();
+  out->model = std::move(*model);
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str(), nullptr, false);
+}
+
+// Max |logit diff| of each row within 1e-4 of that row's golden logit range.
+void ExpectLogitsClose(const TensorView& ref, const std::vector<float>& got, int vocab) {
+  std::vector<float> want(ref.numel());
+  ToFloat(ref.dtype, ref.data, want.size(), want.data());
+  ASSERT_EQ(got.size(), want.size());
+  float worst_ratio = 0;
+  for (size_t t = 0; t < want.size() / vocab; ++t) {
+    const float* r = want.data() + t * vocab;
+    const float* g = got.data() + t * vocab;
+    const auto [mn, mx] = std::minmax_element(r, r + vocab);
+    float worst = 0;
+    for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(r[v] - g[v]));
+    EXPECT_LE(worst, 1e-4f * (*mx - *mn)) << "position " << t;
+    worst_ratio = std::max(worst_ratio, worst / (*mx - *mn));
+  }
+  std::printf("[parity] max |logit diff| / logit range = %.3g (limit 1e-4)\n", worst_ratio);
+}
+
+// Greedy decode continuing from `logits` (last row = next token) for `count`
+// tokens, every axis at position cache length + rope_delta.
+std::vector<int> GreedyDecode(const Loaded& m, KvCache* cache, std::vector<float> logits,
+                              size_t count, int64_t rope_delta) {
+  const int vocab = m.config.text.vocab_size;
+  std::vector<int> got;
+  got.push_back(Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab)));
+  while (got.size() < count) {
+    DecoderInput step;
+    const int tok = got.back();
+    step.tokens = absl::MakeConstSpan(&tok, 1);
+    step.phase = Phase::kDecode;
+    const int64_t pos = cache->length() + rope_delta;
+    step.positions = {pos, pos, pos};
+    absl::Status st = m.model->Forward(step, cache, m.experts.get(), &logits);
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) break;
+    got.push_back(Sampler::Argmax(logits));
+  }
+  return got;
+}
+
+// For every case: prompt logits within 1e-4 of the logit range, and 32 greedy
+// tokens (KV-cached decode, EOS not stopping) identical to transformers'.
+void CheckCases(const std::string& model_dir, const std::string& cases_file,
+                const std::string& logits_file) {
+  ThreadPool pool(2);
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(Load(model_dir, &pool, &m));
+  std::ifstream in(cases_file);
+  ASSERT_TRUE(in) << cases_file;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json cases = nlohmann::json::parse(ss.str(), nullptr, false);
+  ASSERT_TRUE(cases.is_array() && !cases.empty()) << cases_file;
+  auto golden = SafetensorsFile::Open(logits_file);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const int vocab = m.config.text.vocab_size;
+
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+    const std::vector<int> want = c["greedy_ids"].get<std::vector<int>>();
+    auto ref = (*golden)->Get(name);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_EQ(ref->shape, (Shape{static_cast<int64_t>(ids.size()), vocab}));
+    auto cache = m.model->NewKvCache(static_cast<int64_t>(ids.size() + want.size()));
+    DecoderInput input;
+    input.tokens = ids;
+    input.all_logits = true;
+    std::vector<float> logits;
+    ASSERT_TRUE(m.model->Forward(input, cache.get(), m.experts.get(), &logits).ok());
+    ExpectLogitsClose(*ref, logits, vocab);
+    std::vector<int> got = GreedyDecode(m, cache.get(), logits, want.size(), 0);
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(Qwen3VlMoeParityTest, TextCasesMatchTransformers) {
+  CheckCases(testing::TinyModelDir(), testing::FixturesDir() + "/golden/text_cases.json",
+             testing::FixturesDir() + "/golden/text_logits.safetensors");
+}
+
+// Images: golden pixel values -> vision tower -> M-RoPE positions -> decoder.
+TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
+  const std::string gold = testing::FixturesDir() + "/golden";
+  const nlohmann::json cases = ReadJson(gold + "/mm_cases.json");
+  ASSERT_TRUE(cases.is_array() && !cases.empty()) << gold << "/mm_cases.json";
+  ThreadPool pool(2);
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(Load(testing::TinyModelDir(), &pool, &m));
+  auto vision = Qwen3VlVisionModel::Create(m.config, *m.checkpoint, &pool);
+  ASSERT_TRUE(vision.ok()) << vision.status();
+  auto pixels = SafetensorsFile::Open(gold + "/pixel_values.safetensors");
+  ASSERT_TRUE(pixels.ok()) << pixels.status();
+  auto golden = SafetensorsFile::Open(gold + "/mm_logits.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const int vocab = m.config.text.vocab_size;
+
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+    const std::vector<int> want = c["greedy_ids"].get<std::vector<int>>();
+    std::vector<GridThw> grids;
+    for (const auto& g : c["image_grid_thw"]) grids.push_back({g[0], g[1], g[2]});
+    std::vector<float> patches;
+    for (const auto& img : c["image_names"]) {
+      auto pv = (*pixels)->Get(img.get<std::string>());
+      ASSERT_TRUE(pv.ok()) << pv.status();
+      const size_t old = patches.size();
+      patches.resize(old + pv->numel());
+      ToFloat(pv->dtype, pv->data, pv->numel(), patches.data() + old);
+    }
+    auto pos = ComputeMropePositions(ids, grids, m.config);
+    ASSERT_TRUE(pos.ok()) << pos.status();
+    std::vector<int64_t> want_pos;
+    for (const auto& axis : c["position_ids"]) {
+      for (const auto& p : axis) want_pos.push_back(p.get<int64_t>());
+    }
+    ASSERT_EQ(pos->positions, want_pos);
+    ASSERT_EQ(pos->rope_delta, c["rope_delta"].get<int64_t>());
+    auto vis = (*vision)->Forward(patches, grids);
+    ASSERT_TRUE(vis.ok()) << vis.status();
+
+    auto cache = m.model->NewKvCache(static_cast<int64_t>(ids.size() + want.size()));
+    DecoderInput input;
+    input.tokens = ids;
+    input.positions = pos->positions;
+    input.visual_embeds = vis->embeds.data();
+    input.num_visual = vis->num_tokens;
+    for (const auto& ds : vis->deepstack) input.deepstack.push_back(ds.data());
+    input.all_logits = true;
+    std::vector<float> logits;
+    absl::Status st = m.model->Forward(input, cache.get(), m.experts.get(), &logits);
+    ASSERT_TRUE(st.ok()) << st;
+    auto ref = (*golden)->Get(name);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ExpectLogitsClose(*ref, logits, vocab);
+    EXPECT_EQ(GreedyDecode(m, cache.get(), logits, want.size(), pos->rope_delta), want);
+  }
+}
+
+TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
+  const std::string dir = testing::FixturesDir() + "/tiny-qwen3-moe";
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    GTEST_SKIP() << "fixture " << dir << " not generated";
+  }
+  CheckCases(dir, testing::FixturesDir() + "/golden/qwen3_moe_cases.json",
+             testing::FixturesDir() + "/golden/qwen3_moe_logits.safetensors");
+}
+
+// Records what the model reports per MoE layer.
+class RecordingObserver : public RouterObserver {
+ public:
+  void OnRouting(Phase phase, int layer, const float* hidden,
+                 const cpu::RouterResult& routing) override {
+    layers.push_back(layer);
+    phases.push_back(phase);
+    EXPECT_NE(hidden, nullptr);
+    last = routing;
+  }
+  std::vector<int> layers;
+  std::vector<Phase> phases;
+  cpu::RouterResult last;
+};
+
+TEST(Qwen3VlMoeModelTest, RouterObserverSeesEveryMoeLayer) {
+  ThreadPool pool(2);
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(Load(testing::TinyModelDir(), &pool, &m));
+  const std::vector<int> ids = {1, 2, 3, 4, 5};
+  auto cache = m.model->NewKvCache(8);
+  RecordingObserver obs;
+  DecoderInput in;
+  in.tokens = ids;
+  in.observer = &obs;
+  std::vector<float> logits;
+  ASSERT_TRUE(m.model->Forward(in, cache.get(), m.experts.get(), &logits).ok());
+  EXPECT_EQ(logits.size(), static_cast<size_t>(m.config.text.vocab_size));  // last row only
+  EXPECT_EQ(obs.layers, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(obs.phases[0], Phase::kPrefill);
+  const cpu::RouterResult& r = obs.last;
+  EXPECT_EQ(r.n, 5);
+  EXPECT_EQ(r.top_k, m.config.text.num_experts_per_tok);
+  EXPECT_EQ(r.logits.size(), static_cast<size_t>(5 * m.config.text.num_experts));
+  for (int64_t t = 0; t < r.n; ++t) {
+    float sum = 0;
+    for (int j = 0; j < r.top_k; ++j) {
+      const int e = r.experts[t * r.top_k + j];
+      EXPECT_TRUE(e >= 0 && e < m.config.text.num_experts);
+      sum += r.weights[t * r.top_k + j];
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-5);  // norm_topk_prob
+  }
+  EXPECT_EQ(cache->length(), 5);
+
+  // Errors: bad token id, visual count mismatch, cancellation, a full cache.
+  const std::vector<int> bad = {m.config.text.vocab_size};
+  in.tokens = bad;
+  EXPECT_EQ(m.model->Forward(in, cache.get(), m.experts.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<float> vis(m.config.text.hidden_size);
+  const std::vector<int> pads = {m.config.image_token_id, m.config.image_token_id};
+  in.tokens = pads;
+  in.visual_embeds = vis.data();
+  in.num_visual = 1;
+  EXPECT_EQ(m.model->Forward(in, cache.get(), m.experts.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  in.visual_embeds = nullptr;
+  in.num_visual = 0;
+  const std::vector<int> two = {1, 2};  // fits: 5 + 2 <= 8
+  in.tokens = two;
+  in.is_cancelled = [] { return true; };
+  EXPECT_EQ(m.model->Forward(in, cache.get(), m.experts.get(), &logits).code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(cache->length(), 5);
+  in.is_cancelled = nullptr;
+  in.tokens = ids;  // 5 + 5 > 8
+  EXPECT_EQ(m.model->Forward(in, cache.get(), m.experts.get(), &logits).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace vismoe

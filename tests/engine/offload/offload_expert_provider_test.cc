@@ -1,0 +1,205 @@
+// OffloadExpertProvider over synthetic experts: pinned prefix, demand fetch,
+// prefetch, errors, and thousands of random schedules (fixed seeds) checking
+// that no expert is used before its copy completed (its bytes are exact when
+// acquired and still exact at release), that no Required expert is evicted
+// (every declared expert is copied at most once per layer: bytes moved equal
+// misses + prefetches), and that no slot or copy leaks.
+#include "engine/offload/offload_expert_provider.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/offload/fake_expert_source.h"
+
+namespace vismoe {
+namespace {
+
+using testing::FakeExpertSource;
+using ::testing::HasSubstr;
+
+constexpr int kH = 8;
+constexpr int kI = 4;
+
+std::unique_ptr<OffloadExpertProvider> Make(FakeExpertSource& src, int layers_top_k,
+                                            const MemoryPlan& plan, const OffloadOptions& o,
+                                            StatsSink* sink = nullptr) {
+  auto p = OffloadExpertProvider::Create(src, src.Config(layers_top_k), plan, o, sink);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+TEST(OffloadExpertProviderTest, PinnedPrefixAndDemandFetch) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  auto p = Make(src, 2, src.Plan(/*pinned=*/1, /*slabs=*/2), OffloadOptions());
+  ASSERT_NE(p, nullptr);
+  // Layer 0 is pinned: always a hit, served from the prefix.
+  const std::vector<int> e0 = {3, 1};
+  auto order = p->BeginLayer(Phase::kPrefill, 0, e0);
+  ASSERT_TRUE(order.ok()) << order.status();
+  for (int e : *order) {
+    auto w = p->Acquire(0, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 0, e));
+    p->Release(0, e);
+  }
+  p->EndLayer(0);
+  // Layer 1: three experts through two slabs.
+  const std::vector<int> e1 = {0, 2, 3};
+  order = p->BeginLayer(Phase::kPrefill, 1, e1);
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(*order, e1);
+  for (int e : *order) {
+    auto w = p->Acquire(1, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 1, e));
+    p->Release(1, e);
+  }
+  p->EndLayer(1);
+  // Again: 3 and 2 are still cached (LRU evicted 0), 0 misses; hits come first.
+  order = p->BeginLayer(Phase::kDecode, 1, e1);
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(*order, (std::vector<int>{2, 3, 0}));
+  for (int e : *order) {
+    auto w = p->Acquire(1, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 1, e));
+    p->Release(1, e);
+  }
+  p->EndLayer(1);
+  const OffloadStats s = p->TakeRequestStats();
+  EXPECT_EQ(s.cache_queries, 8u);
+  EXPECT_EQ(s.cache_hits, 4u);
+  EXPECT_EQ(s.prefetch_needed, 6u);
+  EXPECT_EQ(s.prefetch_recalled, 2u);
+  EXPECT_EQ(s.bytes_h2d, 4u * p->format().bytes);
+  EXPECT_EQ(p->TakeRequestStats().cache_queries, 0u);  // reset
+}
+
+TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {
+  FakeExpertSource src(2, 4, kH, kI, ExpertWeights::Layout::kSeparate);
+  auto p = Make(src, 2, src.Plan(0, 1), OffloadOptions());
+  ASSERT_NE(p, nullptr);
+  const std::vector<int> two = {1, 2};
+  EXPECT_FALSE(p->BeginLayer(Phase::kPrefill, 0, std::vector<int>{1, 1}).ok());
+  EXPECT_FALSE(p->BeginLayer(Phase::kPrefill, 0, std::vector<int>{4}).ok());
+  ASSERT_TRUE(p->BeginLayer(Phase::kPrefill, 0, two).ok());
+  EXPECT_FALSE(p->BeginLayer(Phase::kPrefill, 1, two).ok());  // layer 0 not ended
+  EXPECT_FALSE(p->Acquire(0, 3).ok());                         // not declared
+  auto w = p->Acquire(0, 1);
+  ASSERT_TRUE(w.ok());
+  // One slab, pinned: the second expert can never get one.
+  auto stuck = p->Acquire(0, 2);
+  ASSERT_FALSE(stuck.ok());
+  EXPECT_EQ(stuck.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(stuck.status().message(), HasSubstr("1 slabs"));
+  p->Release(0, 1);
+  w = p->Acquire(0, 2);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(src.Holds(*w, 0, 2));
+  p->Release(0, 2);
+  p->EndLayer(0);
+  OffloadOptions bad;
+  bad.eviction = "fifo";
+  EXPECT_FALSE(OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
+  bad = OffloadOptions();
+  bad.prefetch = "oracle";
+  EXPECT_FALSE(OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
+}
+
+TEST(OffloadExpertProviderTest, HistoryPrefetchIsUsed) {
+  FakeExpertSource src(2, 8, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.prefetch = "history";
+  o.prefetch_count = 2;
+  auto p = Make(src, 2, src.Plan(0, 3), o);
+  ASSERT_NE(p, nullptr);
+  const std::vector<int> a = {1, 2}, b = {5, 6};
+  for (int step = 0; step < 4; ++step) {
+    for (int layer = 0; layer < 2; ++layer) {
+      const std::vector<int>& ex = layer == 0 ? a : b;
+      auto order = p->BeginLayer(Phase::kDecode, layer, ex);
+      ASSERT_TRUE(order.ok());
+      for (int e : *order) {
+        auto w = p->Acquire(layer, e);
+        ASSERT_TRUE(w.ok());
+        EXPECT_TRUE(src.Holds(*w, layer, e));
+        p->Release(layer, e);
+      }
+      p->EndLayer(layer);
+    }
+  }
+  p->WaitForTransfers();
+  const OffloadStats s = p->TakeRequestStats();
+  EXPECT_GT(s.prefetch_issued, 0u);
+  EXPECT_GT(s.prefetch_used, 0u);
+  EXPECT_LE(s.prefetch_used, s.prefetch_issued);
+  EXPECT_EQ(s.prefetch_needed, 16u);
+  EXPECT_EQ(s.bytes_h2d, (s.prefetch_needed - s.prefetch_recalled + s.prefetch_issued) *
+                             p->format().bytes);
+}
+
+TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
+  constexpr int kLayers = 4, kExperts = 6;
+  FakeExpertSource fused(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  FakeExpertSource separate(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kSeparate);
+  const char* policies[] = {"lru", "lfu", "guarded"};
+  for (int seed = 0; seed < 2000; ++seed) {
+    std::mt19937 rng(seed);
+    FakeExpertSource& src = seed % 2 ? fused : separate;
+    const int pinned = static_cast<int>(rng() % 3);
+    const int slabs = 1 + static_cast<int>(rng() % 8);
+    OffloadOptions o;
+    o.eviction = policies[rng() % 3];
+    o.prefetch = rng() % 2 ? "history" : "none";
+    o.prefetch_count = 1 + static_cast<int>(rng() % 4);
+    // A few schedules with a slow copy engine so Acquire really waits.
+    if (seed % 100 == 0) o.copy_bandwidth_bytes_per_s = 2e6;
+    auto p = Make(src, 3, src.Plan(pinned, slabs), o);
+    ASSERT_NE(p, nullptr);
+    uint64_t offloaded_queries = 0;
+    for (int step = 0; step < 4; ++step) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::vector<int> all(kExperts);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        all.resize(1 + rng() % kExperts);
+        if (layer >= pinned) offloaded_queries += all.size();
+        auto order = p->BeginLayer(step == 0 ? Phase::kPrefill : Phase::kDecode, layer, all);
+        ASSERT_TRUE(order.ok()) << order.status();
+        std::vector<int> sorted = *order, want = all;
+        std::sort(sorted.begin(), sorted.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(sorted, want);
+        for (int e : *order) {
+          auto w = p->Acquire(layer, e);
+          ASSERT_TRUE(w.ok()) << "seed " << seed << ": " << w.status();
+          ASSERT_TRUE(src.Holds(*w, layer, e)) << "seed " << seed << " layer " << layer << " e " << e;
+          std::string why;
+          ASSERT_TRUE(p->CheckInvariants(&why)) << "seed " << seed << ": " << why;
+          ASSERT_TRUE(src.Holds(*w, layer, e)) << "overwritten while pinned, seed " << seed;
+          p->Release(layer, e);
+        }
+        p->EndLayer(layer);
+      }
+    }
+    p->WaitForTransfers();
+    std::string why;
+    ASSERT_TRUE(p->CheckInvariants(&why)) << "seed " << seed << ": " << why;
+    const OffloadStats s = p->TakeRequestStats();
+    ASSERT_EQ(s.prefetch_needed, offloaded_queries);
+    ASSERT_EQ(s.bytes_h2d,
+              (s.prefetch_needed - s.prefetch_recalled + s.prefetch_issued) * p->format().bytes)
+        << "seed " << seed;
+    if (o.prefetch == "none") {
+      ASSERT_EQ(s.prefetch_issued, 0u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vismoe

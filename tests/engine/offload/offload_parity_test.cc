@@ -1,0 +1,207 @@
+// Label parity: with the offload runtime, logits and greedy tokens are
+// bit-identical to the all-resident run for every budget from the minimum
+// (no pinned layer, one slab) to everything resident, on the tiny
+// Qwen3-VL-MoE text cases; and through the public Engine API.
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/sampler.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+constexpr int kDecodeSteps = 8;
+
+nlohmann::json TextCases() {
+  std::ifstream in(testing::FixturesDir() + "/golden/text_cases.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str(), nullptr, false);
+}
+
+// Prompt logits (every position) then kDecodeSteps greedy steps' logits.
+std::vector<std::vector<float>> RunCase(const Qwen3VlMoeModel& model, ExpertProvider* experts,
+                                    const std::vector<int>& ids, std::vector<int>* tokens) {
+  std::vector<std::vector<float>> out;
+  auto cache = model.NewKvCache(static_cast<int64_t>(ids.size()) + kDecodeSteps + 1);
+  DecoderInput input;
+  input.tokens = ids;
+  input.all_logits = true;
+  std::vector<float> logits;
+  absl::Status st = model.Forward(input, cache.get(), experts, &logits);
+  EXPECT_TRUE(st.ok()) << st;
+  out.push_back(logits);
+  const int vocab = static_cast<int>(logits.size() / ids.size());
+  for (int i = 0; i < kDecodeSteps && st.ok(); ++i) {
+    const int tok = Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab));
+    tokens->push_back(tok);
+    DecoderInput step;
+    step.tokens = absl::MakeConstSpan(&tok, 1);
+    step.phase = Phase::kDecode;
+    step.all_logits = false;
+    st = model.Forward(step, cache.get(), experts, &logits);
+    EXPECT_TRUE(st.ok()) << st;
+    out.push_back(logits);
+  }
+  return out;
+}
+
+bool BitIdentical(const std::vector<std::vector<float>>& a,
+                  const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
+  const std::string dir = testing::TinyModelDir();
+  auto config = ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const std::string prefix = Qwen3VlMoeModel::TextPrefix(*config);
+  auto resident = ResidentExpertProvider::Create(**ckpt, config->text, prefix);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  ThreadPool pool(1);
+  auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto sizes = MeasureModelSizes(**ckpt, config->text, prefix);
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  const nlohmann::json cases = TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+
+  std::vector<std::vector<std::vector<float>>> want;
+  std::vector<std::vector<int>> want_tokens;
+  for (const auto& c : cases) {
+    want_tokens.emplace_back();
+    want.push_back(RunCase(**model, resident->get(), c["input_ids"].get<std::vector<int>>(),
+                       &want_tokens.back()));
+  }
+  const int num_moe = static_cast<int>(sizes->moe_layers.size());
+  const int e = config->text.num_experts;
+  struct Variant {
+    int pinned;
+    int slabs;  // -1 = every offloaded expert
+    const char* eviction;
+    const char* prefetch;
+  };
+  std::vector<Variant> variants = {{0, 1, "lru", "none"},      {0, 1, "lfu", "history"},
+                                   {0, 2, "guarded", "history"}, {0, 7, "lru", "history"},
+                                   {1, 1, "lru", "none"},      {1, 13, "lfu", "none"},
+                                   {2, 5, "guarded", "history"}, {0, -1, "lru", "history"},
+                                   {num_moe - 1, 1, "lru", "history"}, {num_moe, 0, "lru", "none"}};
+  for (const Variant& v : variants) {
+    MemoryPlanOptions po;
+    po.pinned_layers = v.pinned;
+    const int slabs = v.slabs < 0 ? (num_moe - v.pinned) * e : v.slabs;
+    po.budget_bytes = sizes->resident_bytes + (static_cast<int64_t>(v.pinned) * e + slabs) *
+                                                  sizes->expert_bytes;
+    auto plan = MakeMemoryPlan(*sizes, po);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->num_slabs, slabs);
+    OffloadOptions oo;
+    oo.eviction = v.eviction;
+    oo.prefetch = v.prefetch;
+    auto offload = OffloadExpertProvider::Create(**resident, config->text, *plan, oo, nullptr);
+    ASSERT_TRUE(offload.ok()) << offload.status();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << slabs << " "
+                                        << v.eviction << "/" << v.prefetch << " case " << i);
+      std::vector<int> tokens;
+      auto got = RunCase(**model, offload->get(), cases[i]["input_ids"].get<std::vector<int>>(),
+                     &tokens);
+      EXPECT_EQ(tokens, want_tokens[i]);
+      EXPECT_TRUE(BitIdentical(got, want[i]));
+    }
+    const OffloadStats s = (*offload)->TakeRequestStats();
+    if (slabs > 0 && slabs < (num_moe - v.pinned) * e) {
+      EXPECT_GT(s.bytes_h2d, 0u);
+    }
+    if (v.pinned == num_moe) {
+      EXPECT_EQ(s.bytes_h2d, 0u);
+    }
+  }
+}
+
+TEST(OffloadParityTest, EngineWithMinimumBudgetMatchesResident) {
+  const nlohmann::json cases = TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  EngineOptions base;
+  base.model_path = testing::TinyModelDir();
+  base.backend = "cpu";
+  base.num_threads = 1;
+  base.max_context_tokens = 256;
+  auto resident = Engine::Create(base);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+
+  // The minimum: resident + KV cache + one slab, nothing pinned.
+  EngineOptions small = base;
+  small.offload.pinned_layers = 0;
+  small.offload.eviction = "lru";
+  small.gpu_memory_budget_bytes = 1;
+  auto too_small = Engine::Create(small);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_NE(too_small.status().message().find("too small"), std::string::npos)
+      << too_small.status();
+  auto config = ModelConfig::Load(base.model_path);
+  auto ckpt = Checkpoint::Open(base.model_path);
+  ASSERT_TRUE(config.ok() && ckpt.ok());
+  ThreadPool pool(1);
+  auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  ASSERT_TRUE(sizes.ok());
+  small.gpu_memory_budget_bytes = sizes->resident_bytes +
+                                  (*model)->NewKvCache(base.max_context_tokens)->bytes() +
+                                  sizes->expert_bytes;
+  small.offload.prefetch = "history";
+  small.offload.copy_bandwidth_bytes_per_s = 50e6;
+  auto offload = Engine::Create(small);
+  ASSERT_TRUE(offload.ok()) << offload.status();
+  small.gpu_memory_budget_bytes -= 1;
+  EXPECT_FALSE(Engine::Create(small).ok());
+
+  for (const auto& c : cases) {
+    GenerateRequest req;
+    ChatMessage m;
+    m.role = "user";
+    ContentPart part;
+    part.text = c.value("name", std::string("hello"));
+    m.content.push_back(part);
+    req.messages.push_back(m);
+    req.sampling.max_new_tokens = 6;
+    auto a = (*resident)->Generate(req, {});
+    auto b = (*offload)->Generate(req, {});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->token_ids, b->token_ids);
+    EXPECT_EQ(a->text, b->text);
+    EXPECT_GT(b->offload.cache_queries, 0u);
+    EXPECT_GT(b->offload.bytes_h2d, 0u);
+    EXPECT_LE(b->offload.cache_hits, b->offload.cache_queries);
+    // All resident: every lookup is a hit and nothing moves.
+    EXPECT_EQ(a->offload.cache_hits, a->offload.cache_queries);
+    EXPECT_EQ(a->offload.bytes_h2d, 0u);
+    EXPECT_EQ(a->offload.cache_queries, b->offload.cache_queries);
+  }
+}
+
+}  // namespace
+}  // namespace vismoe

@@ -1,0 +1,243 @@
+// Hand-computed cases for the CPU reference kernels.
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/core/thread_pool.h"
+#include "engine/ops/cpu/activations.h"
+#include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/moe.h"
+#include "engine/ops/cpu/rms_norm.h"
+#include "engine/ops/cpu/rope.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vismoe::cpu {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::Pointwise;
+
+TensorView F32View(const std::vector<float>& v, Shape shape) {
+  return TensorView{v.data(), DType::kF32, std::move(shape)};
+}
+
+TEST(ActivationsTest, KnownValues) {
+  EXPECT_FLOAT_EQ(Silu(0.0f), 0.0f);
+  EXPECT_NEAR(Silu(1.0f), 0.7310585786f, 1e-6);
+  EXPECT_NEAR(Silu(-2.0f), -0.2384058440f, 1e-6);
+  EXPECT_NEAR(GeluTanh(1.0f), 0.8411919906f, 1e-6);
+  EXPECT_NEAR(GeluErf(1.0f), 0.8413447461f, 1e-6);
+  EXPECT_NEAR(GeluErf(-1.0f), -0.1586552539f, 1e-6);
+  std::vector<float> x = {1.0f, -1.0f};
+  GeluErfInPlace(nullptr, x.data(), 2);
+  EXPECT_NEAR(x[0], 0.8413447461f, 1e-6);
+  std::vector<float> g = {1.0f, 0.0f}, u = {2.0f, 5.0f}, o(2);
+  SiluMul(g.data(), u.data(), 2, o.data());
+  EXPECT_NEAR(o[0], 2 * 0.7310585786f, 1e-6);
+  EXPECT_EQ(o[1], 0.0f);
+}
+
+TEST(RmsNormTest, HandComputed) {
+  ThreadPool pool(2);
+  std::vector<float> x = {1, 2, 3, 4, -2, 0, 0, 0};
+  std::vector<float> w = {1, 1, 2, 0.5};
+  std::vector<float> y(8);
+  RmsNorm(&pool, x.data(), 2, 4, F32View(w, {4}), 0.0f, y.data());
+  const float inv0 = 1.0f / std::sqrt(7.5f);
+  EXPECT_THAT(std::vector<float>(y.begin(), y.begin() + 4),
+              Pointwise(FloatNear(1e-6), {inv0, 2 * inv0, 6 * inv0, 2 * inv0}));
+  // Second row: mean square 1 -> unchanged times weight.
+  EXPECT_THAT(std::vector<float>(y.begin() + 4, y.end()),
+              Pointwise(FloatNear(1e-6), {-2.0f, 0.0f, 0.0f, 0.0f}));
+  // eps matters and in-place works.
+  RmsNorm(nullptr, x.data(), 1, 4, F32View(w, {4}), 0.5f, x.data());
+  EXPECT_NEAR(x[0], 1.0f / std::sqrt(8.0f), 1e-6);
+}
+
+TEST(RopeTest, PlainHandComputed) {
+  // head_dim 4, theta 10000: inv_freq = [1, 0.01]; position 1.
+  std::vector<int64_t> pos = {1};
+  RopeTable t = BuildRopeTable(pos.data(), 1, 4, 10000.0, {});
+  EXPECT_NEAR(t.cos[0], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(t.cos[1], std::cos(0.01f), 1e-6);
+  EXPECT_NEAR(t.cos[2], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(t.sin[3], std::sin(0.01f), 1e-6);
+  std::vector<float> x = {1, 0, 0, 0};
+  ApplyRope(nullptr, t, x.data(), 1, 1, 4, 4);
+  // x*cos + rotate_half(x)*sin, rotate_half([1,0,0,0]) = [0,0,1,0].
+  EXPECT_THAT(x, Pointwise(FloatNear(1e-6), {std::cos(1.0f), 0.0f, std::sin(1.0f), 0.0f}));
+}
+
+TEST(RopeTest, MropeWithEqualAxesMatchesPlain) {
+  const int n = 5, head_dim = 32;
+  std::vector<int64_t> pos(3 * n);
+  for (int a = 0; a < 3; ++a) {
+    for (int i = 0; i < n; ++i) pos[a * n + i] = 7 + 3 * i;
+  }
+  RopeTable plain = BuildRopeTable(pos.data(), n, head_dim, 5e6, {});
+  RopeTable m = BuildRopeTable(pos.data(), n, head_dim, 5e6, {6, 5, 5});
+  EXPECT_EQ(plain.cos, m.cos);
+  EXPECT_EQ(plain.sin, m.sin);
+}
+
+TEST(RopeTest, MropeInterleavesAxes) {
+  // head_dim 12 -> 6 frequencies, section [2, 2, 2]: j = 0,3 -> t; 1,4 -> h; 2,5 -> w.
+  std::vector<int64_t> pos = {1, 2, 3};  // t=1, h=2, w=3 for one token
+  RopeTable t = BuildRopeTable(pos.data(), 1, 12, 10000.0, {2, 2, 2});
+  const int axis_of[6] = {0, 1, 2, 0, 1, 2};
+  for (int j = 0; j < 6; ++j) {
+    const float inv = 1.0f / static_cast<float>(std::pow(10000.0, (2.0 * j) / 12.0));
+    const float f = static_cast<float>(pos[axis_of[j]]) * inv;
+    EXPECT_NEAR(t.cos[j], std::cos(f), 1e-6) << j;
+    EXPECT_NEAR(t.sin[j + 6], std::sin(f), 1e-6) << j;
+  }
+  // Section [3, 2, 1]: j = 2 -> w (2 < 3), j = 5 -> t (5 >= 3*1).
+  RopeTable u = BuildRopeTable(pos.data(), 1, 12, 10000.0, {3, 2, 1});
+  const float inv5 = 1.0f / static_cast<float>(std::pow(10000.0, 10.0 / 12.0));
+  EXPECT_NEAR(u.cos[5], std::cos(1.0f * inv5), 1e-6);
+  const float inv2 = 1.0f / static_cast<float>(std::pow(10000.0, 4.0 / 12.0));
+  EXPECT_NEAR(u.cos[2], std::cos(3.0f * inv2), 1e-6);
+}
+
+TEST(AttentionTest, CausalHandComputed) {
+  // One head, head_dim 2 (scale 1/sqrt(2)), two tokens.
+  std::vector<float> q = {1, 0, 0, 1};
+  std::vector<float> k = {1, 0, 0, 1};
+  std::vector<float> v = {1, 2, 3, 4};
+  std::vector<float> out(4), sal(2);
+  AttentionShape shape{1, 1, 2};
+  Attention(nullptr, shape, q.data(), 2, k.data(), v.data(), 2, true, 0, out.data(), sal.data());
+  // Row 0 sees key 0 only.
+  EXPECT_THAT(std::vector<float>(out.begin(), out.begin() + 2), ElementsAre(1.0f, 2.0f));
+  // Row 1: scores [0, 1/sqrt2].
+  const float s = 1.0f / std::sqrt(2.0f);
+  const float p1 = std::exp(s) / (1.0f + std::exp(s)), p0 = 1.0f - p1;
+  EXPECT_NEAR(out[2], p0 * 1 + p1 * 3, 1e-6);
+  EXPECT_NEAR(out[3], p0 * 2 + p1 * 4, 1e-6);
+  EXPECT_NEAR(sal[0], (1.0f + p0) / 2, 1e-6);
+  EXPECT_NEAR(sal[1], p1 / 2, 1e-6);
+  EXPECT_NEAR(sal[0] + sal[1], 1.0f, 1e-6);
+
+  // Non-causal: row 0 now also sees key 1.
+  Attention(nullptr, shape, q.data(), 2, k.data(), v.data(), 2, false, 0, out.data());
+  EXPECT_NEAR(out[0], p1 * 1 + p0 * 3, 1e-6);
+  // Causal with an offset: a single query at position 1 sees both keys.
+  std::vector<float> o1(2);
+  Attention(nullptr, shape, q.data() + 2, 1, k.data(), v.data(), 2, true, 1, o1.data());
+  EXPECT_NEAR(o1[0], out[2], 1e-6);
+}
+
+TEST(AttentionTest, GqaSharesKvHeadsAndMatchesThreaded) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  const int nq = 3, nk = 5, heads = 4, kv_heads = 2, d = 8;
+  std::vector<float> q(nq * heads * d), k(nk * kv_heads * d), v(nk * kv_heads * d);
+  for (auto* vec : {&q, &k, &v}) {
+    for (float& x : *vec) x = nd(rng);
+  }
+  // Heads 0 and 1 share kv head 0: give them the same query -> same output.
+  for (int i = 0; i < nq; ++i) {
+    for (int t = 0; t < d; ++t) q[(i * heads + 1) * d + t] = q[(i * heads + 0) * d + t];
+  }
+  std::vector<float> out(nq * heads * d), out2(out.size()), sal(nk), sal2(nk);
+  AttentionShape shape{heads, kv_heads, d};
+  Attention(nullptr, shape, q.data(), nq, k.data(), v.data(), nk, true, 2, out.data(), sal.data());
+  for (int i = 0; i < nq; ++i) {
+    for (int t = 0; t < d; ++t) {
+      EXPECT_FLOAT_EQ(out[(i * heads + 1) * d + t], out[(i * heads + 0) * d + t]);
+    }
+  }
+  EXPECT_NEAR(std::accumulate(sal.begin(), sal.end(), 0.0f), 1.0f, 1e-5);
+  ThreadPool pool(3);
+  Attention(&pool, q.data(), nq, k.data(), v.data(), nk, heads, kv_heads, d, 0, true, 2,
+            out2.data(), sal2.data());
+  EXPECT_EQ(out, out2);
+  EXPECT_EQ(sal, sal2);
+  // Query 0 sits at position 2: keys 3 and 4 get nothing from it; the last key
+  // is seen by query 2 only.
+  Attention(&pool, q.data(), 1, k.data(), v.data(), nk, heads, kv_heads, d, 0, true, 2, out2.data(),
+            sal2.data());
+  EXPECT_EQ(sal2[3], 0.0f);
+  EXPECT_EQ(sal2[4], 0.0f);
+}
+
+TEST(MoeTest, TopKTiesPickLowerIndex) {
+  std::vector<float> p = {0.1f, 0.3f, 0.3f, 0.2f, 0.3f};
+  int idx[3];
+  float val[3];
+  TopK(p.data(), 5, 3, idx, val);
+  EXPECT_THAT(idx, ElementsAre(1, 2, 4));
+}
+
+TEST(MoeTest, RouterSoftmaxTopKRenormalise) {
+  // W_g = identity, so the logits are x itself.
+  std::vector<float> w = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  std::vector<float> x = {0.0f, 2.0f, 1.0f, -1.0f};
+  RouterResult r;
+  Route(nullptr, x.data(), 1, 4, F32View(w, {4, 4}), 2, true, &r);
+  EXPECT_THAT(r.logits, ElementsAre(0.0f, 2.0f, 1.0f, -1.0f));
+  EXPECT_THAT(r.experts, ElementsAre(1, 2));
+  const float e = std::exp(1.0f);  // p1 / p2 = e
+  EXPECT_NEAR(r.weights[0], e / (1 + e), 1e-6);
+  EXPECT_NEAR(r.weights[1], 1 / (1 + e), 1e-6);
+  Route(nullptr, x.data(), 1, 4, F32View(w, {4, 4}), 2, false, &r);
+  const float z = 1 + std::exp(2.0f) + e + std::exp(-1.0f);
+  EXPECT_NEAR(r.weights[0], std::exp(2.0f) / z, 1e-6);
+  EXPECT_NEAR(r.weights[1], e / z, 1e-6);
+}
+
+TEST(MoeTest, SwiGluBothLayoutsMatchNaive) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const int n = 3, h = 6, inter = 4;
+  std::vector<float> gate(inter * h), up(inter * h), down(h * inter), x(n * h);
+  for (auto* vec : {&gate, &up, &down, &x}) {
+    for (float& f : *vec) f = nd(rng);
+  }
+  // Naive reference.
+  std::vector<float> ref(n * h, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    std::vector<float> a(inter);
+    for (int i = 0; i < inter; ++i) {
+      float g = 0, u = 0;
+      for (int d = 0; d < h; ++d) {
+        g += x[t * h + d] * gate[i * h + d];
+        u += x[t * h + d] * up[i * h + d];
+      }
+      a[i] = g / (1 + std::exp(-g)) * u;
+    }
+    for (int d = 0; d < h; ++d) {
+      for (int i = 0; i < inter; ++i) ref[t * h + d] += a[i] * down[d * inter + i];
+    }
+  }
+  ExpertWeights sep;
+  sep.layout = ExpertWeights::Layout::kSeparate;
+  sep.gate = F32View(gate, {inter, h});
+  sep.up = F32View(up, {inter, h});
+  sep.down = F32View(down, {h, inter});
+  std::vector<float> y(n * h);
+  ExpertForward(nullptr, sep, x.data(), n, h, inter, y.data());
+  EXPECT_THAT(y, Pointwise(FloatNear(1e-5), ref));
+
+  // Fused transposed: gate_up [H, 2I] with gate in columns [0, I); down [I, H].
+  std::vector<float> gate_up(h * 2 * inter), down_t(inter * h);
+  for (int d = 0; d < h; ++d) {
+    for (int i = 0; i < inter; ++i) {
+      gate_up[d * 2 * inter + i] = gate[i * h + d];
+      gate_up[d * 2 * inter + inter + i] = up[i * h + d];
+      down_t[i * h + d] = down[d * inter + i];
+    }
+  }
+  ExpertWeights fused;
+  fused.gate_up = F32View(gate_up, {h, 2 * inter});
+  fused.down = F32View(down_t, {inter, h});
+  ThreadPool pool(2);
+  ExpertForward(&pool, fused, x.data(), n, h, inter, y.data());
+  EXPECT_THAT(y, Pointwise(FloatNear(1e-5), ref));
+}
+
+}  // namespace
+}  // namespace vismoe::cpu

@@ -1,0 +1,354 @@
+// Each CUDA kernel against its CPU reference (engine/ops/cpu) on the same
+// random inputs. Inputs are generated as bf16 so both backends read identical
+// values; the CPU computes in fp32 and the GPU stores bf16, so the tolerance
+// is bf16-scaled (llm.c style): |gpu - cpu| <= 1e-2 * (1 + |cpu|) for bf16
+// outputs. bf16 has an 8-bit significand: rounding the output alone costs up
+// to 2^-9 ~ 0.002 relative, and fp32 reductions in a different order add far
+// less, so 1e-2 leaves ~5x headroom while any indexing or formula mistake
+// shows up as O(1) errors. fp32 outputs (router weights) use 1e-5.
+#include "gtest/gtest.h"
+
+#ifndef VISMOE_HAVE_CUDA
+
+TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#else
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/ops/cpu/activations.h"
+#include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/layer_norm.h"
+#include "engine/ops/cpu/moe.h"
+#include "engine/ops/cpu/rms_norm.h"
+#include "engine/ops/cpu/rope.h"
+#include "engine/ops/cuda/activations.h"
+#include "engine/ops/cuda/attention.h"
+#include "engine/ops/cuda/embedding.h"
+#include "engine/ops/cuda/moe_router.h"
+#include "engine/ops/cuda/norm.h"
+#include "engine/ops/cuda/rope.h"
+#include "tests/engine/ops/cuda/gpu_test_util.h"
+
+namespace vismoe::cuda {
+namespace {
+
+using testing::Download;
+using testing::ExpectClose;
+using testing::RandomBf16;
+using testing::ToF32;
+using testing::Upload;
+
+constexpr float kBf16Tol = 1e-2f;
+
+#define ASSERT_OK(expr)                     \
+  do {                                      \
+    const absl::Status st_ = (expr);        \
+    ASSERT_TRUE(st_.ok()) << st_;           \
+  } while (0)
+
+// Copies n bf16 values back from the device as floats (NaN on failure).
+std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
+  absl::StatusOr<std::vector<uint16_t>> v = Download<uint16_t>(buf, n);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? ToF32(*v) : std::vector<float>(n, NAN);
+}
+
+TEST(CudaOpsGpuTest, RmsNormMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 7;
+  constexpr int kDim = 2048;  // Qwen3-VL-30B-A3B hidden size
+  const auto x = RandomBf16(kN * kDim, 1, 2.0f);
+  const auto w = RandomBf16(kDim, 2, 1.5f);
+  std::vector<float> ref(kN * kDim);
+  const std::vector<float> xf = ToF32(x);
+  cpu::RmsNorm(nullptr, xf.data(), kN, kDim, testing::Bf16View(w, {kDim}), 1e-6f, ref.data());
+
+  auto dx = Upload(x);
+  auto dw = Upload(w);
+  auto dy = DeviceBuffer::Allocate(kN * kDim * 2);
+  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
+  ASSERT_OK(RmsNorm(dx->as<Bf16>(), kDim, kN, 1, kDim, dw->as<Bf16>(), 1e-6f, dy->as<Bf16>(),
+                    kDim, nullptr));
+  ExpectClose(DownloadBf16(*dy, kN * kDim), ref, kBf16Tol, kBf16Tol, "rms_norm");
+}
+
+TEST(CudaOpsGpuTest, QkNormInPlaceInsideFusedQkvRows) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  // Qwen3-VL-30B-A3B attention: 32 q heads, 4 kv heads, head_dim 128.
+  constexpr int64_t kN = 5;
+  constexpr int kHeads = 32, kKv = 4, kHd = 128;
+  constexpr int64_t kStride = (kHeads + 2 * kKv) * kHd;
+  const auto qkv = RandomBf16(kN * kStride, 3, 3.0f);
+  const auto w = RandomBf16(kHd, 4, 1.0f);
+  std::vector<float> ref = ToF32(qkv);
+  for (int64_t i = 0; i < kN; ++i) {  // q region of each row: kHeads rows of kHd
+    cpu::RmsNorm(nullptr, ref.data() + i * kStride, kHeads, kHd, testing::Bf16View(w, {kHd}),
+                 1e-6f, ref.data() + i * kStride);
+  }
+  auto d = Upload(qkv);
+  auto dw = Upload(w);
+  ASSERT_TRUE(d.ok() && dw.ok());
+  ASSERT_OK(RmsNorm(d->as<Bf16>(), kStride, kN, kHeads, kHd, dw->as<Bf16>(), 1e-6f,
+                    d->as<Bf16>(), kStride, nullptr));
+  // k and v columns are untouched (exactly), q columns match the reference.
+  ExpectClose(DownloadBf16(*d, kN * kStride), ref, kBf16Tol, kBf16Tol, "qk_norm");
+}
+
+TEST(CudaOpsGpuTest, LayerNormMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 6;
+  constexpr int kDim = 1152;  // Qwen3-VL vision hidden size
+  const auto x = RandomBf16(kN * kDim, 5, 4.0f);
+  const auto w = RandomBf16(kDim, 6, 1.0f);
+  const auto b = RandomBf16(kDim, 7, 0.5f);
+  const std::vector<float> xf = ToF32(x);
+  std::vector<float> ref(kN * kDim);
+  cpu::LayerNorm(nullptr, xf.data(), kN, kDim, testing::Bf16View(w, {kDim}),
+                 testing::Bf16View(b, {kDim}), 1e-6f, ref.data());
+  auto dx = Upload(x);
+  auto dw = Upload(w);
+  auto db = Upload(b);
+  ASSERT_TRUE(dx.ok() && dw.ok() && db.ok());
+  ASSERT_OK(LayerNorm(dx->as<Bf16>(), kN, kDim, dw->as<Bf16>(), db->as<Bf16>(), 1e-6f,
+                      dx->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dx, kN * kDim), ref, kBf16Tol, kBf16Tol, "layer_norm");
+}
+
+void CheckRope(int head_dim, int heads, int64_t row_stride, const std::vector<int>& section,
+               double theta) {
+  constexpr int64_t kN = 9;
+  std::vector<int64_t> pos(3 * kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    pos[i] = 100 + i;                  // t
+    pos[kN + i] = 100 + (i / 3) * 7;   // h
+    pos[2 * kN + i] = 100 + (i % 3);   // w
+  }
+  const auto x = RandomBf16(kN * row_stride, 8, 2.0f);
+  std::vector<float> ref = ToF32(x);
+  const cpu::RopeTable table = cpu::BuildRopeTable(pos.data(), kN, head_dim, theta, section);
+  cpu::ApplyRope(nullptr, table, ref.data(), kN, heads, head_dim, row_stride);
+
+  auto dx = Upload(x);
+  auto dpos = Upload(pos);
+  auto dinv = Upload(RopeInvFreq(head_dim, theta));
+  ASSERT_TRUE(dx.ok() && dpos.ok() && dinv.ok());
+  ASSERT_OK(ApplyRope(dx->as<Bf16>(), kN, heads, head_dim, row_stride, dpos->as<int64_t>(),
+                      dinv->as<float>(), section.empty() ? nullptr : section.data(), nullptr));
+  ExpectClose(DownloadBf16(*dx, kN * row_stride), ref, kBf16Tol, kBf16Tol, "rope");
+
+  // The table-driven variant (vision 2-D rotary) with the CPU's own table.
+  auto dx2 = Upload(x);
+  auto dcos = Upload(table.cos);
+  auto dsin = Upload(table.sin);
+  ASSERT_TRUE(dx2.ok() && dcos.ok() && dsin.ok());
+  ASSERT_OK(ApplyRopeTable(dx2->as<Bf16>(), kN, heads, head_dim, row_stride, dcos->as<float>(),
+                           dsin->as<float>(), nullptr));
+  ExpectClose(DownloadBf16(*dx2, kN * row_stride), ref, kBf16Tol, kBf16Tol, "rope_table");
+}
+
+TEST(CudaOpsGpuTest, InterleavedMropeMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  // Qwen3-VL: head_dim 128, mrope_section [24, 20, 20], q heads inside a wider row.
+  CheckRope(128, 32, (32 + 8) * 128, {24, 20, 20}, 5000000.0);
+}
+
+TEST(CudaOpsGpuTest, PlainRopeMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckRope(64, 4, 4 * 64, {}, 10000.0);
+}
+
+TEST(CudaOpsGpuTest, RopeRejectsBadSection) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  const int section[3] = {10, 10, 10};
+  EXPECT_EQ(ApplyRope(nullptr, 1, 1, 128, 128, nullptr, nullptr, section, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t nk, bool causal,
+                    int64_t q_pos0) {
+  const int64_t qw = static_cast<int64_t>(heads) * head_dim;
+  const int64_t kvw = static_cast<int64_t>(kv_heads) * head_dim;
+  const auto q = RandomBf16(nq * qw, 10, 1.0f);
+  const auto k = RandomBf16(nk * kvw, 11, 1.0f);
+  const auto v = RandomBf16(nk * kvw, 12, 2.0f);
+  const std::vector<float> qf = ToF32(q), kf = ToF32(k), vf = ToF32(v);
+  std::vector<float> ref(nq * qw);
+  cpu::AttentionShape cs;
+  cs.num_heads = heads;
+  cs.num_kv_heads = kv_heads;
+  cs.head_dim = head_dim;
+  cpu::Attention(nullptr, cs, qf.data(), nq, kf.data(), vf.data(), nk, causal, q_pos0,
+                 ref.data());
+  auto dq = Upload(q);
+  auto dk = Upload(k);
+  auto dv = Upload(v);
+  auto dout = DeviceBuffer::Allocate(nq * qw * 2);
+  ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok());
+  AttentionShape gs;
+  gs.num_heads = heads;
+  gs.num_kv_heads = kv_heads;
+  gs.head_dim = head_dim;
+  ASSERT_OK(Attention(gs, dq->as<Bf16>(), nq, dk->as<Bf16>(), dv->as<Bf16>(), nk, causal, q_pos0,
+                      dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, nq * qw), ref, kBf16Tol, kBf16Tol, "attention");
+}
+
+TEST(CudaOpsGpuTest, CausalPrefillGqaMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckAttention(32, 4, 128, 37, 37, true, 0);
+}
+
+TEST(CudaOpsGpuTest, ChunkedPrefillAfterCachedPrefixMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckAttention(32, 4, 128, 16, 80, true, 64);
+}
+
+TEST(CudaOpsGpuTest, DecodeOneQueryAgainstCacheMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckAttention(32, 4, 128, 1, 300, true, 299);
+}
+
+TEST(CudaOpsGpuTest, BidirectionalVisionHeadDim72MatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckAttention(16, 16, 72, 20, 20, false, 0);
+}
+
+TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 33;
+  constexpr int kE = 128, kK = 8;  // Qwen3-VL-30B-A3B
+  std::vector<float> logits(kN * kE);
+  const auto raw = ToF32(RandomBf16(kN * kE, 13, 4.0f));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = raw[i];
+  // cpu::Route with an identity gate: its logits GEMM returns x exactly.
+  std::vector<float> eye(kE * kE, 0.0f);
+  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
+  const TensorView gate{eye.data(), DType::kF32, {kE, kE}};
+  for (bool renorm : {true, false}) {
+    cpu::RouterResult ref;
+    cpu::Route(nullptr, logits.data(), kN, kE, gate, kK, renorm, &ref);
+    auto dl = Upload(logits);
+    auto de = DeviceBuffer::Allocate(kN * kK * sizeof(int32_t));
+    auto dw = DeviceBuffer::Allocate(kN * kK * sizeof(float));
+    ASSERT_TRUE(dl.ok() && de.ok() && dw.ok());
+    ASSERT_OK(MoeRouterTopK(dl->as<float>(), kN, kE, kK, renorm, de->as<int32_t>(),
+                            dw->as<float>(), nullptr));
+    auto experts = Download<int32_t>(*de, kN * kK);
+    auto weights = Download<float>(*dw, kN * kK);
+    ASSERT_TRUE(experts.ok() && weights.ok());
+    EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
+    // fp32 softmax with a different summation order: a few ulp.
+    ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
+  }
+}
+
+TEST(CudaOpsGpuTest, ActivationsMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 8, kInter = 768;  // Qwen3-VL-30B-A3B moe_intermediate_size
+  const auto gu = RandomBf16(kRows * 2 * kInter, 14, 6.0f);
+  const std::vector<float> guf = ToF32(gu);
+  std::vector<float> ref(kRows * kInter);
+  for (int64_t r = 0; r < kRows; ++r) {
+    cpu::SiluMul(guf.data() + r * 2 * kInter, guf.data() + r * 2 * kInter + kInter, kInter,
+                 ref.data() + r * kInter);
+  }
+  auto dgu = Upload(gu);
+  auto dout = DeviceBuffer::Allocate(kRows * kInter * 2);
+  ASSERT_TRUE(dgu.ok() && dout.ok());
+  ASSERT_OK(SiluMulFused(dgu->as<Bf16>(), kRows, kInter, dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, kRows * kInter), ref, kBf16Tol, kBf16Tol, "silu_mul_fused");
+
+  // Separate gate/up buffers: the first and second half of the same data.
+  constexpr int64_t kHalf = kRows * kInter;
+  std::vector<float> ref2(kHalf);
+  cpu::SiluMul(guf.data(), guf.data() + kHalf, kHalf, ref2.data());
+  ASSERT_OK(SiluMul(dgu->as<Bf16>(), dgu->as<Bf16>() + kHalf, kHalf, dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, kHalf), ref2, kBf16Tol, kBf16Tol, "silu_mul");
+
+  for (bool tanh_form : {true, false}) {
+    std::vector<float> g = guf;
+    if (tanh_form) {
+      cpu::GeluTanhInPlace(nullptr, g.data(), static_cast<int64_t>(g.size()));
+    } else {
+      cpu::GeluErfInPlace(nullptr, g.data(), static_cast<int64_t>(g.size()));
+    }
+    auto dx = Upload(gu);
+    ASSERT_TRUE(dx.ok());
+    ASSERT_OK(tanh_form ? GeluTanh(dx->as<Bf16>(), static_cast<int64_t>(gu.size()), nullptr)
+                        : GeluErf(dx->as<Bf16>(), static_cast<int64_t>(gu.size()), nullptr));
+    ExpectClose(DownloadBf16(*dx, gu.size()), g, kBf16Tol, kBf16Tol,
+                tanh_form ? "gelu_tanh" : "gelu_erf");
+  }
+}
+
+TEST(CudaOpsGpuTest, BiasAndResidualAdds) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 5, kCols = 300;
+  const auto y = RandomBf16(kRows * kCols, 15, 3.0f);
+  const auto bias = RandomBf16(kCols, 16, 1.0f);
+  const auto other = RandomBf16(kRows * kCols, 17, 3.0f);
+  std::vector<float> ref_bias = ToF32(y), ref_add(kRows * kCols);
+  const std::vector<float> bf = ToF32(bias), of = ToF32(other), yf = ToF32(y);
+  for (int64_t i = 0; i < kRows * kCols; ++i) {
+    ref_bias[i] += bf[i % kCols];
+    ref_add[i] = yf[i] + of[i];
+  }
+  auto dy = Upload(y);
+  auto db = Upload(bias);
+  auto dother = Upload(other);
+  auto dsum = DeviceBuffer::Allocate(kRows * kCols * 2);
+  ASSERT_TRUE(dy.ok() && db.ok() && dother.ok() && dsum.ok());
+  ASSERT_OK(Add(dy->as<Bf16>(), dother->as<Bf16>(), kRows * kCols, dsum->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dsum, kRows * kCols), ref_add, kBf16Tol, kBf16Tol, "add");
+  ASSERT_OK(AddBias(dy->as<Bf16>(), kRows, kCols, db->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dy, kRows * kCols), ref_bias, kBf16Tol, kBf16Tol, "add_bias");
+}
+
+TEST(CudaOpsGpuTest, EmbeddingGatherScatterAndDeepStackAdd) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kVocab = 50, kSeq = 12, kVis = 4;
+  constexpr int kHidden = 96;
+  const auto table = RandomBf16(kVocab * kHidden, 18, 1.0f);
+  const std::vector<int32_t> ids = {3, 0, 49, 7, 7, 12, 60 /* out of range */, 1, 2, 3, 4, 5};
+  auto dt = Upload(table);
+  auto dids = Upload(ids);
+  auto dseq = DeviceBuffer::Allocate(kSeq * kHidden * 2);
+  ASSERT_TRUE(dt.ok() && dids.ok() && dseq.ok());
+  ASSERT_OK(EmbeddingGather(dt->as<Bf16>(), kVocab, kHidden, dids->as<int32_t>(), kSeq,
+                            dseq->as<Bf16>(), nullptr));
+  auto seq = Download<uint16_t>(*dseq, kSeq * kHidden);
+  ASSERT_TRUE(seq.ok());
+  for (int64_t i = 0; i < kSeq; ++i) {
+    for (int c = 0; c < kHidden; ++c) {
+      const uint16_t want = ids[i] < kVocab ? table[ids[i] * kHidden + c] : 0;
+      ASSERT_EQ((*seq)[i * kHidden + c], want) << "token " << i << " col " << c;
+    }
+  }
+  // Visual tokens land at positions 5..8; then DeepStack features add there.
+  const auto vis = RandomBf16(kVis * kHidden, 19, 1.0f);
+  const auto deep = RandomBf16(kVis * kHidden, 20, 1.0f);
+  const std::vector<int32_t> positions = {5, 6, 7, 8};
+  auto dvis = Upload(vis);
+  auto ddeep = Upload(deep);
+  auto dpos = Upload(positions);
+  ASSERT_TRUE(dvis.ok() && ddeep.ok() && dpos.ok());
+  ASSERT_OK(ScatterRows(dvis->as<Bf16>(), kVis, kHidden, dpos->as<int32_t>(), dseq->as<Bf16>(),
+                        kSeq, nullptr));
+  ASSERT_OK(AddRowsAt(ddeep->as<Bf16>(), kVis, kHidden, dpos->as<int32_t>(), dseq->as<Bf16>(),
+                      kSeq, nullptr));
+  std::vector<float> ref = ToF32(*seq);
+  const std::vector<float> visf = ToF32(vis), deepf = ToF32(deep);
+  for (int64_t m = 0; m < kVis; ++m) {
+    for (int c = 0; c < kHidden; ++c) {
+      ref[positions[m] * kHidden + c] = visf[m * kHidden + c] + deepf[m * kHidden + c];
+    }
+  }
+  ExpectClose(DownloadBf16(*dseq, kSeq * kHidden), ref, kBf16Tol, kBf16Tol, "scatter+deepstack");
+}
+
+}  // namespace
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_HAVE_CUDA

@@ -1,0 +1,256 @@
+// cuBLAS GEMMs and the grouped MoE path against the CPU reference
+// (cpu::Linear, cpu::LinearTransposed, cpu::ExpertForward) on bf16 inputs.
+// Tolerances: bf16 outputs |d| <= 1e-2 * (rms(ref) + |ref|): one bf16
+// rounding of the output (2^-9 relative) plus fp32 reductions in another
+// order; the rms term covers outputs near zero after cancellation, whose
+// absolute error scales with the size of the summed terms, not the result.
+// fp32 outputs: 1e-4 of the same scale (only summation order differs). The
+// MoE path also rounds gate_up and the SwiGLU activation to bf16 on the way
+// (three roundings in all), hence 3e-2.
+#include "gtest/gtest.h"
+
+#ifndef VISMOE_HAVE_CUDA
+
+TEST(CudaGemmGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#else
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/ops/cpu/linear.h"
+#include "engine/ops/cpu/moe.h"
+#include "engine/ops/cuda/gemm.h"
+#include "engine/ops/cuda/moe_permute.h"
+#include "tests/engine/ops/cuda/gpu_test_util.h"
+
+namespace vismoe::cuda {
+namespace {
+
+using testing::Bf16View;
+using testing::Download;
+using testing::ExpectClose;
+using testing::RandomBf16;
+using testing::Rms;
+using testing::ToF32;
+using testing::Upload;
+
+#define ASSERT_OK(expr)              \
+  do {                               \
+    const absl::Status st_ = (expr); \
+    ASSERT_TRUE(st_.ok()) << st_;    \
+  } while (0)
+
+std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
+  absl::StatusOr<std::vector<uint16_t>> v = Download<uint16_t>(buf, n);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? ToF32(*v) : std::vector<float>(n, NAN);
+}
+
+class CudaGemmGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    VISMOE_SKIP_WITHOUT_GPU();
+    auto ws = DeviceBuffer::Allocate(kWorkspace);
+    ASSERT_TRUE(ws.ok()) << ws.status();
+    workspace_ = *std::move(ws);
+    auto blas = Blas::Create(nullptr, workspace_.data(), kWorkspace);
+    ASSERT_TRUE(blas.ok()) << blas.status();
+    blas_ = std::make_unique<Blas>(*std::move(blas));
+  }
+  static constexpr size_t kWorkspace = 32 << 20;
+  DeviceBuffer workspace_;
+  std::unique_ptr<Blas> blas_;
+};
+
+TEST_F(CudaGemmGpuTest, LinearOutInBf16AndF32MatchCpu) {
+  constexpr int64_t kN = 13, kIn = 2048, kOut = 384;
+  const auto x = RandomBf16(kN * kIn, 30, 1.0f);
+  const auto w = RandomBf16(kOut * kIn, 31, 0.05f);
+  const std::vector<float> xf = ToF32(x);
+  std::vector<float> ref(kN * kOut);
+  const TensorView wv = Bf16View(w, {kOut, kIn});
+  cpu::Linear(nullptr, xf.data(), kN, kIn, wv, nullptr, ref.data());
+  const float scale = Rms(ref);
+
+  auto dx = Upload(x);
+  auto dw = Upload(w);
+  auto dy = DeviceBuffer::Allocate(kN * kOut * 2);
+  auto dyf = DeviceBuffer::Allocate(kN * kOut * 4);
+  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok() && dyf.ok());
+  ASSERT_OK(blas_->Linear(dx->as<Bf16>(), kN, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                          dy->data(), GemmOut::kBf16));
+  ExpectClose(DownloadBf16(*dy, kN * kOut), ref, 1e-2f * scale, 1e-2f, "linear bf16");
+  ASSERT_OK(blas_->Linear(dx->as<Bf16>(), kN, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                          dyf->data(), GemmOut::kF32));
+  auto yf = Download<float>(*dyf, kN * kOut);
+  ASSERT_TRUE(yf.ok());
+  ExpectClose(*yf, ref, 1e-4f * scale, 1e-4f, "linear f32");
+
+  // beta = 1 accumulates: y = 2 * x W^T.
+  ASSERT_OK(blas_->Linear(dx->as<Bf16>(), kN, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                          dyf->data(), GemmOut::kF32, 1.0f));
+  yf = Download<float>(*dyf, kN * kOut);
+  ASSERT_TRUE(yf.ok());
+  std::vector<float> twice = ref;
+  for (float& v : twice) v *= 2.0f;
+  ExpectClose(*yf, twice, 2e-4f * scale, 1e-4f, "linear f32 accumulate");
+}
+
+TEST_F(CudaGemmGpuTest, LinearInOutMatchesCpuTransposed) {
+  constexpr int64_t kN = 9, kIn = 512, kOut = 1536;  // gate_up [H, 2I] shaped
+  const auto x = RandomBf16(kN * kIn, 32, 1.0f);
+  const auto wt = RandomBf16(kIn * kOut, 33, 0.08f);
+  const std::vector<float> xf = ToF32(x);
+  std::vector<float> ref(kN * kOut);
+  cpu::LinearTransposed(nullptr, xf.data(), kN, kIn, Bf16View(wt, {kIn, kOut}), ref.data());
+  auto dx = Upload(x);
+  auto dw = Upload(wt);
+  auto dy = DeviceBuffer::Allocate(kN * kOut * 2);
+  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
+  ASSERT_OK(blas_->Linear(dx->as<Bf16>(), kN, kIn, dw->as<Bf16>(), WeightLayout::kInOut, kOut,
+                          dy->data(), GemmOut::kBf16));
+  ExpectClose(DownloadBf16(*dy, kN * kOut), ref, 1e-2f * Rms(ref), 1e-2f, "linear_t bf16");
+}
+
+TEST_F(CudaGemmGpuTest, RejectsBadShapes) {
+  EXPECT_EQ(blas_->Linear(nullptr, 1, 0, nullptr, WeightLayout::kOutIn, 4, nullptr,
+                          GemmOut::kBf16)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(blas_->Linear(nullptr, 1, 4, nullptr, WeightLayout::kOutIn, 8, nullptr,
+                          GemmOut::kBf16, 0.0f, 4)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Routes n tokens on the CPU, then runs permutation -> grouped experts ->
+// weighted un-permutation on the GPU and compares with the per-token CPU sum
+// of cpu::ExpertForward outputs.
+void RunMoe(Blas& blas, bool fused_layout) {
+  constexpr int64_t kN = 19, kH = 256, kI = 128;
+  constexpr int kE = 16, kK = 4;
+  const auto x = RandomBf16(kN * kH, 40, 1.0f);
+  const auto router_w = RandomBf16(kE * kH, 41, 0.2f);
+  const std::vector<float> xf = ToF32(x);
+  cpu::RouterResult route;
+  cpu::Route(nullptr, xf.data(), kN, kH, Bf16View(router_w, {kE, kH}), kK, true, &route);
+
+  // Per-expert weights in the requested layout.
+  std::vector<std::vector<uint16_t>> w1(kE), w2(kE), w3(kE);
+  std::vector<ExpertWeights> cpu_w(kE);
+  for (int e = 0; e < kE; ++e) {
+    ExpertWeights& cw = cpu_w[e];
+    if (fused_layout) {
+      w1[e] = RandomBf16(kH * 2 * kI, 100 + e, 0.1f);  // gate_up [H, 2I]
+      w2[e] = RandomBf16(kI * kH, 200 + e, 0.1f);      // down [I, H]
+      cw.layout = ExpertWeights::Layout::kFusedTransposed;
+      cw.gate_up = Bf16View(w1[e], {kH, 2 * kI});
+      cw.down = Bf16View(w2[e], {kI, kH});
+    } else {
+      w1[e] = RandomBf16(kI * kH, 100 + e, 0.1f);  // gate [I, H]
+      w3[e] = RandomBf16(kI * kH, 300 + e, 0.1f);  // up [I, H]
+      w2[e] = RandomBf16(kH * kI, 200 + e, 0.1f);  // down [H, I]
+      cw.layout = ExpertWeights::Layout::kSeparate;
+      cw.gate = Bf16View(w1[e], {kI, kH});
+      cw.up = Bf16View(w3[e], {kI, kH});
+      cw.down = Bf16View(w2[e], {kH, kI});
+    }
+  }
+  std::vector<float> ref(kN * kH, 0.0f), one(kH);
+  for (int64_t t = 0; t < kN; ++t) {
+    for (int s = 0; s < kK; ++s) {
+      const int e = route.experts[t * kK + s];
+      cpu::ExpertForward(nullptr, cpu_w[e], xf.data() + t * kH, 1, kH, kI, one.data());
+      for (int c = 0; c < kH; ++c) ref[t * kH + c] += route.weights[t * kK + s] * one[c];
+    }
+  }
+
+  // Device side.
+  std::vector<int32_t> experts(route.experts.begin(), route.experts.end());
+  auto dx = Upload(x);
+  auto dexp = Upload(experts);
+  auto dwts = Upload(route.weights);
+  auto dcounts = DeviceBuffer::Allocate(kE * 4);
+  auto doff = DeviceBuffer::Allocate((kE + 1) * 4);
+  auto drow_token = DeviceBuffer::Allocate(kN * kK * 4);
+  auto dslot_row = DeviceBuffer::Allocate(kN * kK * 4);
+  auto dxp = DeviceBuffer::Allocate(kN * kK * kH * 2);
+  auto dgu = DeviceBuffer::Allocate(kN * kK * 2 * kI * 2);
+  auto dact = DeviceBuffer::Allocate(kN * kK * kI * 2);
+  auto dyp = DeviceBuffer::Allocate(kN * kK * kH * 2);
+  auto dy = DeviceBuffer::Allocate(kN * kH * 2);
+  ASSERT_TRUE(dx.ok() && dexp.ok() && dwts.ok() && dcounts.ok() && doff.ok() &&
+              drow_token.ok() && dslot_row.ok() && dxp.ok() && dgu.ok() && dact.ok() &&
+              dyp.ok() && dy.ok());
+  std::vector<DeviceBuffer> dw;
+  std::vector<DeviceExpert> dev_experts(kE);
+  for (int e = 0; e < kE; ++e) {
+    auto a = Upload(w1[e]);
+    auto b = Upload(w2[e]);
+    ASSERT_TRUE(a.ok() && b.ok());
+    DeviceExpert& de = dev_experts[e];
+    de.layout = fused_layout ? WeightLayout::kInOut : WeightLayout::kOutIn;
+    if (fused_layout) {
+      de.gate_up = a->as<Bf16>();
+    } else {
+      auto c = Upload(w3[e]);
+      ASSERT_TRUE(c.ok());
+      de.gate = a->as<Bf16>();
+      de.up = c->as<Bf16>();
+      dw.push_back(*std::move(c));
+    }
+    de.down = b->as<Bf16>();
+    dw.push_back(*std::move(a));
+    dw.push_back(*std::move(b));
+  }
+
+  ASSERT_OK(BuildMoePermutation(dexp->as<int32_t>(), kN, kK, kE, dcounts->as<int32_t>(),
+                                doff->as<int32_t>(), drow_token->as<int32_t>(),
+                                dslot_row->as<int32_t>(), nullptr));
+  auto offsets = Download<int32_t>(*doff, kE + 1);
+  auto row_token = Download<int32_t>(*drow_token, kN * kK);
+  auto slot_row = Download<int32_t>(*dslot_row, kN * kK);
+  ASSERT_TRUE(offsets.ok() && row_token.ok() && slot_row.ok());
+  // Offsets are the prefix sums of the per-expert counts; each slot's row
+  // lies in its expert's block and points back at its token; rows within an
+  // expert are in ascending token order.
+  std::vector<int32_t> counts(kE, 0);
+  for (int32_t e : experts) ++counts[e];
+  ASSERT_EQ((*offsets)[0], 0);
+  for (int e = 0; e < kE; ++e) ASSERT_EQ((*offsets)[e + 1] - (*offsets)[e], counts[e]) << e;
+  for (int64_t i = 0; i < kN * kK; ++i) {
+    const int32_t row = (*slot_row)[i];
+    const int e = experts[i];
+    ASSERT_GE(row, (*offsets)[e]);
+    ASSERT_LT(row, (*offsets)[e + 1]);
+    ASSERT_EQ((*row_token)[row], i / kK);
+    if (row > (*offsets)[e]) {
+      ASSERT_LT((*row_token)[row - 1], (*row_token)[row]);
+    }
+  }
+
+  ASSERT_OK(PermuteRows(dx->as<Bf16>(), kH, drow_token->as<int32_t>(), kN * kK, dxp->as<Bf16>(),
+                        nullptr));
+  ASSERT_OK(blas.MoeExperts(dxp->as<Bf16>(), *offsets, dev_experts, kH, kI, dgu->as<Bf16>(),
+                            dact->as<Bf16>(), dyp->as<Bf16>()));
+  ASSERT_OK(UnpermuteCombine(dyp->as<Bf16>(), dslot_row->as<int32_t>(), dwts->as<float>(), kN, kK,
+                             kH, false, dy->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dy, kN * kH), ref, 3e-2f * Rms(ref), 3e-2f, "moe experts");
+
+  // accumulate = true adds onto the residual stream: y = 2 * moe.
+  ASSERT_OK(UnpermuteCombine(dyp->as<Bf16>(), dslot_row->as<int32_t>(), dwts->as<float>(), kN, kK,
+                             kH, true, dy->as<Bf16>(), nullptr));
+  std::vector<float> twice = ref;
+  for (float& v : twice) v *= 2.0f;
+  ExpectClose(DownloadBf16(*dy, kN * kH), twice, 6e-2f * Rms(ref), 3e-2f, "moe accumulate");
+}
+
+TEST_F(CudaGemmGpuTest, GroupedMoeFusedLayoutMatchesCpu) { RunMoe(*blas_, true); }
+TEST_F(CudaGemmGpuTest, GroupedMoeSeparateLayoutMatchesCpu) { RunMoe(*blas_, false); }
+
+}  // namespace
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_HAVE_CUDA

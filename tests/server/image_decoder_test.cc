@@ -1,0 +1,158 @@
+#include "server/image_decoder.h"
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vismoe::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string EncodeMat(const std::string& ext, const cv::Mat& img) {
+  std::vector<uchar> buf;
+  EXPECT_TRUE(cv::imencode(ext, img, buf));
+  return std::string(buf.begin(), buf.end());
+}
+
+std::unique_ptr<ImageDecoder> MakeDecoder(int64_t max_bytes = 1 << 20, int64_t max_pixels = 1 << 20,
+                                          int threads = 2) {
+  absl::StatusOr<std::unique_ptr<ImageDecoder>> d =
+      ImageDecoder::Create({max_bytes, max_pixels, threads});
+  EXPECT_TRUE(d.ok()) << d.status();
+  return std::move(*d);
+}
+
+TEST(ImageDecoderTest, CreateRejectsBadOptions) {
+  EXPECT_FALSE(ImageDecoder::Create({0, 10, 1}).ok());
+  EXPECT_FALSE(ImageDecoder::Create({10, 0, 1}).ok());
+  EXPECT_FALSE(ImageDecoder::Create({10, 10, 0}).ok());
+}
+
+TEST(ImageDecoderTest, DecodesColorPngToRgb) {
+  cv::Mat bgr(2, 3, CV_8UC3);
+  for (int y = 0; y < 2; ++y) {
+    for (int x = 0; x < 3; ++x) bgr.at<cv::Vec3b>(y, x) = cv::Vec3b(10 * x, 50 + y, 200);  // B,G,R
+  }
+  auto decoder = MakeDecoder();
+  absl::StatusOr<RgbImage> img = decoder->Decode(EncodeMat(".png", bgr));
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->width, 3);
+  EXPECT_EQ(img->height, 2);
+  ASSERT_EQ(img->pixels.size(), 18u);
+  // Pixel (y=1, x=2): R=200, G=51, B=20.
+  const uint8_t* p = &img->pixels[(1 * 3 + 2) * 3];
+  EXPECT_EQ(p[0], 200);
+  EXPECT_EQ(p[1], 51);
+  EXPECT_EQ(p[2], 20);
+}
+
+TEST(ImageDecoderTest, GrayscaleBecomesThreeEqualChannels) {
+  cv::Mat gray(4, 5, CV_8UC1, cv::Scalar(123));
+  absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(".png", gray));
+  ASSERT_TRUE(img.ok()) << img.status();
+  ASSERT_EQ(img->pixels.size(), 4u * 5 * 3);
+  for (uint8_t v : img->pixels) EXPECT_EQ(v, 123);
+}
+
+TEST(ImageDecoderTest, AlphaIsDropped) {
+  cv::Mat bgra(3, 3, CV_8UC4, cv::Scalar(30, 60, 90, 0));  // fully transparent
+  absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(".png", bgra));
+  ASSERT_TRUE(img.ok()) << img.status();
+  ASSERT_EQ(img->pixels.size(), 27u);
+  EXPECT_EQ(img->pixels[0], 90);  // R
+  EXPECT_EQ(img->pixels[1], 60);  // G
+  EXPECT_EQ(img->pixels[2], 30);  // B
+}
+
+TEST(ImageDecoderTest, DecodesJpegAndWebp) {
+  cv::Mat bgr(16, 24, CV_8UC3, cv::Scalar(0, 0, 255));  // pure red
+  for (const char* ext : {".jpg", ".webp"}) {
+    absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(ext, bgr));
+    ASSERT_TRUE(img.ok()) << ext << ": " << img.status();
+    EXPECT_EQ(img->width, 24);
+    EXPECT_EQ(img->height, 16);
+    EXPECT_GT(img->pixels[0], 200) << ext;  // R channel first
+    EXPECT_LT(img->pixels[2], 60) << ext;
+  }
+}
+
+TEST(ImageDecoderTest, PngBombRejectedFromHeader) {
+  std::string png = EncodeMat(".png", cv::Mat(4, 4, CV_8UC3, cv::Scalar::all(1)));
+  // Forge IHDR to 50000 x 50000 (2.5 gigapixels); the CRC is now wrong too,
+  // but the pixel limit must trip before any decoding is attempted.
+  const char forged[8] = {0, 0, static_cast<char>(0xC3), 0x50, 0, 0, static_cast<char>(0xC3), 0x50};
+  png.replace(16, 8, forged, 8);
+  absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(png);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(img.status().message()), HasSubstr("50000x50000"));
+  EXPECT_THAT(std::string(img.status().message()), HasSubstr("over the limit"));
+}
+
+TEST(ImageDecoderTest, EncodedSizeLimit) {
+  std::string png = EncodeMat(".png", cv::Mat(64, 64, CV_8UC3, cv::Scalar::all(9)));
+  auto decoder = MakeDecoder(/*max_bytes=*/16);
+  absl::Status s = decoder->CheckLimits(png);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bytes, over the limit of 16 bytes"));
+}
+
+TEST(ImageDecoderTest, PixelLimitIsInclusive) {
+  std::string png = EncodeMat(".png", cv::Mat(10, 10, CV_8UC3, cv::Scalar::all(9)));
+  EXPECT_TRUE(MakeDecoder(1 << 20, 100)->Decode(png).ok());
+  EXPECT_FALSE(MakeDecoder(1 << 20, 99)->Decode(png).ok());
+}
+
+TEST(ImageDecoderTest, TruncatedAndCorruptDataAreInvalidArgument) {
+  cv::Mat noise(32, 32, CV_8UC3);
+  cv::randu(noise, 0, 255);
+  auto decoder = MakeDecoder();
+  for (const char* ext : {".png", ".jpg", ".webp"}) {
+    const std::string full = EncodeMat(ext, noise);
+    const std::string cut = full.substr(0, full.size() / 2);
+    absl::StatusOr<RgbImage> img = decoder->Decode(cut);
+    // OpenCV's JPEG decoder may return a partially grey image for a cut
+    // file; what matters is that nothing throws or crashes and errors are
+    // InvalidArgument.
+    if (!img.ok()) {
+      EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument) << ext;
+    }
+  }
+  std::string png = EncodeMat(".png", noise);
+  for (size_t i = 40; i < png.size(); i += 7) png[i] = static_cast<char>(png[i] ^ 0x5A);
+  absl::StatusOr<RgbImage> img = decoder->Decode(png);
+  ASSERT_FALSE(img.ok());
+  EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(img.status().message()), HasSubstr("PNG"));
+  EXPECT_THAT(std::string(decoder->Decode("").status().message()), HasSubstr("empty"));
+  EXPECT_THAT(std::string(decoder->Decode("random bytes here!").status().message()),
+              HasSubstr("unsupported image format"));
+}
+
+TEST(ImageDecoderTest, DecodeAllKeepsOrderAndReportsFirstError) {
+  auto decoder = MakeDecoder(1 << 20, 1 << 20, 3);
+  std::vector<std::string> blobs;
+  for (int i = 1; i <= 5; ++i) {
+    blobs.push_back(EncodeMat(".png", cv::Mat(i, 2 * i, CV_8UC3, cv::Scalar::all(i))));
+  }
+  std::vector<absl::string_view> views(blobs.begin(), blobs.end());
+  absl::StatusOr<std::vector<RgbImage>> all = decoder->DecodeAll(views);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 5u);
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_EQ((*all)[i - 1].height, i);
+    EXPECT_EQ((*all)[i - 1].width, 2 * i);
+  }
+  views[3] = "garbage";
+  all = decoder->DecodeAll(views);
+  ASSERT_FALSE(all.ok());
+  EXPECT_THAT(std::string(all.status().message()), HasSubstr("image 3: "));
+}
+
+}  // namespace
+}  // namespace vismoe::server

@@ -1,0 +1,193 @@
+#include "server/scheduler.h"
+
+#include <atomic>
+#include <memory>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/fake_engine.h"
+
+namespace vismoe::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Records what the scheduler reported for one job.
+struct Outcome {
+  absl::Notification done;
+  absl::Status status;
+  GenerateResult result;
+  double queue_seconds = -1;
+  std::atomic<int> deltas{0};
+  std::atomic<bool> cancel{false};
+};
+
+std::unique_ptr<SchedulerJob> MakeJob(Outcome* out, int max_new_tokens,
+                                      absl::Status prepare_status = absl::OkStatus()) {
+  auto job = std::make_unique<SchedulerJob>();
+  job->prepare = [=]() -> absl::StatusOr<GenerateRequest> {
+    if (!prepare_status.ok()) return prepare_status;
+    GenerateRequest r;
+    r.messages.push_back({"user", {ContentPart{ContentPart::Kind::kText, "hello", -1}}});
+    r.sampling.max_new_tokens = max_new_tokens;
+    return r;
+  };
+  job->on_delta = [out](const TokenDelta&) {
+    out->deltas.fetch_add(1);
+    return true;
+  };
+  job->cancel_status = [out] {
+    return out->cancel.load() ? absl::CancelledError("cancelled by test") : absl::OkStatus();
+  };
+  job->on_done = [out](absl::StatusOr<GenerateResult> r, double queue_seconds) {
+    out->status = r.status();
+    if (r.ok()) out->result = *r;
+    out->queue_seconds = queue_seconds;
+    out->done.Notify();
+  };
+  return job;
+}
+
+void WaitUntil(const std::function<bool()>& cond) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!cond()) {
+    ASSERT_LT(absl::Now(), deadline) << "condition not reached in 20 s";
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
+TEST(SchedulerTest, CreateValidatesOptions) {
+  testing::FakeEngine engine;
+  EXPECT_FALSE(Scheduler::Create({1, 1}, nullptr, nullptr).ok());
+  EXPECT_FALSE(Scheduler::Create({-1, 1}, &engine, nullptr).ok());
+  EXPECT_FALSE(Scheduler::Create({1, 0}, &engine, nullptr).ok());
+}
+
+TEST(SchedulerTest, RunsJobsAndStreamsDeltas) {
+  testing::FakeEngine engine;
+  auto scheduler = std::move(*Scheduler::Create({4, 2}, &engine, nullptr));
+  Outcome a, b;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&a, 5)).ok());
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&b, 3)).ok());
+  a.done.WaitForNotification();
+  b.done.WaitForNotification();
+  EXPECT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.deltas.load(), 5);
+  EXPECT_EQ(a.result.token_ids.size(), 5u);
+  EXPECT_EQ(b.deltas.load(), 3);
+  EXPECT_GE(a.queue_seconds, 0);
+  WaitUntil([&] { return scheduler->running() == 0; });
+}
+
+TEST(SchedulerTest, PrepareErrorIsReported) {
+  testing::FakeEngine engine;
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  Outcome a;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&a, 5, absl::InvalidArgumentError("bad image"))).ok());
+  a.done.WaitForNotification();
+  EXPECT_EQ(a.status, absl::InvalidArgumentError("bad image"));
+  EXPECT_EQ(engine.started(), 0);
+}
+
+TEST(SchedulerTest, FullQueueIsResourceExhaustedImmediately) {
+  testing::FakeEngine engine;
+  engine.Hold();
+  auto scheduler =
+      std::move(*Scheduler::Create({/*max_queue=*/1, /*workers=*/1}, &engine, nullptr));
+  Outcome running, queued, rejected;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&running, 2)).ok());
+  WaitUntil([&] { return engine.started() == 1; });
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&queued, 2)).ok());
+  EXPECT_EQ(scheduler->queue_depth(), 1);
+  absl::Status s = scheduler->Submit(MakeJob(&rejected, 2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("queue full"));
+  EXPECT_FALSE(rejected.done.HasBeenNotified());  // no callback for a rejected job
+  engine.Release();
+  running.done.WaitForNotification();
+  queued.done.WaitForNotification();
+  EXPECT_TRUE(running.status.ok());
+  EXPECT_TRUE(queued.status.ok());
+  EXPECT_GT(queued.queue_seconds, 0);
+}
+
+TEST(SchedulerTest, ZeroQueueStillAcceptsWhenAWorkerIsIdle) {
+  testing::FakeEngine engine;
+  auto scheduler = std::move(*Scheduler::Create({0, 1}, &engine, nullptr));
+  Outcome a;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&a, 1)).ok());
+  a.done.WaitForNotification();
+  EXPECT_TRUE(a.status.ok());
+}
+
+TEST(SchedulerTest, CancellationFreesTheWorker) {
+  testing::FakeEngine engine;
+  engine.step_delay = absl::Milliseconds(2);
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  Outcome slow, next;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&slow, 1000000)).ok());
+  WaitUntil([&] { return slow.deltas.load() > 2; });
+  slow.cancel = true;
+  slow.done.WaitForNotification();
+  EXPECT_EQ(slow.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&next, 2)).ok());
+  next.done.WaitForNotification();
+  EXPECT_TRUE(next.status.ok());
+  WaitUntil([&] { return scheduler->running() == 0 && engine.active() == 0; });
+}
+
+TEST(SchedulerTest, CancelledWhileQueuedNeverReachesTheEngine) {
+  testing::FakeEngine engine;
+  engine.Hold();
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  Outcome first, second;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&first, 1)).ok());
+  WaitUntil([&] { return engine.started() == 1; });
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&second, 1)).ok());
+  second.cancel = true;
+  engine.Release();
+  second.done.WaitForNotification();
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(engine.started(), 1);
+}
+
+TEST(SchedulerTest, DrainFinishesInFlightThenRejects) {
+  testing::FakeEngine engine;
+  engine.step_delay = absl::Milliseconds(2);
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  Outcome a, b;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&a, 20)).ok());
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&b, 20)).ok());
+  scheduler->Drain(absl::Seconds(30));
+  ASSERT_TRUE(a.done.HasBeenNotified());
+  ASSERT_TRUE(b.done.HasBeenNotified());
+  EXPECT_TRUE(a.status.ok()) << a.status;
+  EXPECT_TRUE(b.status.ok()) << b.status;
+  EXPECT_EQ(b.deltas.load(), 20);
+  Outcome late;
+  absl::Status s = scheduler->Submit(MakeJob(&late, 1));
+  EXPECT_EQ(s, absl::UnavailableError("server shutting down"));
+  scheduler->Drain(absl::Seconds(1));  // idempotent
+}
+
+TEST(SchedulerTest, DrainTimeoutCancelsRunningAndQueued) {
+  testing::FakeEngine engine;
+  engine.step_delay = absl::Milliseconds(2);
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  Outcome running, queued;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&running, 1000000)).ok());
+  WaitUntil([&] { return running.deltas.load() > 0; });
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&queued, 5)).ok());
+  const absl::Time start = absl::Now();
+  scheduler->Drain(absl::Milliseconds(50));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_TRUE(running.done.HasBeenNotified());
+  ASSERT_TRUE(queued.done.HasBeenNotified());
+  EXPECT_EQ(running.status, absl::UnavailableError("server shutting down"));
+  EXPECT_EQ(queued.status, absl::UnavailableError("server shutting down"));
+  EXPECT_EQ(engine.active(), 0);
+}
+
+}  // namespace
+}  // namespace vismoe::server

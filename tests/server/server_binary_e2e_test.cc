@@ -1,0 +1,129 @@
+// The built `vismoe-server` binary as an operator runs it: flags + JSON
+// config precedence, start-up log, serving over loopback, API key, SIGTERM
+// drain and exit code. REQUIRES: vismoe-server built (a full build does it).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/server_test_util.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ServerBinary() { return vismoe::testing::BinaryDir() + "/server/vismoe-server"; }
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts the binary with stdout+stderr to `log`; returns the pid.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stdout);
+    if (f == nullptr || dup2(fileno(stdout), 2) < 0) _exit(127);
+    std::vector<char*> argv;
+    std::string bin = ServerBinary();
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for the child to exit; returns its exit code, or -1 on timeout.
+int WaitExit(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+TEST(ServerBinaryE2eTest, ServesThenDrainsOnSigterm) {
+  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
+      << ServerBinary() << " is missing: build the vismoe-server target";
+  const std::string dir = ::testing::TempDir();
+  const std::string config = dir + "/vismoe_server_test_config.json";
+  std::ofstream(config) << R"({"max_queue": 3, "max_images": 5, "engine_threads": 1})";
+  const std::string log = dir + "/vismoe_server_test.log";
+  const pid_t pid = Spawn({"--config=" + config, "--max_queue=7", "--listen=127.0.0.1:0",
+                           "--metrics_listen=", "--api_key=topsecret-123", "--backend=cpu",
+                           "--model=" + vismoe::testing::TinyModelDir()},
+                          log);
+  ASSERT_GT(pid, 0);
+  int port = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const std::regex port_re("\\(port ([0-9]+),");
+  while (port == 0 && absl::Now() < deadline) {
+    std::smatch m;
+    const std::string text = ReadAll(log);
+    if (std::regex_search(text, m, port_re)) port = std::stoi(m[1]);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(port, 0) << ReadAll(log);
+  while (vismoe::testing::HealthStatus(port, "") != 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(vismoe::testing::HealthStatus(port, ""), 1) << ReadAll(log);
+
+  auto stub = vismoe::testing::MakeStub(port);
+  vismoe::testing::StreamResult r = vismoe::testing::RunGenerate(
+      *stub, vismoe::testing::TextRequest("Hi", 2), std::chrono::seconds(60),
+      {{"authorization", "Bearer topsecret-123"}});
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(r.has_final);
+  r = vismoe::testing::RunGenerate(*stub, vismoe::testing::TextRequest("Hi", 2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(pid, absl::Seconds(60)), 0);
+  const std::string text = ReadAll(log);
+  EXPECT_THAT(text, HasSubstr("max_queue = 7"));   // the flag beats the file
+  EXPECT_THAT(text, HasSubstr("max_images = 5"));  // the file beats the default
+  EXPECT_THAT(text, HasSubstr("api_key = <set>"));
+  EXPECT_THAT(text, Not(HasSubstr("topsecret")));
+  EXPECT_THAT(text, HasSubstr("received SIGTERM"));
+  EXPECT_THAT(text, HasSubstr("shutdown complete"));
+}
+
+TEST(ServerBinaryE2eTest, BadConfigExitsWithAClearMessage) {
+  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
+      << ServerBinary() << " is missing: build the vismoe-server target";
+  const std::string dir = ::testing::TempDir();
+  const std::string config = dir + "/vismoe_server_bad_config.json";
+  std::ofstream(config) << R"({"max_qeue": 3})";
+  const std::string log = dir + "/vismoe_server_bad.log";
+  const pid_t pid = Spawn({"--config=" + config, "--listen=127.0.0.1:0", "--metrics_listen="}, log);
+  EXPECT_EQ(WaitExit(pid, absl::Seconds(30)), 2);
+  EXPECT_THAT(ReadAll(log), HasSubstr("unknown option \"max_qeue\""));
+
+  const pid_t pid2 =
+      Spawn({"--model=/nonexistent/model", "--listen=127.0.0.1:0", "--metrics_listen="},
+            dir + "/vismoe_server_bad_model.log");
+  EXPECT_EQ(WaitExit(pid2, absl::Seconds(30)), 1);
+  EXPECT_THAT(ReadAll(dir + "/vismoe_server_bad_model.log"), HasSubstr("/nonexistent/model"));
+}
+
+}  // namespace
+}  // namespace vismoe::server
