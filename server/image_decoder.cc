@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model/rgb_convert.h"
 #include "server/image_header.h"
 
 namespace vismoe::server {
@@ -56,28 +57,31 @@ absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
   try {
     const cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1,
                           const_cast<char*>(data.data()));
-    // IMREAD_COLOR: grayscale is expanded and alpha dropped (like PIL's
-    // convert("RGB")); EXIF orientation is ignored, as PIL does by default.
-    cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
-    if (bgr.empty()) {
+    // IMREAD_UNCHANGED keeps alpha so it can be composited onto white as
+    // transformers' convert_to_rgb does (ToRgb); EXIF orientation is ignored,
+    // as PIL does by default.
+    cv::Mat raw = cv::imdecode(encoded, cv::IMREAD_UNCHANGED | cv::IMREAD_IGNORE_ORIENTATION);
+    if (raw.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot decode ", ImageFormatName(header.format), " image: corrupt or truncated data"));
     }
-    if (bgr.cols != header.width || bgr.rows != header.height) {
+    if (raw.cols != header.width || raw.rows != header.height) {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed ", ImageFormatName(header.format), " image: header says ", header.width, "x",
-          header.height, " but the data decodes to ", bgr.cols, "x", bgr.rows));
+          header.height, " but the data decodes to ", raw.cols, "x", raw.rows));
     }
-    RgbImage image;
-    image.width = bgr.cols;
-    image.height = bgr.rows;
-    image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
-    cv::Mat rgb(image.height, image.width, CV_8UC3, image.pixels.data());
-    cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);  // writes into image.pixels
-    if (rgb.data != image.pixels.data()) {
-      return absl::InternalError("OpenCV reallocated the RGB output buffer");
+    if (raw.depth() == CV_16U) raw.convertTo(raw, CV_8U, 1.0 / 257.0);  // 16-bit PNG
+    if (raw.depth() != CV_8U) {
+      return absl::InvalidArgumentError(absl::StrCat("unsupported ", ImageFormatName(header.format),
+                                                     " sample depth (OpenCV depth ", raw.depth(),
+                                                     "); expected 8 or 16 bits"));
     }
-    return image;
+    cv::Mat ordered = raw;  // OpenCV decodes BGR(A); ToRgb wants RGB(A)
+    if (raw.channels() == 3) cv::cvtColor(raw, ordered, cv::COLOR_BGR2RGB);
+    if (raw.channels() == 4) cv::cvtColor(raw, ordered, cv::COLOR_BGRA2RGBA);
+    if (!ordered.isContinuous()) ordered = ordered.clone();
+    return ToRgb(ordered.data, ordered.total() * ordered.elemSize(), ordered.cols, ordered.rows,
+                 ordered.channels());
   } catch (const cv::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot decode ", ImageFormatName(header.format),
                                                    " image: OpenCV error: ", e.what()));

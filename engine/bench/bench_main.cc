@@ -5,7 +5,8 @@
 //
 //   vismoe-bench --model DIR --budget 24G [--pinned_layers -1] [--copy_bandwidth 25G]
 //                [--eviction lru|lfu|guarded] [--prefetch none|history]
-//                [--prompt TEXT | --requests FILE.jsonl] [--max_new_tokens 32] [--json_out F]
+//                [--prompt TEXT | --requests FILE.jsonl] [--max_new_tokens 32]
+//                [--max_context_tokens 4096] [--json_out F]
 // A --requests line is {"prompt": "...", "max_new_tokens": N (optional)}.
 #include <algorithm>
 #include <cstdio>
@@ -27,7 +28,8 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint directory");
-ABSL_FLAG(std::string, budget, "0", "device memory budget in bytes (K/M/G suffix ok); 0 = all resident");
+ABSL_FLAG(std::string, budget, "0",
+          "device memory budget in bytes (K/M/G suffix ok); 0 = all resident");
 ABSL_FLAG(int, pinned_layers, -1, "MoE layers in the pinned prefix; -1 = Eq. 10");
 ABSL_FLAG(std::string, copy_bandwidth, "0", "CPU copy engine bytes/s (K/M/G ok); 0 = unthrottled");
 ABSL_FLAG(std::string, eviction, "lru", "lru | lfu | guarded");
@@ -36,6 +38,7 @@ ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sente
           "prompt of a single request (ignored with --requests)");
 ABSL_FLAG(std::string, requests, "", "JSONL request set");
 ABSL_FLAG(int, max_new_tokens, 32, "tokens to generate per request (default for --requests)");
+ABSL_FLAG(int, max_context_tokens, 4096, "KV cache capacity (counts against the budget)");
 ABSL_FLAG(int, threads, 0, "CPU kernel threads; 0 = all cores");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
 
@@ -49,7 +52,10 @@ bool ParseBytes(const std::string& s, double* out) {
   std::string num = s;
   const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
   if (last == 'K' || last == 'M' || last == 'G' || last == 'T') {
-    mult = last == 'K' ? 1024.0 : last == 'M' ? 1048576.0 : last == 'G' ? 1073741824.0 : 1099511627776.0;
+    mult = last == 'K'   ? 1024.0
+           : last == 'M' ? 1048576.0
+           : last == 'G' ? 1073741824.0
+                         : 1099511627776.0;
     num = s.substr(0, s.size() - 1);
   }
   double v = 0;
@@ -111,6 +117,7 @@ int Main() {
   EngineOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.num_threads = absl::GetFlag(FLAGS_threads);
+  options.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
   double budget = 0, bandwidth = 0;
   if (!ParseBytes(absl::GetFlag(FLAGS_budget), &budget) ||
       !ParseBytes(absl::GetFlag(FLAGS_copy_bandwidth), &bandwidth)) {

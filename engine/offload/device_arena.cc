@@ -37,9 +37,9 @@ DeviceArena::~DeviceArena() {
 absl::StatusOr<char*> DeviceArena::Carve(const std::string& region, int64_t bytes) {
   const int64_t size = AlignUp(bytes);
   if (bytes < 0 || used_ + size > capacity_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("device arena: region '", region, "' of ", bytes, " bytes does not fit in the ",
-                     capacity_ - used_, " bytes left of ", capacity_));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device arena: region '", region, "' of ", bytes, " bytes does not fit in the ",
+        capacity_ - used_, " bytes left of ", capacity_));
   }
   char* p = base_ + used_;
   used_ += size;

@@ -50,7 +50,8 @@ void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
   const std::vector<const TensorView*> t = PartsOf(w);
   char* d = static_cast<char*>(dst);
   std::memset(d, 0, bytes);  // padding is deterministic
-  for (size_t i = 0; i < t.size(); ++i) std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
+  for (size_t i = 0; i < t.size(); ++i)
+    std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
 }
 
 ExpertWeights ExpertFormat::View(const void* block) const {
@@ -90,10 +91,10 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
   bool have_format = false;
   for (size_t li = 0; li < layers.size(); ++li) {
     const int layer = layers[li];
-    if (layer >= static_cast<int>(s->slot_of_layer_.size())) s->slot_of_layer_.resize(layer + 1, -1);
+    if (layer >= static_cast<int>(s->slot_of_layer_.size()))
+      s->slot_of_layer_.resize(layer + 1, -1);
     s->slot_of_layer_[layer] = static_cast<int>(li);
-    VISMOE_ASSIGN_OR_RETURN(std::vector<int> order,
-                            source.BeginLayer(Phase::kPrefill, layer, all));
+    VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, source.BeginLayer(Phase::kPrefill, layer, all));
     for (int e : order) {
       auto w = source.Acquire(layer, e);
       if (!w.ok()) {

@@ -16,8 +16,7 @@ std::string MiB(int64_t bytes) {
 
 }  // namespace
 
-absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint,
-                                             const TextConfig& config,
+absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const TextConfig& config,
                                              const std::string& prefix) {
   ModelSizes s;
   s.num_experts = config.num_experts;
@@ -46,9 +45,9 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint,
   const int64_t n = static_cast<int64_t>(s.moe_layers.size()) * config.num_experts;
   if (n > 0) {
     if (expert_total == 0 || expert_total % n != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(checkpoint.dir(), ": routed expert tensors total ", expert_total,
-                       " bytes, not a multiple of ", n, " experts"));
+      return absl::InvalidArgumentError(absl::StrCat(checkpoint.dir(),
+                                                     ": routed expert tensors total ", expert_total,
+                                                     " bytes, not a multiple of ", n, " experts"));
     }
     s.expert_bytes = expert_total / n;
   }
@@ -57,10 +56,9 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint,
 
 std::string MemoryPlan::DebugString() const {
   return absl::StrCat("budget ", MiB(budget_bytes), ": resident ", MiB(resident_bytes),
-                      ", pinned prefix ", pinned_layers, " MoE layers = ",
-                      MiB(pinned_prefix_bytes), ", slab cache ", num_slabs, " x ",
-                      expert_bytes, " = ", MiB(slab_cache_bytes), ", activations ",
-                      MiB(activation_bytes), ", kv cache ", MiB(kv_cache_bytes));
+                      ", pinned prefix ", pinned_layers, " MoE layers = ", MiB(pinned_prefix_bytes),
+                      ", slab cache ", num_slabs, " x ", expert_bytes, " = ", MiB(slab_cache_bytes),
+                      ", activations ", MiB(activation_bytes), ", kv cache ", MiB(kv_cache_bytes));
 }
 
 int MaxPinnedLayers(int64_t m_avail, int64_t c_safe_bytes, int64_t s_layer, int num_moe_layers) {
@@ -127,13 +125,12 @@ absl::StatusOr<MemoryPlan> MakeMemoryPlan(const ModelSizes& sizes,
         "gpu memory budget of ", MiB(options.budget_bytes), " is too small: resident ",
         MiB(p.resident_bytes), " + activations ", MiB(p.activation_bytes), " + kv cache ",
         MiB(p.kv_cache_bytes), " + pinned prefix of ", pinned, " MoE layers ",
-        MiB(p.pinned_prefix_bytes), " + ", need_slabs, " expert slab(s) of ",
-        sizes.expert_bytes, " bytes needs at least ", MiB(minimum)));
+        MiB(p.pinned_prefix_bytes), " + ", need_slabs, " expert slab(s) of ", sizes.expert_bytes,
+        " bytes needs at least ", MiB(minimum)));
   }
   if (offloaded_experts > 0) {
     const int64_t left = options.budget_bytes - fixed - p.pinned_prefix_bytes;
-    p.num_slabs =
-        static_cast<int>(std::min<int64_t>(left / sizes.expert_bytes, offloaded_experts));
+    p.num_slabs = static_cast<int>(std::min<int64_t>(left / sizes.expert_bytes, offloaded_experts));
   }
   p.slab_cache_bytes = static_cast<int64_t>(p.num_slabs) * sizes.expert_bytes;
   return p;

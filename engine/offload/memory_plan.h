@@ -24,16 +24,15 @@ namespace vismoe {
 
 // Byte sizes of a model's parts.
 struct ModelSizes {
-  int64_t resident_bytes = 0;  // every tensor that is not a routed expert
-  int64_t expert_bytes = 0;    // one routed expert (gate + up + down), packed
+  int64_t resident_bytes = 0;   // every tensor that is not a routed expert
+  int64_t expert_bytes = 0;     // one routed expert (gate + up + down), packed
   std::vector<int> moe_layers;  // decoder layer indices with routed experts, ascending
   int num_experts = 0;          // per MoE layer
 };
 
 // Measures ModelSizes from the checkpoint's tensor table (no data is read).
 // `prefix` is the text model's tensor prefix, e.g. "model.language_model.".
-absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint,
-                                             const TextConfig& config,
+absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const TextConfig& config,
                                              const std::string& prefix);
 
 // Offline calibration result for Eq. 10.
@@ -46,11 +45,11 @@ struct PinnedPrefixProfile {
 
 struct MemoryPlanOptions {
   int64_t budget_bytes = 0;
-  int pinned_layers = -1;           // -1 = choose by Eq. 10
-  int64_t activation_bytes = 0;     // reserved for activations
-  int64_t kv_cache_bytes = 0;       // reserved for the KV cache
-  int min_cache_slabs = 1;          // C_safe, in slabs (>= 1 unless all layers pinned)
-  PinnedPrefixProfile profile;      // used when pinned_layers == -1
+  int pinned_layers = -1;        // -1 = choose by Eq. 10
+  int64_t activation_bytes = 0;  // reserved for activations
+  int64_t kv_cache_bytes = 0;    // reserved for the KV cache
+  int min_cache_slabs = 1;       // C_safe, in slabs (>= 1 unless all layers pinned)
+  PinnedPrefixProfile profile;   // used when pinned_layers == -1
 };
 
 struct MemoryPlan {
@@ -58,8 +57,8 @@ struct MemoryPlan {
   int64_t resident_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t kv_cache_bytes = 0;
-  int64_t expert_bytes = 0;  // = slab size
-  int pinned_layers = 0;     // number of MoE layers in the pinned prefix
+  int64_t expert_bytes = 0;              // = slab size
+  int pinned_layers = 0;                 // number of MoE layers in the pinned prefix
   std::vector<int> pinned_layer_ids;     // decoder layer indices
   std::vector<int> offloaded_layer_ids;  // decoder layer indices served by the slab cache
   int64_t pinned_prefix_bytes = 0;

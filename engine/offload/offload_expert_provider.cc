@@ -49,8 +49,8 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->next_offloaded_.assign(num_layers, -1);
   for (int l = 0; l < num_layers && !plan.offloaded_layer_ids.empty(); ++l) {
     auto it = std::upper_bound(plan.offloaded_layer_ids.begin(), plan.offloaded_layer_ids.end(), l);
-    p->next_offloaded_[l] = it == plan.offloaded_layer_ids.end() ? plan.offloaded_layer_ids.front()
-                                                                 : *it;
+    p->next_offloaded_[l] =
+        it == plan.offloaded_layer_ids.end() ? plan.offloaded_layer_ids.front() : *it;
   }
 
   // Host store for the offloaded layers; the pinned prefix is packed through
@@ -60,17 +60,18 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   std::unique_ptr<HostExpertStore> pinned_store;
   VISMOE_ASSIGN_OR_RETURN(pinned_store, HostExpertStore::Create(source, plan.pinned_layer_ids,
                                                                 config.num_experts, nullptr));
-  const size_t stride = !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes
-                                                          : pinned_store->format().bytes;
+  const size_t stride =
+      !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes : pinned_store->format().bytes;
   p->stride_ = stride;
   const int64_t pinned_bytes = static_cast<int64_t>(pinned_store->total_bytes());
   const int64_t slab_bytes = static_cast<int64_t>(stride) * plan.num_slabs;
-  VISMOE_ASSIGN_OR_RETURN(p->arena_, DeviceArena::Create(
-                                         DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
-                                         nullptr));
+  VISMOE_ASSIGN_OR_RETURN(
+      p->arena_,
+      DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}), nullptr));
   VISMOE_ASSIGN_OR_RETURN(char* prefix, p->arena_->Carve("pinned_prefix", pinned_bytes));
-  if (pinned_bytes > 0) std::memcpy(prefix, pinned_store->Block(plan.pinned_layer_ids[0], 0),
-                                    static_cast<size_t>(pinned_bytes));
+  if (pinned_bytes > 0)
+    std::memcpy(prefix, pinned_store->Block(plan.pinned_layer_ids[0], 0),
+                static_cast<size_t>(pinned_bytes));
   for (size_t i = 0; i < plan.pinned_layer_ids.size(); ++i) {
     p->pinned_[plan.pinned_layer_ids[i]] =
         prefix + i * pinned_store->format().bytes * config.num_experts;
@@ -119,8 +120,8 @@ absl::Status OffloadExpertProvider::CheckIds(int layer, int expert) const {
 }
 
 void OffloadExpertProvider::PublishSlotGaugesLocked() {
-  for (SlotState s : {SlotState::kFree, SlotState::kRequired, SlotState::kSpeculative,
-                      SlotState::kExpired}) {
+  for (SlotState s :
+       {SlotState::kFree, SlotState::kRequired, SlotState::kSpeculative, SlotState::kExpired}) {
     sink_->SetSlotCount(s, cache_->Count(s));
   }
 }
@@ -186,8 +187,8 @@ void OffloadExpertProvider::PrefetchLocked(int layer) {
   }
 }
 
-absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(
-    Phase phase, int layer, absl::Span<const int> experts) {
+absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, int layer,
+                                                                   absl::Span<const int> experts) {
   for (int e : experts) VISMOE_RETURN_IF_ERROR(CheckIds(layer, e));
   std::vector<int> ids(experts.begin(), experts.end());
   std::sort(ids.begin(), ids.end());
@@ -202,8 +203,8 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(
     return std::vector<int>(experts.begin(), experts.end());
   }
   if (current_layer_ >= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "BeginLayer(", layer, ") while layer ", current_layer_, " has not ended"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("BeginLayer(", layer, ") while layer ", current_layer_, " has not ended"));
   }
   if (shutting_down_) return absl::CancelledError("offload runtime is shutting down");
   current_layer_ = layer;
@@ -256,8 +257,7 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(
 absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expert) {
   VISMOE_RETURN_IF_ERROR(CheckIds(layer, expert));
   if (kind_[layer] == Kind::kPinned) {
-    return store_format_pinned_.View(pinned_[layer] +
-                                    static_cast<size_t>(expert) * pinned_stride_);
+    return store_format_pinned_.View(pinned_[layer] + static_cast<size_t>(expert) * pinned_stride_);
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (layer != current_layer_ ||
@@ -283,8 +283,8 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
       if (DispatchDemandLocked() > 0) continue;
       if (in_flight_ == 0) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "slab cache of ", cache_->num_slots(), " slabs cannot take layer ", layer,
-            " expert ", expert, ": every slab is Required or pinned and no copy is in flight"));
+            "slab cache of ", cache_->num_slots(), " slabs cannot take layer ", layer, " expert ",
+            expert, ": every slab is Required or pinned and no copy is in flight"));
       }
     }
     if (!stalled) {

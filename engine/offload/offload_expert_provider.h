@@ -97,9 +97,9 @@ class OffloadExpertProvider final : public ExpertProvider {
   int num_experts_ = 0;
   int prefetch_count_ = 0;
   StatsSink* sink_ = nullptr;
-  std::vector<Kind> kind_;            // per decoder layer
-  std::vector<int> next_offloaded_;   // per decoder layer: the next offloaded layer (wraps), -1
-  std::vector<const char*> pinned_;   // per decoder layer: its pinned-prefix block, or null
+  std::vector<Kind> kind_;           // per decoder layer
+  std::vector<int> next_offloaded_;  // per decoder layer: the next offloaded layer (wraps), -1
+  std::vector<const char*> pinned_;  // per decoder layer: its pinned-prefix block, or null
   std::unique_ptr<DeviceArena> arena_;
   std::unique_ptr<HostExpertStore> store_;
   ExpertFormat store_format_pinned_;  // format of the pinned-prefix blocks
@@ -108,13 +108,13 @@ class OffloadExpertProvider final : public ExpertProvider {
   size_t pinned_stride_ = 0;  // bytes of one pinned-prefix block
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // a copy completed or a slab was released
-  std::unique_ptr<SlabCache> cache_;              // guarded by mu_
+  std::condition_variable cv_;                   // a copy completed or a slab was released
+  std::unique_ptr<SlabCache> cache_;             // guarded by mu_
   std::unique_ptr<HistoryPredictor> predictor_;  // guarded by mu_; null = no prefetch
-  int current_layer_ = -1;                        // guarded by mu_
-  std::vector<int> pending_;   // guarded by mu_: declared misses without a slab, in order
-  std::vector<int> declared_;  // guarded by mu_: experts of current_layer_
-  int in_flight_ = 0;          // guarded by mu_
+  int current_layer_ = -1;                       // guarded by mu_
+  std::vector<int> pending_;    // guarded by mu_: declared misses without a slab, in order
+  std::vector<int> declared_;   // guarded by mu_: experts of current_layer_
+  int in_flight_ = 0;           // guarded by mu_
   bool shutting_down_ = false;  // guarded by mu_
   uint64_t demand_seq_ = 0;     // guarded by mu_
   OffloadStats request_;        // guarded by mu_

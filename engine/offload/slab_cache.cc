@@ -71,10 +71,10 @@ int SlabCache::PickVictim(bool demand) const {
 
 void SlabCache::Assign(int slot, int layer, int expert, SlotState state, bool prefetched) {
   Slot& s = slots_[slot];
-  if (s.state == SlotState::kRequired || s.pins > 0 || s.in_flight ||
-      state == SlotState::kFree || state == SlotState::kExpired || Find(layer, expert) >= 0) {
-    spdlog::critical("SlabCache::Assign: slot {} (state {}, pins {}, in flight {}) for {}/{}",
-                     slot, static_cast<int>(s.state), s.pins, s.in_flight, layer, expert);
+  if (s.state == SlotState::kRequired || s.pins > 0 || s.in_flight || state == SlotState::kFree ||
+      state == SlotState::kExpired || Find(layer, expert) >= 0) {
+    spdlog::critical("SlabCache::Assign: slot {} (state {}, pins {}, in flight {}) for {}/{}", slot,
+                     static_cast<int>(s.state), s.pins, s.in_flight, layer, expert);
     std::abort();
   }
   if (s.state != SlotState::kFree) where_.erase(Key(s.layer, s.expert));

@@ -8,8 +8,7 @@ namespace vismoe {
 
 using Clock = std::chrono::steady_clock;
 
-TransferEngine::TransferEngine(Options options)
-    : options_(options), paused_(options.start_paused) {
+TransferEngine::TransferEngine(Options options) : options_(options), paused_(options.start_paused) {
   thread_ = std::thread([this] { Run(); });
 }
 

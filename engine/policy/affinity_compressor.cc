@@ -8,8 +8,8 @@
 
 namespace vismoe {
 
-absl::StatusOr<AffinityScores> ScoreAffinity(const CompressionInput& in, double alpha,
-                                             double beta, double lambda) {
+absl::StatusOr<AffinityScores> ScoreAffinity(const CompressionInput& in, double alpha, double beta,
+                                             double lambda) {
   const int64_t n = in.num_tokens;
   if (static_cast<int64_t>(in.saliency.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat("affinity compressor: saliency has ",
@@ -43,8 +43,8 @@ absl::StatusOr<AffinityScores> ScoreAffinity(const CompressionInput& in, double 
                                  in.active_experts.begin() + (i + 1) * k);
     int64_t outside = 0;
     for (int e : e_i) outside += target.contains(e) ? 0 : 1;
-    out.delta[i] = e_i.empty() ? 0.0f
-                               : static_cast<float>(outside) / static_cast<float>(e_i.size());
+    out.delta[i] =
+        e_i.empty() ? 0.0f : static_cast<float>(outside) / static_cast<float>(e_i.size());
     out.score[i] = out.normalized[i] - static_cast<float>(lambda) * out.delta[i];
   }
   out.kept = out.core;

@@ -30,8 +30,8 @@ struct AffinityScores {
 
 // Runs Algorithm 1. InvalidArgument when the saliency or expert rows do not
 // have N entries.
-absl::StatusOr<AffinityScores> ScoreAffinity(const CompressionInput& in, double alpha,
-                                             double beta, double lambda);
+absl::StatusOr<AffinityScores> ScoreAffinity(const CompressionInput& in, double alpha, double beta,
+                                             double lambda);
 
 class AffinityCompressor final : public TokenCompressor {
  public:

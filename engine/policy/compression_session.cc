@@ -18,8 +18,8 @@ int CompressionLayer(const TextConfig& config, int pinned_moe_layers) {
 CompressionSession::CompressionSession(const TokenCompressor* compressor,
                                        absl::Span<const int> tokens, int image_token_id,
                                        absl::Span<const int64_t> tokens_per_image,
-                                       absl::Span<const float> saliency,
-                                       int compress_before_layer, RouterObserver* next)
+                                       absl::Span<const float> saliency, int compress_before_layer,
+                                       RouterObserver* next)
     : compressor_(compressor),
       tokens_(tokens),
       tokens_per_image_(tokens_per_image.begin(), tokens_per_image.end()),
@@ -68,10 +68,10 @@ absl::StatusOr<std::vector<int64_t>> CompressionSession::KeptRows() {
   }
   const int slots = static_cast<int>(routing_.size());
   if (compressor_->needs_routing() && slots == 0 && total > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "token compressor '", compressor_->name(),
-        "' needs the routing of at least one pinned MoE layer before decoder layer ",
-        compress_before_layer_));
+    return absl::FailedPreconditionError(
+        absl::StrCat("token compressor '", compressor_->name(),
+                     "' needs the routing of at least one pinned MoE layer before decoder layer ",
+                     compress_before_layer_));
   }
   const int per_token = slots * top_k_;
   std::vector<bool> keep_row(tokens_.size(), true);

@@ -63,8 +63,8 @@ class CompressionSession final : public RouterObserver {
   absl::Span<const float> saliency_;
   int compress_before_layer_;
   RouterObserver* next_;
-  std::vector<int64_t> visual_rows_;        // prompt row of each visual token
-  std::vector<std::vector<int>> routing_;   // per recorded MoE layer: [num_visual, top_k]
+  std::vector<int64_t> visual_rows_;       // prompt row of each visual token
+  std::vector<std::vector<int>> routing_;  // per recorded MoE layer: [num_visual, top_k]
   int top_k_ = 0;
   int num_experts_ = 0;
   int64_t visual_after_ = 0;

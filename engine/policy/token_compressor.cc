@@ -102,13 +102,14 @@ absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
         absl::StrCat("token compressor: keep ratio beta must be in (0, 1], got ", o.beta));
   }
   if (o.kind == "none") return std::unique_ptr<TokenCompressor>(new NoneCompressor());
-  if (o.kind == "random") return std::unique_ptr<TokenCompressor>(new RandomCompressor(o.beta, o.seed));
+  if (o.kind == "random")
+    return std::unique_ptr<TokenCompressor>(new RandomCompressor(o.beta, o.seed));
   if (o.kind == "saliency") return std::unique_ptr<TokenCompressor>(new SaliencyCompressor(o.beta));
   if (o.kind == "affinity") {
     if (!(o.alpha >= 0 && o.alpha <= o.beta)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token compressor: salient ratio alpha must be in [0, beta = ", o.beta, "], got ",
-          o.alpha));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token compressor: salient ratio alpha must be in [0, beta = ", o.beta,
+                       "], got ", o.alpha));
     }
     if (!(o.lambda >= 0)) {
       return absl::InvalidArgumentError(
@@ -116,8 +117,8 @@ absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
     }
     return std::unique_ptr<TokenCompressor>(new AffinityCompressor(o.alpha, o.beta, o.lambda));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown token compressor '", o.kind, "' (known: none, random, saliency, affinity)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown token compressor '", o.kind,
+                                                 "' (known: none, random, saliency, affinity)"));
 }
 
 }  // namespace vismoe

@@ -59,14 +59,31 @@ TEST(ImageDecoderTest, GrayscaleBecomesThreeEqualChannels) {
   for (uint8_t v : img->pixels) EXPECT_EQ(v, 123);
 }
 
-TEST(ImageDecoderTest, AlphaIsDropped) {
+TEST(ImageDecoderTest, AlphaIsCompositedOntoWhite) {
+  // As transformers' convert_to_rgb: transparent pixels become white, partly
+  // transparent ones are blended with Pillow's arithmetic.
   cv::Mat bgra(3, 3, CV_8UC4, cv::Scalar(30, 60, 90, 0));  // fully transparent
+  bgra.at<cv::Vec4b>(0, 1) = cv::Vec4b(0, 0, 0, 128);       // half-transparent black
+  bgra.at<cv::Vec4b>(0, 2) = cv::Vec4b(30, 60, 90, 255);    // opaque
   absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(".png", bgra));
   ASSERT_TRUE(img.ok()) << img.status();
   ASSERT_EQ(img->pixels.size(), 27u);
-  EXPECT_EQ(img->pixels[0], 90);  // R
-  EXPECT_EQ(img->pixels[1], 60);  // G
-  EXPECT_EQ(img->pixels[2], 30);  // B
+  EXPECT_EQ(img->pixels[0], 255);
+  EXPECT_EQ(img->pixels[1], 255);
+  EXPECT_EQ(img->pixels[2], 255);
+  EXPECT_EQ(img->pixels[3], 127);
+  EXPECT_EQ(img->pixels[6], 90);  // R
+  EXPECT_EQ(img->pixels[7], 60);  // G
+  EXPECT_EQ(img->pixels[8], 30);  // B
+}
+
+TEST(ImageDecoderTest, SixteenBitPngIsScaledTo8Bit) {
+  cv::Mat deep(2, 2, CV_16UC3, cv::Scalar(0, 257 * 100, 65535));
+  absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(".png", deep));
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->pixels[0], 255);
+  EXPECT_EQ(img->pixels[1], 100);
+  EXPECT_EQ(img->pixels[2], 0);
 }
 
 TEST(ImageDecoderTest, DecodesJpegAndWebp) {

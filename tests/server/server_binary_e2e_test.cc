@@ -1,7 +1,9 @@
 // The built `vismoe-server` binary as an operator runs it: flags + JSON
 // config precedence, start-up log, serving over loopback, API key, SIGTERM
 // drain and exit code. REQUIRES: vismoe-server built (a full build does it).
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,21 +31,22 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// Starts the binary with stdout+stderr to `log`; returns the pid.
+// Starts the binary with stdout+stderr to `log`; returns the pid. posix_spawn,
+// not fork: the test process already runs gRPC threads.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stdout);
-    if (f == nullptr || dup2(fileno(stdout), 2) < 0) _exit(127);
-    std::vector<char*> argv;
-    std::string bin = ServerBinary();
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
+  std::string bin = ServerBinary();
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  argv.push_back(bin.data());
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
 
@@ -66,7 +69,7 @@ TEST(ServerBinaryE2eTest, ServesThenDrainsOnSigterm) {
   const std::string dir = ::testing::TempDir();
   const std::string config = dir + "/vismoe_server_test_config.json";
   std::ofstream(config) << R"({"max_queue": 3, "max_images": 5, "engine_threads": 1})";
-  const std::string log = dir + "/vismoe_server_test.log";
+  const std::string log = absl::StrCat(dir, "/vismoe_server_test_", getpid(), ".log");
   const pid_t pid = Spawn({"--config=" + config, "--max_queue=7", "--listen=127.0.0.1:0",
                            "--metrics_listen=", "--api_key=topsecret-123", "--backend=cpu",
                            "--model=" + vismoe::testing::TinyModelDir()},

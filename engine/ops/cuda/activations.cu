@@ -78,8 +78,8 @@ absl::Status SiluMul(const Bf16* gate, const Bf16* up, int64_t n, Bf16* out, Str
 absl::Status SiluMulFused(const Bf16* gate_up, int64_t rows, int64_t inter, Bf16* out,
                           StreamHandle stream) {
   if (rows <= 0 || inter <= 0) return absl::OkStatus();
-  SiluMulFusedKernel<<<GridFor(rows * inter, kThreads), kThreads, 0, stream>>>(gate_up, rows,
-                                                                               inter, out);
+  SiluMulFusedKernel<<<GridFor(rows * inter, kThreads), kThreads, 0, stream>>>(gate_up, rows, inter,
+                                                                               out);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("SiluMulFusedKernel");
   return absl::OkStatus();
 }

@@ -18,9 +18,8 @@ using detail::WarpSum;
 // and is a template constant so acc[] stays in registers.
 template <int kPerLane>
 __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, const Bf16* v,
-                                int64_t kv_stride, int64_t nk, int group, int head_dim,
-                                bool causal, int64_t q_pos0, float scale, Bf16* out,
-                                int64_t out_stride) {
+                                int64_t kv_stride, int64_t nk, int group, int head_dim, bool causal,
+                                int64_t q_pos0, float scale, Bf16* out, int64_t out_stride) {
   extern __shared__ float smem[];  // [nwarps][head_dim] acc, then [nwarps] m, [nwarps] l
   const int64_t i = blockIdx.x;
   const int h = blockIdx.y;
@@ -120,8 +119,9 @@ absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, c
         " head_dim=", shape.head_dim, " nq=", nq, " q_pos0=", q_pos0));
   }
   if (nq <= 0) return absl::OkStatus();
-  const int64_t qs = shape.q_row_stride > 0 ? shape.q_row_stride
-                                            : static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+  const int64_t qs = shape.q_row_stride > 0
+                         ? shape.q_row_stride
+                         : static_cast<int64_t>(shape.num_heads) * shape.head_dim;
   const int64_t kvs = shape.kv_row_stride > 0
                           ? shape.kv_row_stride
                           : static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;

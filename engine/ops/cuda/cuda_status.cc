@@ -32,9 +32,9 @@ absl::StatusCode CodeFor(cudaError_t err) {
 
 absl::Status CudaErrorToStatus(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::Status(CodeFor(err), absl::StrCat(call, " failed at ", file, ":", line, ": ",
-                                                 cudaGetErrorName(err), ": ",
-                                                 cudaGetErrorString(err)));
+  return absl::Status(
+      CodeFor(err), absl::StrCat(call, " failed at ", file, ":", line, ": ", cudaGetErrorName(err),
+                                 ": ", cudaGetErrorString(err)));
 }
 
 absl::Status CublasErrorToStatus(cublasStatus_t err, const char* call, const char* file, int line) {
@@ -47,9 +47,9 @@ absl::Status CublasErrorToStatus(cublasStatus_t err, const char* call, const cha
   if (err == CUBLAS_STATUS_INVALID_VALUE || err == CUBLAS_STATUS_NOT_SUPPORTED) {
     code = absl::StatusCode::kInvalidArgument;
   }
-  return absl::Status(code, absl::StrCat(call, " failed at ", file, ":", line, ": ",
-                                         cublasGetStatusName(err), ": ",
-                                         cublasGetStatusString(err)));
+  return absl::Status(
+      code, absl::StrCat(call, " failed at ", file, ":", line, ": ", cublasGetStatusName(err), ": ",
+                         cublasGetStatusString(err)));
 }
 
 absl::Status LastLaunchStatus(const char* kernel, const char* file, int line) {

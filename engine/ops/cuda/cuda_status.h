@@ -25,34 +25,34 @@ void CudaCheckFailed(cudaError_t err, const char* call, const char* file, int li
 
 }  // namespace vismoe::cuda
 
-#define VISMOE_CUDA_RETURN_IF_ERROR(call)                                                  \
-  do {                                                                                     \
-    const cudaError_t vismoe_cuda_err_ = (call);                                           \
-    if (vismoe_cuda_err_ != cudaSuccess)                                                   \
+#define VISMOE_CUDA_RETURN_IF_ERROR(call)                                                    \
+  do {                                                                                       \
+    const cudaError_t vismoe_cuda_err_ = (call);                                             \
+    if (vismoe_cuda_err_ != cudaSuccess)                                                     \
       return ::vismoe::cuda::CudaErrorToStatus(vismoe_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define VISMOE_CUBLAS_RETURN_IF_ERROR(call)                                                     \
-  do {                                                                                          \
-    const cublasStatus_t vismoe_cublas_err_ = (call);                                           \
-    if (vismoe_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                            \
+#define VISMOE_CUBLAS_RETURN_IF_ERROR(call)                                                      \
+  do {                                                                                           \
+    const cublasStatus_t vismoe_cublas_err_ = (call);                                            \
+    if (vismoe_cublas_err_ != CUBLAS_STATUS_SUCCESS)                                             \
       return ::vismoe::cuda::CublasErrorToStatus(vismoe_cublas_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Returns the launch error (bad configuration, no device) of the kernel just launched.
-#define VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_name)                             \
-  do {                                                                              \
-    ::absl::Status vismoe_launch_st_ =                                              \
-        ::vismoe::cuda::LastLaunchStatus(kernel_name, __FILE__, __LINE__);          \
-    if (!vismoe_launch_st_.ok()) return vismoe_launch_st_;                          \
+#define VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR(kernel_name)                    \
+  do {                                                                     \
+    ::absl::Status vismoe_launch_st_ =                                     \
+        ::vismoe::cuda::LastLaunchStatus(kernel_name, __FILE__, __LINE__); \
+    if (!vismoe_launch_st_.ok()) return vismoe_launch_st_;                 \
   } while (0)
 
 // For broken invariants only (destructors, code paths that cannot report).
-#define VISMOE_CUDA_CHECK(call)                                                                \
-  do {                                                                                         \
-    const cudaError_t vismoe_cuda_err_ = (call);                                               \
-    if (vismoe_cuda_err_ != cudaSuccess)                                                       \
-      ::vismoe::cuda::CudaCheckFailed(vismoe_cuda_err_, #call, __FILE__, __LINE__);            \
+#define VISMOE_CUDA_CHECK(call)                                                     \
+  do {                                                                              \
+    const cudaError_t vismoe_cuda_err_ = (call);                                    \
+    if (vismoe_cuda_err_ != cudaSuccess)                                            \
+      ::vismoe::cuda::CudaCheckFailed(vismoe_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #endif  // VISMOE_ENGINE_OPS_CUDA_CUDA_STATUS_H_

@@ -42,9 +42,9 @@ absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal) {
   info.max_shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
   VISMOE_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&info.free_memory_bytes, &info.total_memory_bytes));
   if (prop.major < 8) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", ordinal, " (", info.name, ") is sm_", prop.major, prop.minor,
-        "; the bf16 kernels need sm_80 or newer"));
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", ordinal, " (", info.name,
+                                                      ") is sm_", prop.major, prop.minor,
+                                                      "; the bf16 kernels need sm_80 or newer"));
   }
   return info;
 }
@@ -210,8 +210,7 @@ absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) {
   VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
 }
-absl::Status CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes,
-                               StreamHandle stream) {
+absl::Status CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes, StreamHandle stream) {
   VISMOE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream));
   return absl::OkStatus();

@@ -33,7 +33,7 @@ struct DeviceInfo {
 // CUDA error ("no CUDA device: <cudaGetErrorString>") when there is no usable
 // device or driver; with kFailedPrecondition when the device is older than
 // sm_80 (bf16 kernels need Ampere or newer). The caller logs one line and falls
-// back to the CPU backend.
+// back to the CPU backend. On success the device is made current (cudaSetDevice).
 absl::StatusOr<DeviceInfo> ProbeCudaDevice(int ordinal = 0);
 
 // Owns one cudaMalloc allocation. Move-only; frees on destruction.
@@ -143,8 +143,7 @@ class DeviceArena {
   // Borrows [base, base + capacity). REQUIRES: alignment is a power of two.
   DeviceArena(void* base, size_t capacity, size_t alignment = kDefaultAlignment);
   // Allocates and owns a `capacity`-byte device region.
-  static absl::StatusOr<DeviceArena> Create(size_t capacity,
-                                            size_t alignment = kDefaultAlignment);
+  static absl::StatusOr<DeviceArena> Create(size_t capacity, size_t alignment = kDefaultAlignment);
   DeviceArena(DeviceArena&&) noexcept = default;
   DeviceArena& operator=(DeviceArena&&) noexcept = default;
   DeviceArena(const DeviceArena&) = delete;

@@ -58,17 +58,16 @@ absl::Status EmbeddingGather(const Bf16* table, int64_t vocab, int hidden, const
 absl::Status ScatterRows(const Bf16* src, int64_t m, int hidden, const int32_t* positions,
                          Bf16* dst, int64_t dst_rows, StreamHandle stream) {
   if (m <= 0) return absl::OkStatus();
-  ScatterKernel<false><<<Blocks(m), kThreads, 0, stream>>>(src, m, hidden, positions, dst,
-                                                           dst_rows);
+  ScatterKernel<false>
+      <<<Blocks(m), kThreads, 0, stream>>>(src, m, hidden, positions, dst, dst_rows);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ScatterKernel");
   return absl::OkStatus();
 }
 
-absl::Status AddRowsAt(const Bf16* src, int64_t m, int hidden, const int32_t* positions,
-                       Bf16* dst, int64_t dst_rows, StreamHandle stream) {
+absl::Status AddRowsAt(const Bf16* src, int64_t m, int hidden, const int32_t* positions, Bf16* dst,
+                       int64_t dst_rows, StreamHandle stream) {
   if (m <= 0) return absl::OkStatus();
-  ScatterKernel<true><<<Blocks(m), kThreads, 0, stream>>>(src, m, hidden, positions, dst,
-                                                          dst_rows);
+  ScatterKernel<true><<<Blocks(m), kThreads, 0, stream>>>(src, m, hidden, positions, dst, dst_rows);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ScatterKernel<add>");
   return absl::OkStatus();
 }

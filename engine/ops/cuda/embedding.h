@@ -24,8 +24,8 @@ absl::Status ScatterRows(const Bf16* src, int64_t m, int hidden, const int32_t* 
 
 // dst[positions[i], :] += src[i, :] (fp32 add, one bf16 rounding).
 // REQUIRES: positions distinct (no atomics, so duplicates would race).
-absl::Status AddRowsAt(const Bf16* src, int64_t m, int hidden, const int32_t* positions,
-                       Bf16* dst, int64_t dst_rows, StreamHandle stream);
+absl::Status AddRowsAt(const Bf16* src, int64_t m, int hidden, const int32_t* positions, Bf16* dst,
+                       int64_t dst_rows, StreamHandle stream);
 
 }  // namespace vismoe::cuda
 

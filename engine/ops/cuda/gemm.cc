@@ -42,23 +42,22 @@ Blas::~Blas() {
 // [out, n]; x [n, in] is column-major x^T [in, n]. So y^T = W x^T with
 //   kOutIn: W [out, in] row-major = column-major W^T [in, out], ld in -> op T;
 //   kInOut: W_t [in, out] row-major = column-major W [out, in], ld out -> op N.
-absl::Status Blas::Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w,
-                          WeightLayout layout, int64_t out, void* y, GemmOut out_type, float beta,
-                          int64_t ldy) {
-  if (n < 0 || in <= 0 || out <= 0 || n > 0x7fffffffLL || in > 0x7fffffffLL ||
-      out > 0x7fffffffLL || (ldy != 0 && ldy < out)) {
+absl::Status Blas::Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w, WeightLayout layout,
+                          int64_t out, void* y, GemmOut out_type, float beta, int64_t ldy) {
+  if (n < 0 || in <= 0 || out <= 0 || n > 0x7fffffffLL || in > 0x7fffffffLL || out > 0x7fffffffLL ||
+      (ldy != 0 && ldy < out)) {
     return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::Linear: bad shape n=", n,
                                                    " in=", in, " out=", out, " ldy=", ldy));
   }
   if (n == 0) return absl::OkStatus();
   const float alpha = 1.0f;
   const bool out_in = layout == WeightLayout::kOutIn;
-  VISMOE_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-      handle_, out_in ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out),
-      static_cast<int>(n), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
-      static_cast<int>(out_in ? in : out), x, CUDA_R_16BF, static_cast<int>(in), &beta, y,
-      out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy ? ldy : out),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  VISMOE_CUBLAS_RETURN_IF_ERROR(
+      cublasGemmEx(handle_, out_in ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out),
+                   static_cast<int>(n), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
+                   static_cast<int>(out_in ? in : out), x, CUDA_R_16BF, static_cast<int>(in), &beta,
+                   y, out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF,
+                   static_cast<int>(ldy ? ldy : out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 
@@ -68,8 +67,8 @@ absl::Status Blas::GroupedLinear(const Bf16* xp, int64_t in, absl::Span<const Ge
   for (const GemmGroup& g : groups) {
     if (g.rows == 0) continue;
     if (g.w == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda::Blas::GroupedLinear: group at row ", g.row_begin, " has rows but no weight"));
+      return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::GroupedLinear: group at row ",
+                                                     g.row_begin, " has rows but no weight"));
     }
     absl::Status st = Linear(xp + g.row_begin * in, g.rows, in, g.w, layout, out,
                              yp + g.row_begin * ld, GemmOut::kBf16, 0.0f, ld);
@@ -79,13 +78,11 @@ absl::Status Blas::GroupedLinear(const Bf16* xp, int64_t in, absl::Span<const Ge
 }
 
 absl::Status Blas::MoeExperts(const Bf16* xp, absl::Span<const int32_t> host_offsets,
-                              absl::Span<const DeviceExpert> experts, int64_t hidden,
-                              int64_t inter, Bf16* gate_up_scratch, Bf16* act_scratch,
-                              Bf16* yp) {
+                              absl::Span<const DeviceExpert> experts, int64_t hidden, int64_t inter,
+                              Bf16* gate_up_scratch, Bf16* act_scratch, Bf16* yp) {
   if (host_offsets.size() != experts.size() + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::MoeExperts: ",
-                                                   host_offsets.size(), " offsets for ",
-                                                   experts.size(), " experts"));
+    return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::MoeExperts: ", host_offsets.size(),
+                                                   " offsets for ", experts.size(), " experts"));
   }
   const int64_t total_rows = host_offsets.back();
   for (size_t e = 0; e < experts.size(); ++e) {
@@ -100,8 +97,8 @@ absl::Status Blas::MoeExperts(const Bf16* xp, absl::Span<const int32_t> host_off
         return absl::InvalidArgumentError(
             absl::StrCat("cuda::Blas::MoeExperts: expert ", e, " has rows but no weights"));
       }
-      absl::Status st = Linear(x, rows, hidden, w.gate_up, WeightLayout::kInOut, 2 * inter, gu,
-                               GemmOut::kBf16);
+      absl::Status st =
+          Linear(x, rows, hidden, w.gate_up, WeightLayout::kInOut, 2 * inter, gu, GemmOut::kBf16);
       if (!st.ok()) return st;
     } else {
       if (w.gate == nullptr || w.up == nullptr || w.down == nullptr) {
@@ -112,8 +109,8 @@ absl::Status Blas::MoeExperts(const Bf16* xp, absl::Span<const int32_t> host_off
       absl::Status st = Linear(x, rows, hidden, w.gate, WeightLayout::kOutIn, inter, gu,
                                GemmOut::kBf16, 0.0f, 2 * inter);
       if (!st.ok()) return st;
-      st = Linear(x, rows, hidden, w.up, WeightLayout::kOutIn, inter, gu + inter,
-                  GemmOut::kBf16, 0.0f, 2 * inter);
+      st = Linear(x, rows, hidden, w.up, WeightLayout::kOutIn, inter, gu + inter, GemmOut::kBf16,
+                  0.0f, 2 * inter);
       if (!st.ok()) return st;
     }
   }

@@ -99,17 +99,15 @@ unsigned Blocks(int64_t rows) { return static_cast<unsigned>(rows < 65535 ? rows
 absl::Status BuildMoePermutation(const int32_t* experts, int64_t n, int top_k, int num_experts,
                                  int32_t* expert_counts, int32_t* expert_offsets,
                                  int32_t* row_token, int32_t* slot_row, StreamHandle stream) {
-  if (num_experts <= 0 || num_experts > 65535 || top_k <= 0 || n < 0 ||
-      n * top_k > 0x7fffffffLL) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::BuildMoePermutation: n=", n,
-                                                   " top_k=", top_k, " E=", num_experts));
+  if (num_experts <= 0 || num_experts > 65535 || top_k <= 0 || n < 0 || n * top_k > 0x7fffffffLL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::BuildMoePermutation: n=", n, " top_k=", top_k, " E=", num_experts));
   }
   const int64_t total = n * top_k;
   CountKernel<<<num_experts, kThreads, 0, stream>>>(experts, total, expert_counts);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("CountKernel");
-  ScatterKernel<<<num_experts, kThreads, 0, stream>>>(experts, total, top_k, num_experts,
-                                                      expert_counts, expert_offsets, row_token,
-                                                      slot_row);
+  ScatterKernel<<<num_experts, kThreads, 0, stream>>>(
+      experts, total, top_k, num_experts, expert_counts, expert_offsets, row_token, slot_row);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ScatterKernel");
   return absl::OkStatus();
 }

@@ -73,10 +73,9 @@ __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, in
 absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int top_k,
                            bool renormalize, int32_t* experts, float* weights,
                            StreamHandle stream) {
-  if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts ||
-      top_k > 32) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::MoeRouterTopK: num_experts=",
-                                                   num_experts, " top_k=", top_k,
+  if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts || top_k > 32) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::MoeRouterTopK: num_experts=", num_experts,
+                                                   " top_k=", top_k,
                                                    " (need 0 < top_k <= min(E, 32), E <= 1024)"));
   }
   if (n <= 0) return absl::OkStatus();

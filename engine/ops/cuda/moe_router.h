@@ -17,8 +17,7 @@ namespace vismoe::cuda {
 // REQUIRES (else InvalidArgument): 0 < top_k <= min(num_experts, 32),
 // num_experts <= 1024.
 absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int top_k,
-                           bool renormalize, int32_t* experts, float* weights,
-                           StreamHandle stream);
+                           bool renormalize, int32_t* experts, float* weights, StreamHandle stream);
 
 }  // namespace vismoe::cuda
 

@@ -64,7 +64,8 @@ absl::Status RmsNorm(const Bf16* x, int64_t x_row_stride, int64_t n, int num_hea
                      StreamHandle stream) {
   if (n <= 0 || num_heads <= 0) return absl::OkStatus();
   if (dim <= 0 || dim > 8192) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::RmsNorm: dim ", dim, " not in [1, 8192]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::RmsNorm: dim ", dim, " not in [1, 8192]"));
   }
   const int64_t blocks = n * num_heads;
   if (blocks > 0x7fffffffLL) return absl::InvalidArgumentError("cuda::RmsNorm: too many rows");
@@ -78,7 +79,8 @@ absl::Status LayerNorm(const Bf16* x, int64_t n, int dim, const Bf16* weight, co
                        float eps, Bf16* y, StreamHandle stream) {
   if (n <= 0) return absl::OkStatus();
   if (dim <= 0 || n > 0x7fffffffLL) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::LayerNorm: bad shape n=", n, " dim=", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::LayerNorm: bad shape n=", n, " dim=", dim));
   }
   LayerNormKernel<<<static_cast<unsigned>(n), ThreadsFor(dim), 0, stream>>>(x, dim, weight, bias,
                                                                             eps, y);

@@ -55,8 +55,8 @@ __global__ void RopeTableKernel(Bf16* x, int num_heads, int head_dim, int64_t ro
 absl::Status CheckShape(int64_t n, int num_heads, int head_dim, int64_t row_stride) {
   if (head_dim <= 0 || head_dim % 2 != 0 || num_heads <= 0 ||
       row_stride < static_cast<int64_t>(num_heads) * head_dim || n > 0x7fffffffLL) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda rope: bad shape n=", n, " heads=",
-                                                   num_heads, " head_dim=", head_dim,
+    return absl::InvalidArgumentError(absl::StrCat("cuda rope: bad shape n=", n,
+                                                   " heads=", num_heads, " head_dim=", head_dim,
                                                    " row_stride=", row_stride));
   }
   return absl::OkStatus();
@@ -84,9 +84,9 @@ absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t 
   int sec1 = 0, sec2 = 0;
   if (mrope_section != nullptr) {
     if (mrope_section[0] + mrope_section[1] + mrope_section[2] != head_dim / 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda::ApplyRope: mrope_section [", mrope_section[0], ", ", mrope_section[1], ", ",
-          mrope_section[2], "] does not sum to head_dim/2 = ", head_dim / 2));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda::ApplyRope: mrope_section [", mrope_section[0], ", ", mrope_section[1],
+                       ", ", mrope_section[2], "] does not sum to head_dim/2 = ", head_dim / 2));
     }
     sec1 = mrope_section[1];
     sec2 = mrope_section[2];

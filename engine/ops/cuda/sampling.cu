@@ -197,10 +197,11 @@ absl::Status SampleRows(const float* logits, int64_t n, int64_t vocab,
   if (!std::isfinite(params.temperature) || params.temperature <= 0.0f || params.top_k < 0 ||
       !(params.top_p > 0.0f && params.top_p <= 1.0f) || vocab <= 0 || vocab > 0x7fffffffLL ||
       n > 0x7fffffffLL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda::SampleRows: temperature=", params.temperature, " top_k=", params.top_k,
-        " top_p=", params.top_p, " vocab=", vocab, " (need temperature > 0, top_k >= 0, "
-        "top_p in (0, 1])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::SampleRows: temperature=", params.temperature, " top_k=", params.top_k,
+                     " top_p=", params.top_p, " vocab=", vocab,
+                     " (need temperature > 0, top_k >= 0, "
+                     "top_p in (0, 1])"));
   }
   if (n <= 0) return absl::OkStatus();
   SampleKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(

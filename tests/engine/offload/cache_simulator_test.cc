@@ -172,8 +172,8 @@ TEST(CacheSimulatorTest, SyntheticSkewedTrace) {
         std::vector<int> pool;
         while (static_cast<int>(pool.size()) < kTopK) {
           // Skewed: low ids are far more likely, shifted per layer.
-          const int e = (static_cast<int>(std::min<uint32_t>(rng() % 16, rng() % 16)) + 3 * l) %
-                        kExperts;
+          const int e =
+              (static_cast<int>(std::min<uint32_t>(rng() % 16, rng() % 16)) + 3 * l) % kExperts;
           if (std::find(pool.begin(), pool.end(), e) == pool.end()) pool.push_back(e);
         }
         for (int e : pool) {
@@ -250,8 +250,9 @@ TEST(CacheSimulatorTest, TraceRecordedFromTheTinyModel) {
     for (int slabs : {1, 5, 17, 40}) {
       MemoryPlanOptions o;
       o.pinned_layers = 1;
-      o.budget_bytes = sizes->resident_bytes +
-                       (static_cast<int64_t>(config->text.num_experts) + slabs) * sizes->expert_bytes;
+      o.budget_bytes =
+          sizes->resident_bytes +
+          (static_cast<int64_t>(config->text.num_experts) + slabs) * sizes->expert_bytes;
       auto plan = MakeMemoryPlan(*sizes, o);
       ASSERT_TRUE(plan.ok()) << plan.status();
       Compare(**resident, config->text, *plan, rec.trace, policy);

@@ -52,8 +52,8 @@ class FakeExpertSource final : public ExpertProvider {
     const ModelSizes s = Sizes();
     MemoryPlanOptions o;
     o.pinned_layers = pinned;
-    o.budget_bytes = s.resident_bytes + (static_cast<int64_t>(pinned) * experts_ + slabs) *
-                                            s.expert_bytes;
+    o.budget_bytes =
+        s.resident_bytes + (static_cast<int64_t>(pinned) * experts_ + slabs) * s.expert_bytes;
     return *MakeMemoryPlan(s, o);
   }
   // True when `w` holds exactly expert (layer, expert)'s values.

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -21,6 +22,33 @@ namespace {
 
 using testing::FakeExpertSource;
 using ::testing::HasSubstr;
+
+// Sums what the provider reports through StatsSink.
+class CountingSink final : public StatsSink {
+ public:
+  void OnPrefetchIssued(uint64_t) override {}
+  void OnPrefetchUsed(uint64_t) override {}
+  void OnTransferStall(double) override {}
+  void OnVisualTokensPruned(uint64_t) override {}
+  void OnCompressionTime(double) override {}
+  void OnPredictorTime(double) override {}
+  void OnExpertQuery(Phase, int, bool hit) override {
+    ++queries;
+    hits += hit ? 1 : 0;
+  }
+  void OnPrefetchNeeded(int, bool recalled) override {
+    ++needed;
+    this->recalled += recalled ? 1 : 0;
+  }
+  void OnBytesHostToDevice(uint64_t b) override { bytes += b; }
+  void SetSlotCount(SlotState s, int64_t n) override { slots[static_cast<int>(s)] = n; }
+  void SetMemoryRegion(std::string_view r, int64_t b) override {
+    if (r == "slab_cache") slab_bytes = b;
+  }
+  uint64_t queries = 0, hits = 0, needed = 0, recalled = 0, bytes = 0;
+  int64_t slots[4] = {0, 0, 0, 0};
+  int64_t slab_bytes = 0;
+};
 
 constexpr int kH = 8;
 constexpr int kI = 4;
@@ -35,7 +63,8 @@ std::unique_ptr<OffloadExpertProvider> Make(FakeExpertSource& src, int layers_to
 
 TEST(OffloadExpertProviderTest, PinnedPrefixAndDemandFetch) {
   FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
-  auto p = Make(src, 2, src.Plan(/*pinned=*/1, /*slabs=*/2), OffloadOptions());
+  CountingSink sink;
+  auto p = Make(src, 2, src.Plan(/*pinned=*/1, /*slabs=*/2), OffloadOptions(), &sink);
   ASSERT_NE(p, nullptr);
   // Layer 0 is pinned: always a hit, served from the prefix.
   const std::vector<int> e0 = {3, 1};
@@ -78,6 +107,14 @@ TEST(OffloadExpertProviderTest, PinnedPrefixAndDemandFetch) {
   EXPECT_EQ(s.prefetch_recalled, 2u);
   EXPECT_EQ(s.bytes_h2d, 4u * p->format().bytes);
   EXPECT_EQ(p->TakeRequestStats().cache_queries, 0u);  // reset
+  EXPECT_EQ(sink.queries, s.cache_queries);
+  EXPECT_EQ(sink.hits, s.cache_hits);
+  EXPECT_EQ(sink.needed, s.prefetch_needed);
+  EXPECT_EQ(sink.recalled, s.prefetch_recalled);
+  EXPECT_EQ(sink.bytes, s.bytes_h2d);
+  EXPECT_EQ(sink.slab_bytes, static_cast<int64_t>(2 * p->format().bytes));
+  EXPECT_EQ(sink.slots[static_cast<int>(SlotState::kExpired)], 2);
+  EXPECT_EQ(sink.slots[static_cast<int>(SlotState::kRequired)], 0);
 }
 
 TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {
@@ -89,7 +126,7 @@ TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {
   EXPECT_FALSE(p->BeginLayer(Phase::kPrefill, 0, std::vector<int>{4}).ok());
   ASSERT_TRUE(p->BeginLayer(Phase::kPrefill, 0, two).ok());
   EXPECT_FALSE(p->BeginLayer(Phase::kPrefill, 1, two).ok());  // layer 0 not ended
-  EXPECT_FALSE(p->Acquire(0, 3).ok());                         // not declared
+  EXPECT_FALSE(p->Acquire(0, 3).ok());                        // not declared
   auto w = p->Acquire(0, 1);
   ASSERT_TRUE(w.ok());
   // One slab, pinned: the second expert can never get one.
@@ -105,10 +142,12 @@ TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {
   p->EndLayer(0);
   OffloadOptions bad;
   bad.eviction = "fifo";
-  EXPECT_FALSE(OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
+  EXPECT_FALSE(
+      OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
   bad = OffloadOptions();
   bad.prefetch = "oracle";
-  EXPECT_FALSE(OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
+  EXPECT_FALSE(
+      OffloadExpertProvider::Create(src, src.Config(2), src.Plan(0, 1), bad, nullptr).ok());
 }
 
 TEST(OffloadExpertProviderTest, HistoryPrefetchIsUsed) {
@@ -139,8 +178,8 @@ TEST(OffloadExpertProviderTest, HistoryPrefetchIsUsed) {
   EXPECT_GT(s.prefetch_used, 0u);
   EXPECT_LE(s.prefetch_used, s.prefetch_issued);
   EXPECT_EQ(s.prefetch_needed, 16u);
-  EXPECT_EQ(s.bytes_h2d, (s.prefetch_needed - s.prefetch_recalled + s.prefetch_issued) *
-                             p->format().bytes);
+  EXPECT_EQ(s.bytes_h2d,
+            (s.prefetch_needed - s.prefetch_recalled + s.prefetch_issued) * p->format().bytes);
 }
 
 TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
@@ -178,7 +217,8 @@ TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
         for (int e : *order) {
           auto w = p->Acquire(layer, e);
           ASSERT_TRUE(w.ok()) << "seed " << seed << ": " << w.status();
-          ASSERT_TRUE(src.Holds(*w, layer, e)) << "seed " << seed << " layer " << layer << " e " << e;
+          ASSERT_TRUE(src.Holds(*w, layer, e))
+              << "seed " << seed << " layer " << layer << " e " << e;
           std::string why;
           ASSERT_TRUE(p->CheckInvariants(&why)) << "seed " << seed << ": " << why;
           ASSERT_TRUE(src.Holds(*w, layer, e)) << "overwritten while pinned, seed " << seed;

@@ -33,7 +33,7 @@ nlohmann::json TextCases() {
 
 // Prompt logits (every position) then kDecodeSteps greedy steps' logits.
 std::vector<std::vector<float>> RunCase(const Qwen3VlMoeModel& model, ExpertProvider* experts,
-                                    const std::vector<int>& ids, std::vector<int>* tokens) {
+                                        const std::vector<int>& ids, std::vector<int>* tokens) {
   std::vector<std::vector<float>> out;
   auto cache = model.NewKvCache(static_cast<int64_t>(ids.size()) + kDecodeSteps + 1);
   DecoderInput input;
@@ -92,7 +92,7 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
   for (const auto& c : cases) {
     want_tokens.emplace_back();
     want.push_back(RunCase(**model, resident->get(), c["input_ids"].get<std::vector<int>>(),
-                       &want_tokens.back()));
+                           &want_tokens.back()));
   }
   const int num_moe = static_cast<int>(sizes->moe_layers.size());
   const int e = config->text.num_experts;
@@ -102,17 +102,17 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     const char* eviction;
     const char* prefetch;
   };
-  std::vector<Variant> variants = {{0, 1, "lru", "none"},      {0, 1, "lfu", "history"},
-                                   {0, 2, "guarded", "history"}, {0, 7, "lru", "history"},
-                                   {1, 1, "lru", "none"},      {1, 13, "lfu", "none"},
-                                   {2, 5, "guarded", "history"}, {0, -1, "lru", "history"},
-                                   {num_moe - 1, 1, "lru", "history"}, {num_moe, 0, "lru", "none"}};
+  std::vector<Variant> variants = {
+      {0, 1, "lru", "none"},        {0, 1, "lfu", "history"},  {0, 2, "guarded", "history"},
+      {0, 7, "lru", "history"},     {1, 1, "lru", "none"},     {1, 13, "lfu", "none"},
+      {2, 5, "guarded", "history"}, {0, -1, "lru", "history"}, {num_moe - 1, 1, "lru", "history"},
+      {num_moe, 0, "lru", "none"}};
   for (const Variant& v : variants) {
     MemoryPlanOptions po;
     po.pinned_layers = v.pinned;
     const int slabs = v.slabs < 0 ? (num_moe - v.pinned) * e : v.slabs;
-    po.budget_bytes = sizes->resident_bytes + (static_cast<int64_t>(v.pinned) * e + slabs) *
-                                                  sizes->expert_bytes;
+    po.budget_bytes =
+        sizes->resident_bytes + (static_cast<int64_t>(v.pinned) * e + slabs) * sizes->expert_bytes;
     auto plan = MakeMemoryPlan(*sizes, po);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_EQ(plan->num_slabs, slabs);
@@ -125,8 +125,8 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
       SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << slabs << " "
                                         << v.eviction << "/" << v.prefetch << " case " << i);
       std::vector<int> tokens;
-      auto got = RunCase(**model, offload->get(), cases[i]["input_ids"].get<std::vector<int>>(),
-                     &tokens);
+      auto got =
+          RunCase(**model, offload->get(), cases[i]["input_ids"].get<std::vector<int>>(), &tokens);
       EXPECT_EQ(tokens, want_tokens[i]);
       EXPECT_TRUE(BitIdentical(got, want[i]));
     }

@@ -84,7 +84,8 @@ int ReferenceVictim(const SlabCache& c, bool demand) {
     auto rank = [&](int i) {
       const SlabCache::Slot& s = c.slot(i);
       double key = 0;
-      if (c.policy() == EvictionPolicy::kLfu) key = static_cast<double>(c.UseCount(s.layer, s.expert));
+      if (c.policy() == EvictionPolicy::kLfu)
+        key = static_cast<double>(c.UseCount(s.layer, s.expert));
       if (c.policy() == EvictionPolicy::kGuardedPriority) key = c.Priority(s.layer, s.expert);
       return std::make_tuple(key, s.last_use, i);
     };
@@ -155,8 +156,8 @@ TEST(SlabCacheTest, RandomSchedulesKeepInvariants) {
       std::string why;
       ASSERT_TRUE(c.CheckInvariants(&why)) << "seed " << seed << ": " << why;
       int64_t total = 0;
-      for (SlotState st : {SlotState::kFree, SlotState::kRequired, SlotState::kSpeculative,
-                           SlotState::kExpired}) {
+      for (SlotState st :
+           {SlotState::kFree, SlotState::kRequired, SlotState::kSpeculative, SlotState::kExpired}) {
         total += c.Count(st);
       }
       ASSERT_EQ(total, n);  // no slot leaks

@@ -42,15 +42,15 @@ using testing::Upload;
 
 constexpr float kBf16Tol = 1e-2f;
 
-#define ASSERT_OK(expr)                     \
-  do {                                      \
-    const absl::Status st_ = (expr);        \
-    ASSERT_TRUE(st_.ok()) << st_;           \
+#define ASSERT_OK(expr)              \
+  do {                               \
+    const absl::Status st_ = (expr); \
+    ASSERT_TRUE(st_.ok()) << st_;    \
   } while (0)
 
 // Copies n bf16 values back from the device as floats (NaN on failure).
 std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
-  absl::StatusOr<std::vector<uint16_t>> v = Download<uint16_t>(buf, n);
+  absl::StatusOr<std::vector<uint16_t> > v = Download<uint16_t>(buf, n);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? ToF32(*v) : std::vector<float>(n, NAN);
 }
@@ -69,8 +69,8 @@ TEST(CudaOpsGpuTest, RmsNormMatchesCpu) {
   auto dw = Upload(w);
   auto dy = DeviceBuffer::Allocate(kN * kDim * 2);
   ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
-  ASSERT_OK(RmsNorm(dx->as<Bf16>(), kDim, kN, 1, kDim, dw->as<Bf16>(), 1e-6f, dy->as<Bf16>(),
-                    kDim, nullptr));
+  ASSERT_OK(RmsNorm(dx->as<Bf16>(), kDim, kN, 1, kDim, dw->as<Bf16>(), 1e-6f, dy->as<Bf16>(), kDim,
+                    nullptr));
   ExpectClose(DownloadBf16(*dy, kN * kDim), ref, kBf16Tol, kBf16Tol, "rms_norm");
 }
 
@@ -84,14 +84,14 @@ TEST(CudaOpsGpuTest, QkNormInPlaceInsideFusedQkvRows) {
   const auto w = RandomBf16(kHd, 4, 1.0f);
   std::vector<float> ref = ToF32(qkv);
   for (int64_t i = 0; i < kN; ++i) {  // q region of each row: kHeads rows of kHd
-    cpu::RmsNorm(nullptr, ref.data() + i * kStride, kHeads, kHd, testing::Bf16View(w, {kHd}),
-                 1e-6f, ref.data() + i * kStride);
+    cpu::RmsNorm(nullptr, ref.data() + i * kStride, kHeads, kHd, testing::Bf16View(w, {kHd}), 1e-6f,
+                 ref.data() + i * kStride);
   }
   auto d = Upload(qkv);
   auto dw = Upload(w);
   ASSERT_TRUE(d.ok() && dw.ok());
-  ASSERT_OK(RmsNorm(d->as<Bf16>(), kStride, kN, kHeads, kHd, dw->as<Bf16>(), 1e-6f,
-                    d->as<Bf16>(), kStride, nullptr));
+  ASSERT_OK(RmsNorm(d->as<Bf16>(), kStride, kN, kHeads, kHd, dw->as<Bf16>(), 1e-6f, d->as<Bf16>(),
+                    kStride, nullptr));
   // k and v columns are untouched (exactly), q columns match the reference.
   ExpectClose(DownloadBf16(*d, kN * kStride), ref, kBf16Tol, kBf16Tol, "qk_norm");
 }
@@ -121,9 +121,9 @@ void CheckRope(int head_dim, int heads, int64_t row_stride, const std::vector<in
   constexpr int64_t kN = 9;
   std::vector<int64_t> pos(3 * kN);
   for (int64_t i = 0; i < kN; ++i) {
-    pos[i] = 100 + i;                  // t
-    pos[kN + i] = 100 + (i / 3) * 7;   // h
-    pos[2 * kN + i] = 100 + (i % 3);   // w
+    pos[i] = 100 + i;                 // t
+    pos[kN + i] = 100 + (i / 3) * 7;  // h
+    pos[2 * kN + i] = 100 + (i % 3);  // w
   }
   const auto x = RandomBf16(kN * row_stride, 8, 2.0f);
   std::vector<float> ref = ToF32(x);
@@ -159,10 +159,28 @@ TEST(CudaOpsGpuTest, PlainRopeMatchesCpu) {
   CheckRope(64, 4, 4 * 64, {}, 10000.0);
 }
 
-TEST(CudaOpsGpuTest, RopeRejectsBadSection) {
-  VISMOE_SKIP_WITHOUT_GPU();
-  const int section[3] = {10, 10, 10};
+// Argument checks happen on the host before any launch: these run anywhere.
+TEST(CudaOpsArgsTest, RejectBadShapesBeforeLaunching) {
+  const int section[3] = {10, 10, 10};  // sums to 30, not head_dim / 2 = 64
   EXPECT_EQ(ApplyRope(nullptr, 1, 1, 128, 128, nullptr, nullptr, section, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApplyRope(nullptr, 1, 1, 127, 127, nullptr, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // odd head_dim
+  AttentionShape gqa;
+  gqa.num_heads = 32;
+  gqa.num_kv_heads = 5;  // 32 % 5 != 0
+  gqa.head_dim = 128;
+  EXPECT_EQ(Attention(gqa, nullptr, 1, nullptr, nullptr, 1, true, 0, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  gqa.num_kv_heads = 4;
+  gqa.head_dim = 512;  // above the kernel's 256 limit
+  EXPECT_EQ(Attention(gqa, nullptr, 1, nullptr, nullptr, 1, true, 0, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MoeRouterTopK(nullptr, 1, 128, 0, true, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MoeRouterTopK(nullptr, 1, 4, 8, true, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RmsNorm(nullptr, 0, 1, 1, 0, nullptr, 1e-6f, nullptr, 0, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -179,8 +197,7 @@ void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t n
   cs.num_heads = heads;
   cs.num_kv_heads = kv_heads;
   cs.head_dim = head_dim;
-  cpu::Attention(nullptr, cs, qf.data(), nq, kf.data(), vf.data(), nk, causal, q_pos0,
-                 ref.data());
+  cpu::Attention(nullptr, cs, qf.data(), nq, kf.data(), vf.data(), nk, causal, q_pos0, ref.data());
   auto dq = Upload(q);
   auto dk = Upload(k);
   auto dv = Upload(v);
@@ -233,8 +250,8 @@ TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
     auto de = DeviceBuffer::Allocate(kN * kK * sizeof(int32_t));
     auto dw = DeviceBuffer::Allocate(kN * kK * sizeof(float));
     ASSERT_TRUE(dl.ok() && de.ok() && dw.ok());
-    ASSERT_OK(MoeRouterTopK(dl->as<float>(), kN, kE, kK, renorm, de->as<int32_t>(),
-                            dw->as<float>(), nullptr));
+    ASSERT_OK(MoeRouterTopK(dl->as<float>(), kN, kE, kK, renorm, de->as<int32_t>(), dw->as<float>(),
+                            nullptr));
     auto experts = Download<int32_t>(*de, kN * kK);
     auto weights = Download<float>(*dw, kN * kK);
     ASSERT_TRUE(experts.ok() && weights.ok());
@@ -336,8 +353,8 @@ TEST(CudaOpsGpuTest, EmbeddingGatherScatterAndDeepStackAdd) {
   ASSERT_TRUE(dvis.ok() && ddeep.ok() && dpos.ok());
   ASSERT_OK(ScatterRows(dvis->as<Bf16>(), kVis, kHidden, dpos->as<int32_t>(), dseq->as<Bf16>(),
                         kSeq, nullptr));
-  ASSERT_OK(AddRowsAt(ddeep->as<Bf16>(), kVis, kHidden, dpos->as<int32_t>(), dseq->as<Bf16>(),
-                      kSeq, nullptr));
+  ASSERT_OK(AddRowsAt(ddeep->as<Bf16>(), kVis, kHidden, dpos->as<int32_t>(), dseq->as<Bf16>(), kSeq,
+                      nullptr));
   std::vector<float> ref = ToF32(*seq);
   const std::vector<float> visf = ToF32(vis), deepf = ToF32(deep);
   for (int64_t m = 0; m < kVis; ++m) {

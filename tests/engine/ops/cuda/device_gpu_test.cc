@@ -32,8 +32,7 @@ TEST(CudaDeviceTest, ProbeGivesInfoOrAClearStatus) {
                 info.status().code() == absl::StatusCode::kFailedPrecondition)
         << info.status();
     if (info.status().code() == absl::StatusCode::kUnavailable) {
-      EXPECT_TRUE(absl::StartsWith(info.status().message(), "no CUDA device: "))
-          << info.status();
+      EXPECT_TRUE(absl::StartsWith(info.status().message(), "no CUDA device: ")) << info.status();
     }
     return;
   }
@@ -52,18 +51,17 @@ TEST(CudaDeviceTest, OutOfRangeOrdinalIsAnError) {
 
 TEST(CudaStatusTest, MapsErrorsWithCallAndLocation) {
   EXPECT_TRUE(CudaErrorToStatus(cudaSuccess, "x", "f.cc", 1).ok());
-  const absl::Status oom = CudaErrorToStatus(cudaErrorMemoryAllocation, "cudaMalloc(&p, n)",
-                                             "dev.cc", 42);
+  const absl::Status oom =
+      CudaErrorToStatus(cudaErrorMemoryAllocation, "cudaMalloc(&p, n)", "dev.cc", 42);
   EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(oom.message(), "cudaMalloc(&p, n) failed at dev.cc:42"))
-      << oom;
+  EXPECT_TRUE(absl::StrContains(oom.message(), "cudaMalloc(&p, n) failed at dev.cc:42")) << oom;
   EXPECT_TRUE(absl::StrContains(oom.message(), "cudaErrorMemoryAllocation")) << oom;
   EXPECT_EQ(CudaErrorToStatus(cudaErrorNoDevice, "c", "f", 1).code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(CudaErrorToStatus(cudaErrorIllegalAddress, "c", "f", 1).code(),
             absl::StatusCode::kInternal);
-  const absl::Status blas = CublasErrorToStatus(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmEx(...)",
-                                                "gemm.cc", 7);
+  const absl::Status blas =
+      CublasErrorToStatus(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmEx(...)", "gemm.cc", 7);
   EXPECT_EQ(blas.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(blas.message(), "cublasGemmEx(...) failed at gemm.cc:7")) << blas;
   EXPECT_TRUE(CublasErrorToStatus(CUBLAS_STATUS_SUCCESS, "c", "f", 1).ok());

@@ -43,7 +43,7 @@ using testing::Upload;
   } while (0)
 
 std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
-  absl::StatusOr<std::vector<uint16_t>> v = Download<uint16_t>(buf, n);
+  absl::StatusOr<std::vector<uint16_t> > v = Download<uint16_t>(buf, n);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? ToF32(*v) : std::vector<float>(n, NAN);
 }
@@ -115,12 +115,12 @@ TEST_F(CudaGemmGpuTest, LinearInOutMatchesCpuTransposed) {
 }
 
 TEST_F(CudaGemmGpuTest, RejectsBadShapes) {
-  EXPECT_EQ(blas_->Linear(nullptr, 1, 0, nullptr, WeightLayout::kOutIn, 4, nullptr,
-                          GemmOut::kBf16)
+  EXPECT_EQ(blas_->Linear(nullptr, 1, 0, nullptr, WeightLayout::kOutIn, 4, nullptr, GemmOut::kBf16)
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(blas_->Linear(nullptr, 1, 4, nullptr, WeightLayout::kOutIn, 8, nullptr,
-                          GemmOut::kBf16, 0.0f, 4)
+  EXPECT_EQ(blas_
+                ->Linear(nullptr, 1, 4, nullptr, WeightLayout::kOutIn, 8, nullptr, GemmOut::kBf16,
+                         0.0f, 4)
                 .code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -138,7 +138,7 @@ void RunMoe(Blas& blas, bool fused_layout) {
   cpu::Route(nullptr, xf.data(), kN, kH, Bf16View(router_w, {kE, kH}), kK, true, &route);
 
   // Per-expert weights in the requested layout.
-  std::vector<std::vector<uint16_t>> w1(kE), w2(kE), w3(kE);
+  std::vector<std::vector<uint16_t> > w1(kE), w2(kE), w3(kE);
   std::vector<ExpertWeights> cpu_w(kE);
   for (int e = 0; e < kE; ++e) {
     ExpertWeights& cw = cpu_w[e];
@@ -181,9 +181,8 @@ void RunMoe(Blas& blas, bool fused_layout) {
   auto dact = DeviceBuffer::Allocate(kN * kK * kI * 2);
   auto dyp = DeviceBuffer::Allocate(kN * kK * kH * 2);
   auto dy = DeviceBuffer::Allocate(kN * kH * 2);
-  ASSERT_TRUE(dx.ok() && dexp.ok() && dwts.ok() && dcounts.ok() && doff.ok() &&
-              drow_token.ok() && dslot_row.ok() && dxp.ok() && dgu.ok() && dact.ok() &&
-              dyp.ok() && dy.ok());
+  ASSERT_TRUE(dx.ok() && dexp.ok() && dwts.ok() && dcounts.ok() && doff.ok() && drow_token.ok() &&
+              dslot_row.ok() && dxp.ok() && dgu.ok() && dact.ok() && dyp.ok() && dy.ok());
   std::vector<DeviceBuffer> dw;
   std::vector<DeviceExpert> dev_experts(kE);
   for (int e = 0; e < kE; ++e) {

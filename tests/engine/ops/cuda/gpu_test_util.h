@@ -21,11 +21,11 @@
 namespace vismoe::cuda::testing {
 
 // GTEST_SKIPs the calling test when no usable CUDA device is present.
-#define VISMOE_SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                                   \
-    const absl::StatusOr<::vismoe::cuda::DeviceInfo> vismoe_dev_ =                       \
-        ::vismoe::cuda::ProbeCudaDevice();                                               \
-    if (!vismoe_dev_.ok()) GTEST_SKIP() << vismoe_dev_.status().message();               \
+#define VISMOE_SKIP_WITHOUT_GPU()                                          \
+  do {                                                                     \
+    const absl::StatusOr<::vismoe::cuda::DeviceInfo> vismoe_dev_ =         \
+        ::vismoe::cuda::ProbeCudaDevice();                                 \
+    if (!vismoe_dev_.ok()) GTEST_SKIP() << vismoe_dev_.status().message(); \
   } while (0)
 
 // Random bf16 values, uniform in [-scale, scale], as raw bits.
@@ -69,8 +69,8 @@ absl::StatusOr<std::vector<T>> Download(const DeviceBuffer& buf, size_t count) {
 
 // Expects |got[i] - ref[i]| <= abs_tol + rel_tol * |ref[i]| for all i and
 // reports the worst element.
-inline void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref,
-                        float abs_tol, float rel_tol, const std::string& what) {
+inline void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, float abs_tol,
+                        float rel_tol, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   size_t worst = 0;
   double worst_excess = -1e30;
@@ -85,8 +85,8 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size()
-                    << " elements out of tolerance; worst at " << worst << ": got "
-                    << got[worst] << " want " << ref[worst];
+                    << " elements out of tolerance; worst at " << worst << ": got " << got[worst]
+                    << " want " << ref[worst];
 }
 
 inline float Rms(const std::vector<float>& v) {

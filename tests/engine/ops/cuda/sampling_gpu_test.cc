@@ -96,8 +96,8 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, int64_t n, int64_t
   auto dout = DeviceBuffer::Allocate(n * 4);
   EXPECT_TRUE(dl.ok() && dout.ok());
   if (!dl.ok() || !dout.ok()) return {};
-  const absl::Status st = SampleRows(dl->as<float>(), n, vocab, p, seed, step,
-                                     dout->as<int32_t>(), nullptr);
+  const absl::Status st =
+      SampleRows(dl->as<float>(), n, vocab, p, seed, step, dout->as<int32_t>(), nullptr);
   EXPECT_TRUE(st.ok()) << st;
   auto got = Download<int32_t>(*dout, n);
   EXPECT_TRUE(got.ok());

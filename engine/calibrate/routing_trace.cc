@@ -1,0 +1,74 @@
+#include "engine/calibrate/routing_trace.h"
+
+#include <algorithm>
+
+#include "engine/policy/decayed_target.h"
+#include "engine/policy/token_compressor.h"
+
+namespace vismoe {
+
+void RoutingTraceRecorder::OnRouting(Phase phase, int layer, const float* hidden,
+                                     const cpu::RouterResult& r) {
+  if (steps_.empty() || steps_.back().layers.empty() ||
+      layer <= steps_.back().layers.back().layer) {
+    steps_.push_back(StepRecord{phase, {}});
+  }
+  LayerRecord rec;
+  rec.layer = layer;
+  rec.histogram.assign(r.num_experts, 0.0f);
+  rec.hidden_mean.assign(hidden_size_, 0.0f);
+  for (int64_t t = 0; t < r.n; ++t) {
+    for (int j = 0; j < r.top_k; ++j) rec.histogram[r.experts[t * r.top_k + j]] += 1.0f;
+    for (int d = 0; d < hidden_size_; ++d) rec.hidden_mean[d] += hidden[t * hidden_size_ + d];
+  }
+  const float inv = r.n > 0 ? 1.0f / static_cast<float>(r.n) : 0.0f;
+  for (int e = 0; e < r.num_experts; ++e) {
+    if (rec.histogram[e] > 0) rec.experts.push_back(e);
+    rec.histogram[e] *= inv;
+  }
+  for (float& v : rec.hidden_mean) v *= inv;
+  steps_.back().layers.push_back(std::move(rec));
+}
+
+std::vector<LookaheadExample> BuildLookaheadExamples(const std::vector<StepRecord>& steps,
+                                                     Phase phase,
+                                                     absl::Span<const float> visual_summary,
+                                                     int window, float gamma) {
+  std::vector<LookaheadExample> out;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const StepRecord& step = steps[s];
+    if (step.phase != phase) continue;
+    std::vector<std::vector<int>> activated;
+    for (const LayerRecord& l : step.layers) activated.push_back(l.experts);
+    for (size_t m = 0; m + 1 < step.layers.size(); ++m) {
+      const LayerRecord& cur = step.layers[m];
+      const int e = static_cast<int>(cur.histogram.size());
+      LookaheadExample ex;
+      ex.step = static_cast<int>(s);
+      ex.moe_index = static_cast<int>(m);
+      std::vector<float>& x = ex.sample.x;
+      x = cur.histogram;
+      if (m > 0) {
+        x.insert(x.end(), step.layers[m - 1].histogram.begin(), step.layers[m - 1].histogram.end());
+      } else {
+        x.insert(x.end(), e, 0.0f);
+      }
+      x.insert(x.end(), cur.hidden_mean.begin(), cur.hidden_mean.end());
+      x.insert(x.end(), visual_summary.begin(), visual_summary.end());
+      ex.sample.target = DecayedTarget(activated, static_cast<int>(m), window, gamma, e);
+      ex.next_experts = step.layers[m + 1].experts;
+      out.push_back(std::move(ex));
+    }
+  }
+  return out;
+}
+
+double HotRecallAtB(absl::Span<const float> scores, absl::Span<const int> actual, int b) {
+  if (actual.empty()) return 1.0;
+  std::vector<int64_t> top = TopKIndices(scores, b);
+  int hit = 0;
+  for (int e : actual) hit += std::find(top.begin(), top.end(), e) != top.end() ? 1 : 0;
+  return static_cast<double>(hit) / static_cast<double>(actual.size());
+}
+
+}  // namespace vismoe

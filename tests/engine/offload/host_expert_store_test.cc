@@ -1,0 +1,99 @@
+// ExpertFormat packing, HostExpertStore (both layouts, custom allocator) and
+// DeviceArena carving.
+#include "engine/offload/host_expert_store.h"
+
+#include <vector>
+
+#include "engine/offload/device_arena.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/offload/fake_expert_source.h"
+
+namespace vismoe {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CountingAllocator final : public HostAllocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    ++allocations;
+    bytes_total += bytes;
+    return AlignedHostAllocator::Default()->Allocate(bytes);
+  }
+  void Free(void* p, size_t bytes) override {
+    ++frees;
+    AlignedHostAllocator::Default()->Free(p, bytes);
+  }
+  int allocations = 0, frees = 0;
+  size_t bytes_total = 0;
+};
+
+TEST(HostExpertStoreTest, PacksEachExpertContiguouslyInBothLayouts) {
+  for (auto layout : {ExpertWeights::Layout::kFusedTransposed, ExpertWeights::Layout::kSeparate}) {
+    testing::FakeExpertSource src(3, 5, 8, 4, layout);
+    CountingAllocator alloc;
+    {
+      const std::vector<int> layers = {2, 0};
+      auto store = HostExpertStore::Create(src, layers, 5, &alloc);
+      ASSERT_TRUE(store.ok()) << store.status();
+      const ExpertFormat& f = (*store)->format();
+      EXPECT_EQ(f.layout, layout);
+      EXPECT_EQ(f.dtype, DType::kF32);
+      EXPECT_EQ(f.bytes, 3u * 8 * 4 * sizeof(float));
+      EXPECT_EQ((*store)->total_bytes(), 2 * 5 * f.bytes);
+      EXPECT_EQ(alloc.allocations, 1);  // one block for everything
+      for (int l : layers) {
+        for (int e = 0; e < 5; ++e) {
+          const void* b = (*store)->Block(l, e);
+          ASSERT_NE(b, nullptr);
+          EXPECT_TRUE(src.Holds(f.View(b), l, e)) << l << "/" << e;
+        }
+      }
+      // Experts follow each other: one copy per expert.
+      EXPECT_EQ(static_cast<const char*>((*store)->Block(2, 1)) -
+                    static_cast<const char*>((*store)->Block(2, 0)),
+                static_cast<std::ptrdiff_t>(f.bytes));
+      EXPECT_EQ((*store)->Block(1, 0), nullptr);  // not stored
+      EXPECT_EQ((*store)->Block(0, 5), nullptr);
+    }
+    EXPECT_EQ(alloc.frees, 1);
+  }
+}
+
+TEST(HostExpertStoreTest, FormatRejectsMixedDtypes) {
+  std::vector<float> f(32);
+  std::vector<uint16_t> h(16);
+  ExpertWeights w;
+  w.gate_up = TensorView{f.data(), DType::kF32, {4, 8}};
+  w.down = TensorView{h.data(), DType::kBF16, {4, 4}};
+  EXPECT_FALSE(ExpertFormat::FromWeights(w).ok());
+  w.down = TensorView{f.data(), DType::kF32, {4, 4}};
+  auto fmt = ExpertFormat::FromWeights(w);
+  ASSERT_TRUE(fmt.ok());
+  EXPECT_TRUE(fmt->Matches(w));
+  w.down.shape = {2, 8};
+  EXPECT_FALSE(fmt->Matches(w));
+}
+
+TEST(DeviceArenaTest, CarvesAlignedRegionsWithinCapacity) {
+  const int64_t cap = DeviceArena::CapacityFor({1000, 300});
+  EXPECT_EQ(cap, 1024 + 512);
+  auto arena = DeviceArena::Create(cap, nullptr);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  auto a = (*arena)->Carve("pinned_prefix", 1000);
+  ASSERT_TRUE(a.ok());
+  auto b = (*arena)->Carve("slab_cache", 300);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*b) % DeviceArena::kAlignment, 0u);
+  EXPECT_GE(*b, *a + 1000);
+  EXPECT_TRUE((*arena)->Contains(*b, 300));
+  auto c = (*arena)->Carve("extra", 1);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("'extra'"));
+  EXPECT_EQ((*arena)->regions().size(), 2u);
+  EXPECT_EQ((*arena)->used(), cap);
+}
+
+}  // namespace
+}  // namespace vismoe
