@@ -115,6 +115,12 @@ absl::Status VismoeServer::LoadModel() {
   eo.num_threads = options_.engine_threads;
   eo.gpu_memory_budget_bytes = options_.gpu_memory_budget;
   eo.max_context_tokens = options_.max_context_tokens;
+  eo.offload.pinned_layers = options_.pinned_layers;
+  eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
+  eo.offload.eviction = options_.eviction;
+  eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
+  if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
+  if (options_.keep_ratio > 0) eo.compression.beta = options_.keep_ratio;
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

@@ -63,12 +63,17 @@ ABSL_FLAG(int, max_prompt_tokens, kDefaults.max_prompt_tokens,
 ABSL_FLAG(int, max_new_tokens_limit, kDefaults.max_new_tokens_limit,
           "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(int, max_stop_strings, kDefaults.max_stop_strings, "Stop strings per request");
+ABSL_FLAG(int, pinned_layers, kDefaults.pinned_layers,
+          "MoE layers whose experts are all pinned on the device; -1 = VisMMOE Eq. 10");
+ABSL_FLAG(std::string, copy_bandwidth, "0",
+          "CPU backend: host->device copy rate in bytes/s (units ok, e.g. 25GB); 0 = unthrottled");
+ABSL_FLAG(std::string, eviction, kDefaults.eviction, "Slab cache eviction: lru | lfu | guarded");
 ABSL_FLAG(std::string, token_compressor, "",
           "Default token compressor: none|random|saliency|affinity; empty = engine default");
 ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
-ABSL_FLAG(std::string, expert_predictor, "",
-          "Default expert predictor: none|history|router-lookahead|mlp-lookahead; empty = engine "
-          "default");
+ABSL_FLAG(std::string, expert_predictor, kDefaults.expert_predictor,
+          "Expert predictor driving prefetch: none | history (router-lookahead and "
+          "mlp-lookahead are not wired into the offload runtime yet)");
 
 namespace vismoe::server {
 namespace {
@@ -178,6 +183,17 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_INT_OPTION(max_prompt_tokens),
       VISMOE_INT_OPTION(max_new_tokens_limit),
       VISMOE_INT_OPTION(max_stop_strings),
+      OptionDef{"pinned_layers",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  int64_t x = 0;
+                  VISMOE_RETURN_IF_ERROR(ParseInt64(k, v, &x));
+                  if (x < -1 || x > 100000) return BadValue(k, v, "expected -1 or a layer count");
+                  o->pinned_layers = static_cast<int>(x);
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) { return absl::StrCat(o.pinned_layers); }},
+      VISMOE_BYTES_OPTION(copy_bandwidth),
+      VISMOE_STRING_OPTION(eviction),
       VISMOE_STRING_OPTION(token_compressor),
       OptionDef{"keep_ratio",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
@@ -340,11 +356,20 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
           absl::StrCat("option api_key_file: ", o->api_key_file, " is empty"));
     }
   }
+  if (o->eviction != "lru" && o->eviction != "lfu" && o->eviction != "guarded") {
+    return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
+                                                   o->eviction, "\" (lru, lfu, guarded)"));
+  }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));
   }
   if (!o->expert_predictor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateExpertPredictorName("expert_predictor", o->expert_predictor));
+    if (o->expert_predictor != "none" && o->expert_predictor != "history") {
+      return absl::UnimplementedError(absl::StrCat(
+          "option expert_predictor: \"", o->expert_predictor,
+          "\" is not wired into the offload runtime yet; use none or history"));
+    }
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
     return absl::InvalidArgumentError(absl::StrCat(

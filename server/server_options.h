@@ -47,10 +47,17 @@ struct ServerOptions {
   int max_prompt_tokens = 16384;
   int max_new_tokens_limit = 4096;
   int max_stop_strings = 16;
+  // ---- offload runtime (used when gpu_memory_budget > 0) ----
+  int pinned_layers = -1;          // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
+  int64_t copy_bandwidth = 0;      // CPU backend copy engine bytes/s; 0 = unthrottled
+  std::string eviction = "lru";    // lru | lfu | guarded
+
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;
   double keep_ratio = 0;
-  std::string expert_predictor;
+  // Drives prefetch into the slab cache. Wired today: none | history;
+  // router-lookahead and mlp-lookahead are rejected until they are.
+  std::string expert_predictor = "history";
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

@@ -297,6 +297,14 @@ absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& reques
   if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
   if (request.policy.keep_ratio.has_value()) co.beta = *request.policy.keep_ratio;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
+  // The predictor feeds the shared slab cache, so it is chosen per engine,
+  // not per request: a request may only name the one that is running.
+  if (request.policy.expert_predictor.has_value() &&
+      *request.policy.expert_predictor != options_.offload.prefetch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.expert_predictor \"", *request.policy.expert_predictor,
+        "\" cannot be chosen per request; this server runs \"", options_.offload.prefetch, "\""));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const SamplingParams& sp = request.sampling;
   GenerateResult result;
