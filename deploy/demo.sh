@@ -2,7 +2,11 @@
 # README command 1: build, start vismoe-server on the bundled tiny Qwen3-VL-MoE
 # checkpoint (CPU backend unless a GPU is usable), send the bundled image+text
 # request with the bundled client, print the streamed answer and the request's
-# stats, then stop the server.
+# stats, then stop the server. The server runs under a device-memory budget
+# that holds one pinned MoE layer and a 13-slab expert cache, with a throttled
+# copy engine and affinity token compression at keep ratio 0.5, so the stats
+# show real cache hits, Hot Recall, bytes moved and pruned visual tokens.
+# (The bundled model has random weights: the text itself is gibberish.)
 #   deploy/demo.sh                      uses build/release
 #   VISMOE_MODEL=/path/to/checkpoint deploy/demo.sh
 set -euo pipefail
@@ -15,7 +19,8 @@ cmake --build --preset release -j "$(nproc)" --target vismoe-server vismoe-cli
 
 port="${VISMOE_DEMO_PORT:-50051}"
 metrics_port="${VISMOE_DEMO_METRICS_PORT:-9464}"
-model_args=()
+model_args=(--gpu_memory_budget=12.5MB --max_context_tokens=4096 --pinned_layers=1
+  --copy_bandwidth=200MB --token_compressor=affinity --keep_ratio=0.5)
 if [[ -n "${VISMOE_MODEL:-}" ]]; then model_args=(--model="$VISMOE_MODEL"); fi
 log="$(mktemp -t vismoe-demo.XXXXXX.log)"
 build/release/server/vismoe-server "${model_args[@]}" --listen="127.0.0.1:${port}" \
@@ -39,5 +44,6 @@ build/release/client/vismoe-cli --server="127.0.0.1:${port}" \
 echo
 echo "metrics (first lines of http://127.0.0.1:${metrics_port}/metrics):"
 if command -v curl >/dev/null; then
-  curl -s "http://127.0.0.1:${metrics_port}/metrics" | grep -E '^vismoe_(requests_total|expert_cache_(hits|queries)_total\{phase="decode")' | head -8 || true
+    curl -s "http://127.0.0.1:${metrics_port}/metrics" |
+    grep -E '^vismoe_(requests_total|expert_cache_hit_ratio|prefetch_recall|expert_bytes_h2d_total|visual_tokens_pruned_total|gpu_memory_bytes)' || true
 fi

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <thread>
 
 #include "absl/flags/parse.h"
@@ -50,10 +51,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   vismoe::server::VismoeServer* srv = server->get();
-  std::thread signal_thread([srv, &signals] {
+  std::atomic<bool> load_failed{false};
+  std::thread signal_thread([srv, &signals, &load_failed] {
     int sig = 0;
     sigwait(&signals, &sig);
-    spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : (sig == SIGINT ? "SIGINT" : "signal"));
+    if (load_failed.load()) {
+      spdlog::info("stopping: the model could not be loaded");
+    } else {
+      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : (sig == SIGINT ? "SIGINT" : "signal"));
+    }
     srv->Shutdown();
   });
 
@@ -62,6 +68,7 @@ int main(int argc, char** argv) {
   if (!loaded.ok() && !absl::IsCancelled(loaded)) {
     spdlog::error("{}", std::string(loaded.message()));
     exit_code = 1;
+    load_failed.store(true);
     pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes the sigwait thread
   }
   srv->Wait();

@@ -4,23 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/ops/cpu/dot.h"
+
 namespace vismoe::cpu {
-namespace {
-
-float Dot(const float* a, const float* b, int n) {
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
-}  // namespace
 
 void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
                const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,

@@ -3,24 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "engine/ops/cpu/dot.h"
+
 namespace vismoe::cpu {
-namespace {
-
-float Dot(const float* a, const float* b, int64_t n) {
-  // Four partial sums: lets the compiler vectorise without -ffast-math.
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
-}  // namespace
 
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
             const TensorView* bias, float* y) {
