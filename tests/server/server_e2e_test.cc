@@ -269,8 +269,24 @@ TEST_F(ServerE2eTest, BadInputsGetClearErrorsAndTheServerKeepsServing) {
               HasSubstr("vismoe_requests_total{status=\"invalid_argument\"}"));
 }
 
+// The value of `series` (name with labels, as exposed) in a text exposition;
+// 0 when the series is absent.
+double SeriesValue(const std::string& exposition, const std::string& series) {
+  size_t at = 0;
+  while ((at = exposition.find(series + " ", at)) != std::string::npos) {
+    if (at == 0 || exposition[at - 1] == '\n') {
+      return std::stod(exposition.substr(at + series.size() + 1));
+    }
+    at += series.size();
+  }
+  return 0;
+}
+
 TEST_F(ServerE2eTest, ConcurrentStreamsAllCompleteOrAreRejected) {
   constexpr int kStreams = 32;
+  const std::string ok_series = "vismoe_requests_total{status=\"ok\"}";
+  const std::string full_series = "vismoe_requests_total{status=\"resource_exhausted\"}";
+  const std::string before = server_->metrics()->Serialize();
   std::vector<StreamResult> results(kStreams);
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
@@ -296,6 +312,10 @@ TEST_F(ServerE2eTest, ConcurrentStreamsAllCompleteOrAreRejected) {
   EXPECT_EQ(ok + exhausted, kStreams);
   EXPECT_GE(ok, 1);
   WaitIdle();
+  // Every stream is counted once, under the status its client saw.
+  const std::string after = server_->metrics()->Serialize();
+  EXPECT_EQ(SeriesValue(after, ok_series) - SeriesValue(before, ok_series), ok);
+  EXPECT_EQ(SeriesValue(after, full_series) - SeriesValue(before, full_series), exhausted);
 }
 
 TEST_F(ServerE2eTest, CancellationAndDeadlineReleaseResources) {

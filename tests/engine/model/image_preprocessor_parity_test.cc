@@ -9,12 +9,10 @@
 #include <string>
 
 #include "engine/model/image_preprocessor.h"
-#include "engine/model/rgb_convert.h"
 #include "engine/model/safetensors_file.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "opencv2/imgcodecs.hpp"
-#include "opencv2/imgproc.hpp"
+#include "tests/testing/image_file.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -25,19 +23,9 @@ std::string GoldenDir() {
   return env != nullptr ? env : testing::FixturesDir() + "/golden";
 }
 
-// Decodes like transformers' convert_to_rgb on a PIL image: gray replicated,
-// alpha composited onto white (ToRgb does Pillow's arithmetic).
 RgbImage LoadRgb(const std::string& path) {
-  cv::Mat raw = cv::imread(path, cv::IMREAD_UNCHANGED);
-  RgbImage img;
-  if (raw.empty() || raw.depth() != CV_8U) return img;
-  cv::Mat ordered = raw;
-  if (raw.channels() == 3) cv::cvtColor(raw, ordered, cv::COLOR_BGR2RGB);
-  if (raw.channels() == 4) cv::cvtColor(raw, ordered, cv::COLOR_BGRA2RGBA);
-  if (!ordered.isContinuous()) ordered = ordered.clone();
-  auto rgb = ToRgb(ordered.data, ordered.total() * ordered.elemSize(), ordered.cols, ordered.rows,
-                   ordered.channels());
-  return rgb.ok() ? *std::move(rgb) : img;
+  auto img = testing::LoadImageFile(path);
+  return img.ok() ? *std::move(img) : RgbImage{};
 }
 
 TEST(ImagePreprocessorParityTest, MatchesTransformersPixelValues) {
