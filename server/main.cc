@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
     if (load_failed.load()) {
       spdlog::info("stopping: the model could not be loaded");
     } else {
-      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : (sig == SIGINT ? "SIGINT" : "signal"));
+      spdlog::info("received {}",
+                   sig == SIGTERM ? "SIGTERM" : (sig == SIGINT ? "SIGINT" : "signal"));
     }
     srv->Shutdown();
   });

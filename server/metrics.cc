@@ -268,9 +268,16 @@ ServerMetrics::ServerMetrics(const Options& options)
   predictor_ = &NewHistogram(r, "vismoe_predictor_seconds", "Time of one expert-predictor refresh.",
                              kPolicyBuckets);
 
-  // Zero series so request-rate and rate(hits)/rate(queries) panels have data
-  // (0, not "no data") before the first request.
-  requests_->Add({{"status", "ok"}});
+  // Zero series so request-rate, error-rate and rate(hits)/rate(queries)
+  // panels and alerts have data (0, not "no data") before the first request
+  // of each kind: one per status label a request can end with.
+  for (const char* status :
+       {"ok", "cancelled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+        "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+        "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+        "unauthenticated"}) {
+    requests_->Add({{"status", status}});
+  }
   absl::MutexLock lock(&mu_);
   CacheSeries(Phase::kPrefill, 0);
   CacheSeries(Phase::kDecode, 0);

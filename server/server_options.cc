@@ -357,8 +357,8 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     }
   }
   if (o->eviction != "lru" && o->eviction != "lfu" && o->eviction != "guarded") {
-    return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
-                                                   o->eviction, "\" (lru, lfu, guarded)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("option eviction: unknown policy \"", o->eviction, "\" (lru, lfu, guarded)"));
   }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));
@@ -366,9 +366,9 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   if (!o->expert_predictor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateExpertPredictorName("expert_predictor", o->expert_predictor));
     if (o->expert_predictor != "none" && o->expert_predictor != "history") {
-      return absl::UnimplementedError(absl::StrCat(
-          "option expert_predictor: \"", o->expert_predictor,
-          "\" is not wired into the offload runtime yet; use none or history"));
+      return absl::UnimplementedError(
+          absl::StrCat("option expert_predictor: \"", o->expert_predictor,
+                       "\" is not wired into the offload runtime yet; use none or history"));
     }
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {

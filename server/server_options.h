@@ -48,9 +48,9 @@ struct ServerOptions {
   int max_new_tokens_limit = 4096;
   int max_stop_strings = 16;
   // ---- offload runtime (used when gpu_memory_budget > 0) ----
-  int pinned_layers = -1;          // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
-  int64_t copy_bandwidth = 0;      // CPU backend copy engine bytes/s; 0 = unthrottled
-  std::string eviction = "lru";    // lru | lfu | guarded
+  int pinned_layers = -1;        // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
+  int64_t copy_bandwidth = 0;    // CPU backend copy engine bytes/s; 0 = unthrottled
+  std::string eviction = "lru";  // lru | lfu | guarded
 
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;

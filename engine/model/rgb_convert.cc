@@ -25,14 +25,14 @@ absl::StatusOr<RgbImage> ToRgb(const uint8_t* pixels, size_t size, int width, in
         absl::StrCat("image has no pixels (", width, "x", height, ")"));
   }
   if (channels < 1 || channels > 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported channel layout: ", channels, " channels (expected 1, 2, 3 or 4)"));
+    return absl::InvalidArgumentError(absl::StrCat("unsupported channel layout: ", channels,
+                                                   " channels (expected 1, 2, 3 or 4)"));
   }
   const size_t n = static_cast<size_t>(width) * static_cast<size_t>(height);
   if (size != n * static_cast<size_t>(channels)) {
     return absl::InvalidArgumentError(absl::StrCat("image buffer has ", size, " bytes, expected ",
-                                                   n * channels, " for ", width, "x", height,
-                                                   "x", channels));
+                                                   n * channels, " for ", width, "x", height, "x",
+                                                   channels));
   }
   RgbImage out;
   out.width = width;

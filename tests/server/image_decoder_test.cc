@@ -63,8 +63,8 @@ TEST(ImageDecoderTest, AlphaIsCompositedOntoWhite) {
   // As transformers' convert_to_rgb: transparent pixels become white, partly
   // transparent ones are blended with Pillow's arithmetic.
   cv::Mat bgra(3, 3, CV_8UC4, cv::Scalar(30, 60, 90, 0));  // fully transparent
-  bgra.at<cv::Vec4b>(0, 1) = cv::Vec4b(0, 0, 0, 128);       // half-transparent black
-  bgra.at<cv::Vec4b>(0, 2) = cv::Vec4b(30, 60, 90, 255);    // opaque
+  bgra.at<cv::Vec4b>(0, 1) = cv::Vec4b(0, 0, 0, 128);      // half-transparent black
+  bgra.at<cv::Vec4b>(0, 2) = cv::Vec4b(30, 60, 90, 255);   // opaque
   absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(EncodeMat(".png", bgra));
   ASSERT_TRUE(img.ok()) << img.status();
   ASSERT_EQ(img->pixels.size(), 27u);

@@ -1,6 +1,9 @@
-// A real Prometheus scrapes a ServerMetrics exposer; every PromQL expression
-// of the Grafana dashboard and the alert rules in deploy/ must return data,
-// and the hit ratio read back through PromQL must be the one fed in.
+// A real Prometheus scrapes (1) a running vismoe-server on the tiny model under
+// a memory budget, serving real image and text requests, and (2) a bare
+// ServerMetrics exposer fed a known event stream. In both, every PromQL
+// expression of the Grafana dashboard and the alert rules in deploy/ must
+// return data, and the hit ratio read back through PromQL must be the one the
+// process counted.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -9,14 +12,18 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/metrics.h"
+#include "server/server.h"
+#include "tests/server/server_test_util.h"
 #include "tests/testing/child_process.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/paths.h"
 #include "tests/testing/prometheus_api.h"
 
 namespace vismoe {
@@ -133,68 +140,54 @@ double Scalar(int port, const std::string& promql) {
   return (*r)[0].value;
 }
 
-TEST(MetricsPrometheusE2eTest, DashboardAndAlertQueriesReturnData) {
+// A Prometheus child process scraping 127.0.0.1:`target_port` every second,
+// with the alert rules of deploy/ loaded; waits (bounded) for a first scrape.
+struct RunningPrometheus {
+  std::unique_ptr<testing::ChildProcess> child;
+  int port = 0;
+};
+
+void StartPrometheus(const std::string& dir, int target_port, RunningPrometheus* out) {
   const std::optional<std::string> prometheus = testing::FindOnPath("prometheus");
   ASSERT_TRUE(prometheus.has_value())
       << "the 'prometheus' binary is not on PATH; install it with deploy/install-deps.sh";
-  TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
-
-  auto metrics = ServerMetrics::Create("127.0.0.1:0");
-  ASSERT_TRUE(metrics.ok()) << metrics.status();
-  ServerMetrics& m = **metrics;
-
   const std::string alerts = testing::SourceDir() + "/deploy/prometheus/alerts.yml";
-  const std::string config = dir.path() + "/prometheus.yml";
+  const std::string config = dir + "/prometheus.yml";
   {
-    std::ofstream out(config);
-    out << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+    std::ofstream cfg(config);
+    cfg << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         << "rule_files:\n  - \"" << alerts << "\"\n"
         << "scrape_configs:\n  - job_name: vismoe\n    static_configs:\n"
-        << "      - targets: [\"127.0.0.1:" << m.metrics_port() << "\"]\n";
-    ASSERT_TRUE(out.good());
+        << "      - targets: [\"127.0.0.1:" << target_port << "\"]\n";
+    ASSERT_TRUE(cfg.good());
   }
   auto port = testing::PickUnusedLoopbackPort();
   ASSERT_TRUE(port.ok()) << port.status();
   auto child = testing::ChildProcess::Start(
-      {*prometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/data",
+      {*prometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir + "/data",
        absl::StrCat("--web.listen-address=127.0.0.1:", *port)},
-      dir.path() + "/prometheus.log");
+      dir + "/prometheus.log");
   ASSERT_TRUE(child.ok()) << child.status();
-  const int p = *port;
-
-  // Bounded wait for the first successful scrape.
-  const bool up = WaitForQuery(p, "up{job=\"vismoe\"} == 1", absl::Seconds(60),
+  out->child = std::make_unique<testing::ChildProcess>(std::move(*child));
+  out->port = *port;
+  const bool up = WaitForQuery(out->port, "up{job=\"vismoe\"} == 1", absl::Seconds(60),
                                [](const auto& r) { return !r.empty(); });
-  ASSERT_TRUE(up) << "Prometheus never scraped the exposer; its log:\n" << child->Log();
+  ASSERT_TRUE(up) << "Prometheus never scraped the target; its log:\n" << out->child->Log();
+}
 
-  const FedTotals fed = FeedRealisticTraffic(m, absl::Seconds(5));
-  // Wait until a scrape after the feed saw every query.
-  const std::string total_queries = "sum(vismoe_expert_cache_queries_total)";
-  ASSERT_TRUE(WaitForQuery(p, total_queries, absl::Seconds(30),
-                           [&](const auto& r) {
-                             return r.size() == 1 && r[0].value == static_cast<double>(fed.queries);
-                           }))
-      << "the last scrape never caught up with the feed; log:\n"
-      << child->Log();
+// Waits until Prometheus has scraped `queries` expert lookups in total.
+void WaitForQueries(const RunningPrometheus& prom, double queries) {
+  ASSERT_TRUE(WaitForQuery(prom.port, "sum(vismoe_expert_cache_queries_total)", absl::Seconds(30),
+                           [&](const auto& r) { return r.size() == 1 && r[0].value == queries; }))
+      << "the last scrape never caught up with " << queries << " queries; log:\n"
+      << prom.child->Log();
+}
 
-  // The values read back are the values fed.
-  const double fed_ratio = static_cast<double>(fed.hits) / static_cast<double>(fed.queries);
-  const double fed_recall = static_cast<double>(fed.recalled) / static_cast<double>(fed.needed);
-  EXPECT_DOUBLE_EQ(
-      Scalar(p, "sum(vismoe_expert_cache_hits_total) / sum(vismoe_expert_cache_queries_total)"),
-      fed_ratio);
-  EXPECT_DOUBLE_EQ(Scalar(p, "vismoe_expert_cache_hit_ratio"), fed_ratio);
-  EXPECT_DOUBLE_EQ(Scalar(p, "vismoe_prefetch_recall"), fed_recall);
-  EXPECT_NEAR(Scalar(p,
-                     "sum(rate(vismoe_expert_cache_hits_total[1m])) / "
-                     "sum(rate(vismoe_expert_cache_queries_total[1m]))"),
-              fed_ratio, 0.03);
-  EXPECT_NEAR(Scalar(p,
-                     "sum(rate(vismoe_prefetch_recalled_total[1m])) / "
-                     "sum(rate(vismoe_prefetch_needed_total[1m]))"),
-              fed_recall, 0.03);
-
+// Every dashboard expression returns data; every alert rule is loaded,
+// evaluates cleanly, and each operand of its condition returns data (the
+// condition itself is empty while not firing); a typo'd name returns nothing.
+void CheckDashboardAndAlerts(int p) {
+  const std::string alerts = testing::SourceDir() + "/deploy/prometheus/alerts.yml";
   // Every dashboard expression returns data.
   auto exprs = testing::DashboardExpressions(
       testing::SourceDir() + "/deploy/grafana/dashboards/vismoe.json", "1m");
@@ -253,9 +246,117 @@ TEST(MetricsPrometheusE2eTest, DashboardAndAlertQueriesReturnData) {
   auto typo = PromQuery(p, "sum(rate(vismoe_expert_cache_hit_total[1m]))");
   ASSERT_TRUE(typo.ok());
   EXPECT_TRUE(typo->empty());
+}
 
-  child->Stop();
-  EXPECT_FALSE(child->Running());
+TEST(MetricsPrometheusE2eTest, DashboardAndAlertQueriesReturnDataOnAKnownFeed) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto metrics = ServerMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  ServerMetrics& m = **metrics;
+  RunningPrometheus prom;
+  ASSERT_NO_FATAL_FAILURE(StartPrometheus(dir.path(), m.metrics_port(), &prom));
+  const int p = prom.port;
+
+  const FedTotals fed = FeedRealisticTraffic(m, absl::Seconds(5));
+  ASSERT_NO_FATAL_FAILURE(WaitForQueries(prom, static_cast<double>(fed.queries)));
+  // The values read back are the values fed.
+  const double fed_ratio = static_cast<double>(fed.hits) / static_cast<double>(fed.queries);
+  const double fed_recall = static_cast<double>(fed.recalled) / static_cast<double>(fed.needed);
+  EXPECT_DOUBLE_EQ(
+      Scalar(p, "sum(vismoe_expert_cache_hits_total) / sum(vismoe_expert_cache_queries_total)"),
+      fed_ratio);
+  EXPECT_DOUBLE_EQ(Scalar(p, "vismoe_expert_cache_hit_ratio"), fed_ratio);
+  EXPECT_DOUBLE_EQ(Scalar(p, "vismoe_prefetch_recall"), fed_recall);
+  EXPECT_NEAR(Scalar(p,
+                     "sum(rate(vismoe_expert_cache_hits_total[1m])) / "
+                     "sum(rate(vismoe_expert_cache_queries_total[1m]))"),
+              fed_ratio, 0.03);
+  EXPECT_NEAR(Scalar(p,
+                     "sum(rate(vismoe_prefetch_recalled_total[1m])) / "
+                     "sum(rate(vismoe_prefetch_needed_total[1m]))"),
+              fed_recall, 0.03);
+
+  CheckDashboardAndAlerts(p);
+  prom.child->Stop();
+  EXPECT_FALSE(prom.child->Running());
+}
+
+// The sum of one metric family (all label values) in a text exposition.
+double FamilySum(const std::string& exposition, const std::string& family) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (!absl::StartsWith(line, family)) continue;
+    const absl::string_view rest = line.substr(family.size());
+    if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) continue;  // a longer name
+    const size_t space = line.rfind(' ');
+    sum += std::stod(std::string(line.substr(space + 1)));
+  }
+  return sum;
+}
+
+TEST(MetricsPrometheusE2eTest, RunningServerDashboardAndAlertQueriesReturnData) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  // The tiny model under a budget that pins one MoE layer and leaves a small
+  // slab cache, with affinity compression: every offload and policy metric
+  // moves. 12.5 MB = resident + 8 MiB KV cache + pinned layer + 30 slabs.
+  server::ServerOptions o = testing::LoopbackOptions(testing::TinyModelDir());
+  o.backend = "cpu";
+  o.engine_threads = 2;
+  o.metrics_listen = "127.0.0.1:0";
+  o.gpu_memory_budget = 12'500'000;
+  o.max_context_tokens = 4096;
+  o.pinned_layers = 1;
+  o.copy_bandwidth = 200'000'000;
+  o.eviction = "guarded";
+  o.token_compressor = "affinity";
+  o.keep_ratio = 0.5;
+  auto server = server::VismoeServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->LoadModel().ok());
+  RunningPrometheus prom;
+  ASSERT_NO_FATAL_FAILURE(StartPrometheus(dir.path(), (*server)->metrics()->metrics_port(), &prom));
+  const int p = prom.port;
+
+  // Real traffic over gRPC: image and text requests for a few seconds (so
+  // rate() windows hold several scrapes), plus one rejected request.
+  auto stub = testing::MakeStub((*server)->port());
+  const std::string png = testing::EncodePng(testing::TestPicture(96, 64, 3));
+  int sent_ok = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(5);
+  for (int i = 0; absl::Now() < end || i < 3; ++i) {
+    v1::GenerateRequest r = testing::TextRequest(absl::StrCat("Describe picture ", i), 4);
+    if (i % 2 == 0) {
+      r.mutable_messages(0)->mutable_parts()->Add()->mutable_image()->set_data(png);
+    }
+    testing::StreamResult got = testing::RunGenerate(*stub, r);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ++sent_ok;
+  }
+  v1::GenerateRequest bad = testing::TextRequest("too many tokens", 1);
+  bad.mutable_sampling()->set_max_new_tokens(1 << 30);
+  EXPECT_EQ(testing::RunGenerate(*stub, bad).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  const std::string exposition = (*server)->metrics()->Serialize();
+  const double queries = FamilySum(exposition, "vismoe_expert_cache_queries_total");
+  const double hits = FamilySum(exposition, "vismoe_expert_cache_hits_total");
+  ASSERT_GT(queries, 0);
+  ASSERT_LT(hits, queries) << "the budget should force cache misses";
+  ASSERT_NO_FATAL_FAILURE(WaitForQueries(prom, queries));
+
+  // What Prometheus computes is what the server counted.
+  EXPECT_DOUBLE_EQ(
+      Scalar(p, "sum(vismoe_expert_cache_hits_total) / sum(vismoe_expert_cache_queries_total)"),
+      hits / queries);
+  EXPECT_DOUBLE_EQ(Scalar(p, "sum(vismoe_requests_total{status=\"ok\"})"), sent_ok);
+  EXPECT_DOUBLE_EQ(Scalar(p, "sum(vismoe_requests_total{status=\"invalid_argument\"})"), 1);
+  EXPECT_GT(Scalar(p, "sum(vismoe_visual_tokens_pruned_total)"), 0);
+  EXPECT_GT(Scalar(p, "sum(vismoe_expert_bytes_h2d_total)"), 0);
+  CheckDashboardAndAlerts(p);
+  prom.child->Stop();
+  EXPECT_FALSE(prom.child->Running());
 }
 
 TEST(TopLevelOperandsTest, SplitsComparisonsAndSetOperators) {

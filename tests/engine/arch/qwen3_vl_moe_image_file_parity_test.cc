@@ -52,8 +52,8 @@ TEST(Qwen3VlMoeImageFileParityTest, LogitsAndGreedyTokensFromImageFiles) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto experts = ResidentExpertProvider::Create(**ckpt, config->text,
-                                                Qwen3VlMoeModel::TextPrefix(*config));
+  auto experts =
+      ResidentExpertProvider::Create(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
   ASSERT_TRUE(experts.ok()) << experts.status();
   auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
   ASSERT_TRUE(model.ok()) << model.status();

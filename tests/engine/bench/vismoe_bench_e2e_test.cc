@@ -23,9 +23,9 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   // for the other 48 experts, so the deeper layers must copy experts in.
   auto rc = testing::RunToCompletion(
       {testing::BinaryDir() + "/engine/vismoe-bench", "--model=" + testing::TinyModelDir(),
-       "--budget=12.5M", "--max_context_tokens=4096", "--pinned_layers=1",
-       "--copy_bandwidth=200M", "--prefetch=history", "--eviction=guarded",
-       "--max_new_tokens=8", "--threads=2", "--json_out=" + out},
+       "--budget=12.5M", "--max_context_tokens=4096", "--pinned_layers=1", "--copy_bandwidth=200M",
+       "--prefetch=history", "--eviction=guarded", "--max_new_tokens=8", "--threads=2",
+       "--json_out=" + out},
       log, absl::Seconds(300));
   ASSERT_TRUE(rc.ok()) << rc.status();
   std::ifstream log_in(log);
@@ -39,12 +39,26 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   ss << in.rdbuf();
   const nlohmann::json r = nlohmann::json::parse(ss.str(), nullptr, false);
   ASSERT_TRUE(r.is_object()) << ss.str();
-  for (const char* key :
-       {"ttft_seconds_mean", "tpot_seconds_mean", "total_seconds", "cache_queries", "cache_hits",
-        "hit_ratio", "prefetch_needed", "prefetch_recalled", "hot_recall", "prefetch_issued",
-        "prefetch_used", "bytes_h2d", "stall_seconds", "missed_experts", "missed_bytes",
-        "expert_bytes", "copy_bandwidth_measured_bytes_per_s", "compute_seconds",
-        "bound_seconds", "per_request"}) {
+  for (const char* key : {"ttft_seconds_mean",
+                          "tpot_seconds_mean",
+                          "total_seconds",
+                          "cache_queries",
+                          "cache_hits",
+                          "hit_ratio",
+                          "prefetch_needed",
+                          "prefetch_recalled",
+                          "hot_recall",
+                          "prefetch_issued",
+                          "prefetch_used",
+                          "bytes_h2d",
+                          "stall_seconds",
+                          "missed_experts",
+                          "missed_bytes",
+                          "expert_bytes",
+                          "copy_bandwidth_measured_bytes_per_s",
+                          "compute_seconds",
+                          "bound_seconds",
+                          "per_request"}) {
     EXPECT_TRUE(r.contains(key)) << key;
   }
   const double queries = r["cache_queries"].get<double>();
@@ -60,8 +74,8 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   EXPECT_GE(r["bytes_h2d"].get<double>(), r["missed_bytes"].get<double>());
   const double bw = r["copy_bandwidth_measured_bytes_per_s"].get<double>();
   ASSERT_GT(bw, 0);
-  const double bound = std::max(r["compute_seconds"].get<double>(),
-                                r["missed_bytes"].get<double>() / bw);
+  const double bound =
+      std::max(r["compute_seconds"].get<double>(), r["missed_bytes"].get<double>() / bw);
   EXPECT_NEAR(r["bound_seconds"].get<double>(), bound, 1e-9 * std::max(1.0, bound));
   ASSERT_TRUE(r["per_request"].is_array());
   ASSERT_EQ(r["per_request"].size(), 1u);
