@@ -45,5 +45,5 @@ echo
 echo "metrics (first lines of http://127.0.0.1:${metrics_port}/metrics):"
 if command -v curl >/dev/null; then
     curl -s "http://127.0.0.1:${metrics_port}/metrics" |
-    grep -E '^vismoe_(requests_total|expert_cache_hit_ratio|prefetch_recall|expert_bytes_h2d_total|visual_tokens_pruned_total|gpu_memory_bytes)' || true
+    grep -E '^vismoe_(requests_total\{status="ok"\}|expert_cache_hit_ratio|prefetch_recall |expert_bytes_h2d_total|visual_tokens_pruned_total|gpu_memory_bytes)' || true
 fi
