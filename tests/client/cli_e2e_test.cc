@@ -15,47 +15,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class CliE2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    scratch_ = new ScratchDir("cli_e2e");
-    if (!ServerUnderTest::BinaryExists()) return;
-    absl::StatusOr<std::unique_ptr<ServerUnderTest>> server = ServerUnderTest::Start(*scratch_);
-    if (server.ok()) {
-      server_ = server->release();
-    } else {
-      start_error_ = new std::string(server.status().ToString());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-    delete scratch_;
-    scratch_ = nullptr;
-  }
-  void SetUp() override {
-    if (!ServerUnderTest::BinaryExists()) {
-      GTEST_SKIP() << ServerUnderTest::BinaryPath() << " was not built";
-    }
-    ASSERT_EQ(start_error_, nullptr) << *start_error_;
-    ASSERT_NE(server_, nullptr);
-  }
+struct CliE2eTestName {
+  static constexpr const char* kScratch = "cli_e2e";
+};
 
+class CliE2eTest : public ServerSuiteTest<CliE2eTestName> {
+ protected:
   ToolResult Cli(std::vector<std::string> args) {
     args.insert(args.begin(), "--server=" + server_->address());
     return RunClientTool(*scratch_, "vismoe-cli", args);
   }
-
-  static ScratchDir* scratch_;
-  static ServerUnderTest* server_;
-  static std::string* start_error_;
 };
-
-ScratchDir* CliE2eTest::scratch_ = nullptr;
-ServerUnderTest* CliE2eTest::server_ = nullptr;
-std::string* CliE2eTest::start_error_ = nullptr;
 
 TEST_F(CliE2eTest, StreamsTextThenStatsAndJsonAgrees) {
   ToolResult text = Cli({"--prompt=Hello there", "--max_new_tokens=6"});

@@ -157,6 +157,43 @@ class ServerUnderTest {
   std::unique_ptr<ChildProcess> child_;
 };
 
+// Base fixture: one real server per test suite (started in the scratch
+// directory `Name::kScratch`), skipping every test when the server binary was
+// not built and failing them all when it was built but did not start.
+template <typename Name>
+class ServerSuiteTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new ScratchDir(Name::kScratch);
+    if (!ServerUnderTest::BinaryExists()) return;
+    absl::StatusOr<std::unique_ptr<ServerUnderTest>> server = ServerUnderTest::Start(*scratch_);
+    if (server.ok()) {
+      server_ = server->release();
+    } else {
+      start_error_ = new std::string(server.status().ToString());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete start_error_;
+    start_error_ = nullptr;
+    delete scratch_;
+    scratch_ = nullptr;
+  }
+  void SetUp() override {
+    if (!ServerUnderTest::BinaryExists()) {
+      GTEST_SKIP() << ServerUnderTest::BinaryPath() << " was not built";
+    }
+    ASSERT_EQ(start_error_, nullptr) << *start_error_;
+    ASSERT_NE(server_, nullptr);
+  }
+
+  static inline ScratchDir* scratch_ = nullptr;
+  static inline ServerUnderTest* server_ = nullptr;
+  static inline std::string* start_error_ = nullptr;
+};
+
 }  // namespace vismoe::testing
 
 #endif  // VISMOE_TESTS_CLIENT_CLIENT_E2E_UTIL_H_

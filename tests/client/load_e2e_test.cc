@@ -16,34 +16,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class LoadE2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    scratch_ = new ScratchDir("load_e2e");
-    if (!ServerUnderTest::BinaryExists()) return;
-    absl::StatusOr<std::unique_ptr<ServerUnderTest>> server = ServerUnderTest::Start(*scratch_);
-    if (server.ok()) {
-      server_ = server->release();
-    } else {
-      start_error_ = new std::string(server.status().ToString());
-    }
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete start_error_;
-    start_error_ = nullptr;
-    delete scratch_;
-    scratch_ = nullptr;
-  }
-  void SetUp() override {
-    if (!ServerUnderTest::BinaryExists()) {
-      GTEST_SKIP() << ServerUnderTest::BinaryPath() << " was not built";
-    }
-    ASSERT_EQ(start_error_, nullptr) << *start_error_;
-    ASSERT_NE(server_, nullptr);
-  }
+struct LoadE2eTestName {
+  static constexpr const char* kScratch = "load_e2e";
+};
 
+class LoadE2eTest : public ServerSuiteTest<LoadE2eTestName> {
+ protected:
   ToolResult Tool(const std::string& tool, std::vector<std::string> args) {
     args.insert(args.begin(), "--server=" + server_->address());
     return RunClientTool(*scratch_, tool, args);
@@ -71,15 +49,7 @@ class LoadE2eTest : public ::testing::Test {
     EXPECT_TRUE(j["server"].contains("cache_hit_ratio"));
     EXPECT_TRUE(j["server"].contains("hot_recall"));
   }
-
-  static ScratchDir* scratch_;
-  static ServerUnderTest* server_;
-  static std::string* start_error_;
 };
-
-ScratchDir* LoadE2eTest::scratch_ = nullptr;
-ServerUnderTest* LoadE2eTest::server_ = nullptr;
-std::string* LoadE2eTest::start_error_ = nullptr;
 
 TEST_F(LoadE2eTest, ClosedLoopSynthetic) {
   const std::string report = scratch_->File("closed.json");
