@@ -119,6 +119,7 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
+  eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
   if (options_.keep_ratio > 0) eo.compression.beta = options_.keep_ratio;
   eo.stats = metrics_.get();

@@ -72,8 +72,11 @@ ABSL_FLAG(std::string, token_compressor, "",
           "Default token compressor: none|random|saliency|affinity; empty = engine default");
 ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
 ABSL_FLAG(std::string, expert_predictor, kDefaults.expert_predictor,
-          "Expert predictor driving prefetch: none | history (router-lookahead and "
-          "mlp-lookahead are not wired into the offload runtime yet)");
+          "Expert predictor driving prefetch and guarded eviction: none | history | "
+          "router-lookahead | mlp-lookahead (mlp-lookahead needs --calibration_profile)");
+ABSL_FLAG(std::string, calibration_profile, "",
+          "Calibration profile JSON written by vismoe-calibrate (mlp-lookahead weights, "
+          "router-lookahead default vectors, Eq. 10 costs); empty = none");
 
 namespace vismoe::server {
 namespace {
@@ -204,6 +207,7 @@ const std::vector<OptionDef>& OptionDefs() {
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.keep_ratio); }},
       VISMOE_STRING_OPTION(expert_predictor),
+      VISMOE_STRING_OPTION(calibration_profile),
   };
   return *defs;
 }
@@ -244,35 +248,6 @@ absl::Status SetServerOption(absl::string_view key, absl::string_view value,
     if (d.key == key) return d.set(key, value, options);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown option \"", key, "\""));
-}
-
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
-  absl::string_view s = absl::StripAsciiWhitespace(text);
-  size_t split = 0;
-  while (split < s.size() && (absl::ascii_isdigit(s[split]) || s[split] == '.')) ++split;
-  const absl::string_view number = s.substr(0, split);
-  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(split)));
-  static const std::map<std::string, double> kUnits = {{"", 1},
-                                                       {"b", 1},
-                                                       {"kb", 1e3},
-                                                       {"mb", 1e6},
-                                                       {"gb", 1e9},
-                                                       {"tb", 1e12},
-                                                       {"kib", 1024.0},
-                                                       {"mib", 1048576.0},
-                                                       {"gib", 1073741824.0},
-                                                       {"tib", 1099511627776.0}};
-  auto it = kUnits.find(unit);
-  double value = 0;
-  if (number.empty() || it == kUnits.end() || !absl::SimpleAtod(number, &value)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected a byte size such as 4096, 512MiB or 24GB, got \"", text, "\""));
-  }
-  const double bytes = value * it->second;
-  if (!std::isfinite(bytes) || bytes >= 9.2e18) {
-    return absl::InvalidArgumentError(absl::StrCat("byte size \"", text, "\" is too large"));
-  }
-  return static_cast<int64_t>(std::llround(bytes));
 }
 
 absl::Status ApplyConfigJson(absl::string_view json_text, absl::string_view source,
@@ -365,10 +340,11 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   }
   if (!o->expert_predictor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateExpertPredictorName("expert_predictor", o->expert_predictor));
-    if (o->expert_predictor != "none" && o->expert_predictor != "history") {
-      return absl::UnimplementedError(
-          absl::StrCat("option expert_predictor: \"", o->expert_predictor,
-                       "\" is not wired into the offload runtime yet; use none or history"));
+    if (o->expert_predictor == "mlp-lookahead" && o->calibration_profile.empty()) {
+      return absl::InvalidArgumentError(
+          "option expert_predictor: \"mlp-lookahead\" needs a trained predictor; run "
+          "vismoe-calibrate on this model and pass its profile with --calibration_profile "
+          "(or choose router-lookahead or history)");
     }
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {

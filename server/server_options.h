@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/core/byte_size.h"  // ParseByteSize, used by flags and config
 
 namespace vismoe::server {
 
@@ -55,9 +56,12 @@ struct ServerOptions {
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;
   double keep_ratio = 0;
-  // Drives prefetch into the slab cache. Wired today: none | history;
-  // router-lookahead and mlp-lookahead are rejected until they are.
+  // Drives prefetch and guarded eviction in the slab cache:
+  // none | history | router-lookahead | mlp-lookahead (needs calibration_profile).
   std::string expert_predictor = "history";
+  // JSON profile written by vismoe-calibrate ("" = none): the mlp-lookahead
+  // weights, router-lookahead default vectors and the Eq. 10 costs.
+  std::string calibration_profile;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.
@@ -74,9 +78,6 @@ const std::vector<std::string>& ServerOptionKeys();
 absl::Status SetServerOption(absl::string_view key, absl::string_view value,
                              ServerOptions* options);
 
-// Parses "24GB" (10^9), "512MiB" (2^20), "4096" (bytes), "1.5GiB", case-
-// insensitive units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB.
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 
 // Applies a JSON object of {key: value} (strings, numbers or booleans).
 // `source` names the file in error messages.

@@ -265,9 +265,13 @@ absl::Status Qwen3VlMoeModel::Forward(const DecoderInput& input, KvCache* cache,
     cpu::RmsNorm(pool_, hs.data(), n, h, w.input_norm, c.rms_norm_eps, x.data());
     Attention(l, w, x, n, rope, cache, &y);
     for (int64_t i = 0; i < n * h; ++i) hs[i] += y[i];
+    if (w.moe && input.observer != nullptr) {
+      input.observer->OnPostAttention(input.phase, l, hs.data(), n);
+    }
     cpu::RmsNorm(pool_, hs.data(), n, h, w.post_norm, c.rms_norm_eps, x.data());
     if (w.moe) {
       VISMOE_RETURN_IF_ERROR(Moe(input, l, w, x, n, experts, &y));
+      if (input.observer != nullptr) input.observer->OnMoeOutput(input.phase, l, y.data(), n);
     } else {
       const int64_t in = c.intermediate_size;
       std::vector<float> gate(n * in), up(n * in);

@@ -44,6 +44,19 @@ class RouterObserver {
   // `hidden` [n, hidden_size] is the MoE block's input (post-attention RMSNorm).
   virtual void OnRouting(Phase phase, int layer, const float* hidden,
                          const cpu::RouterResult& routing) = 0;
+  // `residual` [n, hidden_size]: the residual stream after attention (the
+  // post-attention RMSNorm's input) of MoE layer `layer`; called right before
+  // OnRouting. The router-lookahead predictor builds the quasi-hidden state
+  // (paper 004, section 3.2) from it.
+  virtual void OnPostAttention(Phase /*phase*/, int /*layer*/, const float* /*residual*/,
+                               int64_t /*n*/) {}
+  // `out` [n, hidden_size]: MoE layer `layer`'s output, before the residual add
+  // (calibration averages it into the layer's default vector d_l).
+  virtual void OnMoeOutput(Phase /*phase*/, int /*layer*/, const float* /*out*/, int64_t /*n*/) {}
+  // The request's static visual summary h_v (VisMMOE Eq. 6, [hidden_size]):
+  // the engine calls it before prefill (mean over every visual token) and again
+  // after compression (mean over the kept ones). Never called for text-only requests.
+  virtual void OnVisualSummary(absl::Span<const float> /*summary*/) {}
 };
 
 // The new tokens of one forward step.

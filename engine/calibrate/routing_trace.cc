@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/policy/decayed_target.h"
+#include "engine/policy/lookahead_features.h"
 #include "engine/policy/token_compressor.h"
 
 namespace vismoe {
@@ -30,6 +31,24 @@ void RoutingTraceRecorder::OnRouting(Phase phase, int layer, const float* hidden
   steps_.back().layers.push_back(std::move(rec));
 }
 
+void RoutingTraceRecorder::OnMoeOutput(Phase /*phase*/, int layer, const float* out, int64_t n) {
+  if (layer < 0) return;
+  if (static_cast<size_t>(layer) >= moe_sum_.size()) {
+    moe_sum_.resize(layer + 1);
+    moe_rows_.resize(layer + 1, 0);
+  }
+  std::vector<double>& sum = moe_sum_[layer];
+  if (sum.empty()) sum.assign(hidden_size_, 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int d = 0; d < hidden_size_; ++d) sum[d] += out[t * hidden_size_ + d];
+  }
+  moe_rows_[layer] += n;
+}
+
+void RoutingTraceRecorder::OnVisualSummary(absl::Span<const float> summary) {
+  visual_summary_.assign(summary.begin(), summary.end());
+}
+
 std::vector<LookaheadExample> BuildLookaheadExamples(const std::vector<StepRecord>& steps,
                                                      Phase phase,
                                                      absl::Span<const float> visual_summary,
@@ -46,15 +65,10 @@ std::vector<LookaheadExample> BuildLookaheadExamples(const std::vector<StepRecor
       LookaheadExample ex;
       ex.step = static_cast<int>(s);
       ex.moe_index = static_cast<int>(m);
-      std::vector<float>& x = ex.sample.x;
-      x = cur.histogram;
-      if (m > 0) {
-        x.insert(x.end(), step.layers[m - 1].histogram.begin(), step.layers[m - 1].histogram.end());
-      } else {
-        x.insert(x.end(), e, 0.0f);
-      }
-      x.insert(x.end(), cur.hidden_mean.begin(), cur.hidden_mean.end());
-      x.insert(x.end(), visual_summary.begin(), visual_summary.end());
+      ex.sample.x = LookaheadFeatures(
+          cur.histogram,
+          m > 0 ? absl::MakeConstSpan(step.layers[m - 1].histogram) : absl::Span<const float>(),
+          cur.hidden_mean, visual_summary);
       ex.sample.target = DecayedTarget(activated, static_cast<int>(m), window, gamma, e);
       ex.next_experts = step.layers[m + 1].experts;
       out.push_back(std::move(ex));

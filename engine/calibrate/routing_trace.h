@@ -36,13 +36,33 @@ class RoutingTraceRecorder final : public RouterObserver {
   explicit RoutingTraceRecorder(int hidden_size) : hidden_size_(hidden_size) {}
   void OnRouting(Phase phase, int layer, const float* hidden,
                  const cpu::RouterResult& routing) override;
+  // Accumulates the MoE output rows per decoder layer (for the router-lookahead
+  // default vectors d_l = mean MoE output, paper 004 section 3.2).
+  void OnMoeOutput(Phase phase, int layer, const float* out, int64_t n) override;
+  // Keeps the last summary (after compression when the engine compresses).
+  void OnVisualSummary(absl::Span<const float> summary) override;
+
   // A new step starts when a layer index does not grow.
   const std::vector<StepRecord>& steps() const { return steps_; }
-  void Clear() { steps_.clear(); }
+  // h_v of the request; empty for text-only requests.
+  const std::vector<float>& visual_summary() const { return visual_summary_; }
+  // Per decoder layer (indexed by layer; empty vectors for layers never seen):
+  // the sum of the MoE output rows [hidden] and how many rows were summed.
+  const std::vector<std::vector<double>>& moe_output_sum() const { return moe_sum_; }
+  const std::vector<int64_t>& moe_output_rows() const { return moe_rows_; }
+  void Clear() {
+    steps_.clear();
+    visual_summary_.clear();
+    moe_sum_.clear();
+    moe_rows_.clear();
+  }
 
  private:
   int hidden_size_;
   std::vector<StepRecord> steps_;
+  std::vector<float> visual_summary_;
+  std::vector<std::vector<double>> moe_sum_;
+  std::vector<int64_t> moe_rows_;
 };
 
 // One lookahead sample with what actually came next.

@@ -12,19 +12,20 @@ int64_t AlignUp(int64_t n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceArena>> DeviceArena::Create(int64_t capacity_bytes,
-                                                                 HostAllocator* allocator) {
+                                                                 DeviceAllocator* allocator) {
   if (capacity_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("device arena capacity must be >= 0, got ", capacity_bytes));
   }
   std::unique_ptr<DeviceArena> a(new DeviceArena());
-  a->allocator_ = allocator != nullptr ? allocator : AlignedHostAllocator::Default();
+  a->allocator_ = allocator != nullptr ? allocator : HeapDeviceAllocator::Default();
   a->capacity_ = capacity_bytes;
   if (capacity_bytes > 0) {
     a->base_ = static_cast<char*>(a->allocator_->Allocate(static_cast<size_t>(capacity_bytes)));
     if (a->base_ == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate a device arena of ", capacity_bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a device arena of ",
+                                                       capacity_bytes, " bytes from the ",
+                                                       a->allocator_->name(), " allocator"));
     }
   }
   return a;

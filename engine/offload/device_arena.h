@@ -1,8 +1,9 @@
 // DeviceArena: the bounded "device" memory of the offload runtime, allocated
 // once at start-up and carved into named regions (pinned prefix, slab cache)
 // by bumping an offset; nothing is allocated on the hot path and nothing is
-// ever freed before the arena dies. On the CPU backend it is host memory from
-// a HostAllocator; the CUDA backend carves a cudaMalloc'd block the same way.
+// ever freed before the arena dies. The block comes from a DeviceAllocator:
+// host heap on the CPU backend (the default), one cudaMalloc on the CUDA
+// backend (cuda::CudaDeviceAllocator), carved the same way.
 // Thread safety: Carve() is for start-up on one thread; the carved memory is
 // then shared by the owner's own locking.
 // Ownership: owns its block; the allocator must outlive the arena.
@@ -16,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/offload/host_expert_store.h"
+#include "engine/offload/device_allocator.h"
 
 namespace vismoe {
 
@@ -24,10 +25,10 @@ class DeviceArena {
  public:
   static constexpr int64_t kAlignment = 256;
 
-  // ResourceExhausted naming the size if the block cannot be allocated.
-  // `allocator` null = AlignedHostAllocator::Default().
+  // ResourceExhausted naming the size and the allocator if the block cannot
+  // be allocated. `allocator` null = HeapDeviceAllocator::Default().
   static absl::StatusOr<std::unique_ptr<DeviceArena>> Create(int64_t capacity_bytes,
-                                                             HostAllocator* allocator);
+                                                             DeviceAllocator* allocator);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
@@ -37,6 +38,9 @@ class DeviceArena {
   absl::StatusOr<char*> Carve(const std::string& region, int64_t bytes);
 
   int64_t capacity() const { return capacity_; }
+  // False when the block is real device memory: fill it with copies
+  // (cudaMemcpy / the TransferEngine), never with memcpy.
+  bool host_accessible() const { return allocator_->host_accessible(); }
   int64_t used() const { return used_; }
   const std::vector<std::pair<std::string, int64_t>>& regions() const { return regions_; }
   // True when [p, p + bytes) lies inside the arena.
@@ -48,7 +52,7 @@ class DeviceArena {
  private:
   DeviceArena() = default;
 
-  HostAllocator* allocator_ = nullptr;
+  DeviceAllocator* allocator_ = nullptr;
   char* base_ = nullptr;
   int64_t capacity_ = 0;
   int64_t used_ = 0;

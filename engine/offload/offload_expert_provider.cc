@@ -20,11 +20,18 @@ NullStatsSink* NullSink() {
 
 absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(
     ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
-    const OffloadOptions& options, StatsSink* stats, HostAllocator* allocator) {
+    const OffloadOptions& options, StatsSink* stats, std::unique_ptr<ExpertPredictor> predictor,
+    HostAllocator* allocator) {
   VISMOE_ASSIGN_OR_RETURN(EvictionPolicy policy, ParseEvictionPolicy(options.eviction));
-  if (options.prefetch != "none" && options.prefetch != "history") {
+  if (options.prefetch != "none" && options.prefetch != "history" &&
+      options.prefetch != "router-lookahead" && options.prefetch != "mlp-lookahead") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefetch policy must be none, history, router-lookahead or mlp-lookahead, got '",
+        options.prefetch, "'"));
+  }
+  if (options.lookahead_window < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("prefetch policy must be none or history, got '", options.prefetch, "'"));
+        absl::StrCat("lookahead window must be >= 1 MoE layer, got ", options.lookahead_window));
   }
   if (options.copy_bandwidth_bytes_per_s < 0) {
     return absl::InvalidArgumentError(absl::StrCat("copy bandwidth must be >= 0 bytes/s, got ",
@@ -80,10 +87,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->pinned_stride_ = pinned_store->format().bytes;
   VISMOE_ASSIGN_OR_RETURN(p->slabs_, p->arena_->Carve("slab_cache", slab_bytes));
   p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
-  if (options.prefetch == "history") {
-    p->predictor_ =
-        std::make_unique<HistoryPredictor>(num_layers, config.num_experts, options.history_decay);
-  }
+  p->predictor_ = std::move(predictor);
   p->transfer_ = std::make_unique<TransferEngine>(
       TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false});
   p->sink_->SetMemoryRegion("resident", plan.resident_bytes);
@@ -95,7 +99,9 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     p->PublishSlotGaugesLocked();
   }
   spdlog::info("offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s", plan.DebugString(),
-               EvictionPolicyName(policy), options.prefetch, options.copy_bandwidth_bytes_per_s);
+               EvictionPolicyName(policy),
+               p->predictor_ != nullptr ? p->predictor_->name() : "none",
+               options.copy_bandwidth_bytes_per_s);
   return p;
 }
 
@@ -168,12 +174,32 @@ int OffloadExpertProvider::DispatchDemandLocked() {
   return started;
 }
 
+void OffloadExpertProvider::UpdatePrioritiesLocked(int layer) {
+  if (predictor_ == nullptr || cache_->policy() != EvictionPolicy::kGuardedPriority) return;
+  // The layer now running is behind the window once it ends.
+  if (kind_[layer] == Kind::kOffloaded) {
+    for (int e = 0; e < num_experts_; ++e) cache_->SetPriority(layer, e, 0);
+  }
+  std::vector<double> score(num_experts_);
+  int target = next_offloaded_[layer];
+  for (int w = 0; w < options_.lookahead_window && target >= 0 && target != layer; ++w) {
+    std::fill(score.begin(), score.end(), 0.0);
+    for (const auto& [e, s] : predictor_->Predict(target, num_experts_)) {
+      if (e >= 0 && e < num_experts_) score[e] = s;
+    }
+    for (int e = 0; e < num_experts_; ++e) cache_->SetPriority(target, e, score[e]);
+    target = next_offloaded_[target];
+    if (target == next_offloaded_[layer]) break;  // wrapped all the way round
+  }
+}
+
 void OffloadExpertProvider::PrefetchLocked(int layer) {
   if (predictor_ == nullptr || !pending_.empty()) return;
   const int next = next_offloaded_[layer];
   if (next < 0) return;
   uint64_t issued = 0;
   for (const auto& [e, score] : predictor_->Predict(next, prefetch_count_)) {
+    if (e < 0 || e >= num_experts_) continue;
     if (cache_->Find(next, e) >= 0) continue;
     const int victim = cache_->PickVictim(/*demand=*/false);
     if (victim < 0) break;
@@ -200,6 +226,16 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
     request_.cache_queries += experts.size();
     request_.cache_hits += experts.size();
     for (size_t i = 0; i < experts.size(); ++i) sink_->OnExpertQuery(phase, layer, true);
+    // The pinned prefix computes while the first offloaded layer's experts
+    // come in (only between offloaded layers: never under a running one).
+    if (predictor_ != nullptr && current_layer_ < 0 && !shutting_down_) {
+      const auto start = std::chrono::steady_clock::now();
+      UpdatePrioritiesLocked(layer);
+      PrefetchLocked(layer);
+      sink_->OnPredictorTime(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      PublishSlotGaugesLocked();
+    }
     return std::vector<int>(experts.begin(), experts.end());
   }
   if (current_layer_ >= 0) {
@@ -242,13 +278,11 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
   order.insert(order.end(), pending_.begin(), pending_.end());
   DispatchDemandLocked();
   if (predictor_ != nullptr) {
-    predictor_->Observe(layer, experts);
-    if (cache_->policy() == EvictionPolicy::kGuardedPriority) {
-      for (int e = 0; e < num_experts_; ++e) {
-        cache_->SetPriority(layer, e, predictor_->Score(layer, e));
-      }
-    }
+    const auto start = std::chrono::steady_clock::now();
+    UpdatePrioritiesLocked(layer);
     PrefetchLocked(layer);
+    sink_->OnPredictorTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   PublishSlotGaugesLocked();
   return order;
@@ -334,6 +368,11 @@ void OffloadExpertProvider::EndLayer(int layer) {
   if (current_layer_ == layer) current_layer_ = -1;
   PublishSlotGaugesLocked();
   cv_.notify_all();
+}
+
+void OffloadExpertProvider::BeginRequest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (predictor_ != nullptr) predictor_->BeginRequest();
 }
 
 OffloadStats OffloadExpertProvider::TakeRequestStats() {

@@ -7,9 +7,15 @@
 // Per offloaded layer: BeginLayer queries the cache for every declared expert
 // (a hit = resident or in flight), marks them Required, queues copies for the
 // misses into Free/Expired (or, for demand, Speculative) slabs at demand
-// priority, then, if prefetch is on and no demand is left waiting, prefetches
-// the history predictor's top-B experts of the next offloaded layer into
-// Free/Expired slabs as Speculative at lower priority. Acquire blocks only on
+// priority, then, if a predictor is set and no demand is left waiting,
+// prefetches the predictor's top-B experts of the next offloaded layer into
+// Free/Expired slabs as Speculative at lower priority. A pinned layer's
+// BeginLayer also prefetches for the first offloaded layer after it (the
+// pinned prefix is the start-up overlap window). With the guarded eviction
+// policy the predictor's scores for the offloaded layers of the next
+// lookahead_window become slot priorities (unpredicted experts and layers just
+// run get 0), so Expired slabs nobody expects soon are evicted first.
+// Prediction only moves weights earlier; it never changes what is computed. Acquire blocks only on
 // the one expert asked for (stall time is counted) and pins it; a layer never
 // computes with a slab whose copy has not completed. Release unpins and
 // expires the slab, so a cache smaller than one layer's working set still
@@ -23,7 +29,9 @@
 // a mutex guards all state because the copy thread completes transfers, and
 // TakeRequestStats/SetExpertPriority may be called from any thread.
 // Ownership: owns its arena, host store, slab cache, transfer engine and
-// predictor; `stats` (may be null) must outlive it.
+// predictor; `stats` (may be null) must outlive it. The predictor is also
+// the forward pass's RouterObserver (observer()): its hooks run on the
+// forward thread while the provider is idle, its Predict() under mu_.
 #ifndef VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_
 #define VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_
 
@@ -41,7 +49,7 @@
 #include "engine/offload/offload_options.h"
 #include "engine/offload/slab_cache.h"
 #include "engine/offload/transfer_engine.h"
-#include "engine/policy/history_predictor.h"
+#include "engine/policy/expert_predictor.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/stats_sink.h"
 
@@ -51,10 +59,12 @@ class OffloadExpertProvider final : public ExpertProvider {
  public:
   // Packs the experts of `plan`'s layers from `source` (used only during
   // Create) into the pinned prefix and the host store, carves the arena and
-  // starts the copy thread. `allocator` null = aligned heap memory.
+  // starts the copy thread. `predictor` null = no prefetch (and guarded
+  // eviction falls back to last use). `allocator` null = aligned heap memory.
   static absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> Create(
       ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
-      const OffloadOptions& options, StatsSink* stats, HostAllocator* allocator = nullptr);
+      const OffloadOptions& options, StatsSink* stats,
+      std::unique_ptr<ExpertPredictor> predictor = nullptr, HostAllocator* allocator = nullptr);
   ~OffloadExpertProvider() override;
   OffloadExpertProvider(const OffloadExpertProvider&) = delete;
   OffloadExpertProvider& operator=(const OffloadExpertProvider&) = delete;
@@ -64,6 +74,13 @@ class OffloadExpertProvider final : public ExpertProvider {
   absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override;
   void Release(int layer, int expert) override;
   void EndLayer(int layer) override;
+
+  // A new sequence starts: the predictor drops its per-request state.
+  void BeginRequest();
+  // The predictor as the forward pass's observer; null without one. Feed it
+  // every hook of every forward step (DecoderInput::observer, possibly
+  // through a chain), or prefetch has nothing to go on.
+  RouterObserver* observer() { return predictor_.get(); }
 
   // Counters since the last call (the per-request slice), then reset.
   OffloadStats TakeRequestStats();
@@ -88,6 +105,8 @@ class OffloadExpertProvider final : public ExpertProvider {
   // Gives waiting demand misses slabs, in order; returns how many started.
   int DispatchDemandLocked();
   void PrefetchLocked(int layer);
+  // Guarded policy: priorities from the predictor for the window after `layer`.
+  void UpdatePrioritiesLocked(int layer);
   void StartCopyLocked(int slot, int layer, int expert, double priority);
   void OnCopyDone(int slot, bool completed);
   void PublishSlotGaugesLocked();
@@ -108,10 +127,10 @@ class OffloadExpertProvider final : public ExpertProvider {
   size_t pinned_stride_ = 0;  // bytes of one pinned-prefix block
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;                   // a copy completed or a slab was released
-  std::unique_ptr<SlabCache> cache_;             // guarded by mu_
-  std::unique_ptr<HistoryPredictor> predictor_;  // guarded by mu_; null = no prefetch
-  int current_layer_ = -1;                       // guarded by mu_
+  std::condition_variable cv_;                  // a copy completed or a slab was released
+  std::unique_ptr<SlabCache> cache_;            // guarded by mu_
+  std::unique_ptr<ExpertPredictor> predictor_;  // Predict guarded by mu_; null = no prefetch
+  int current_layer_ = -1;                      // guarded by mu_
   std::vector<int> pending_;    // guarded by mu_: declared misses without a slab, in order
   std::vector<int> declared_;   // guarded by mu_: experts of current_layer_
   int in_flight_ = 0;           // guarded by mu_

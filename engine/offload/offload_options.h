@@ -12,8 +12,11 @@ struct OffloadOptions {
   int pinned_layers = -1;                 // MoE layers in the pinned prefix; -1 = Eq. 10
   double copy_bandwidth_bytes_per_s = 0;  // CPU backend copy throttle; 0 = unthrottled
   std::string eviction = "lru";           // lru | lfu | guarded
-  std::string prefetch = "none";          // none | history (next-layer prefetch)
-  int prefetch_count = 0;                 // B: experts prefetched per layer; 0 = top-k
+  // Expert predictor driving prefetch and guarded eviction:
+  // none | history | router-lookahead | mlp-lookahead (needs a calibration profile).
+  std::string prefetch = "none";
+  int prefetch_count = 0;      // B: experts prefetched per layer; 0 = top-k
+  int lookahead_window = 5;    // W: MoE layers a lookahead predictor scores ahead
   double history_decay = 0.8;             // history predictor decay per step
   int64_t activation_bytes = 0;           // reserved in the plan for activations
 };

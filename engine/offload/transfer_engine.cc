@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "spdlog/spdlog.h"
+
 namespace vismoe {
 
 using Clock = std::chrono::steady_clock;
@@ -92,19 +94,35 @@ void TransferEngine::Run() {
     busy_ = true;
     lock.unlock();
     const Clock::time_point start = Clock::now();
-    std::memcpy(r.dst, r.src, r.bytes);
-    if (options_.bandwidth_bytes_per_s > 0) {
+    absl::Status copied = absl::OkStatus();
+    if (options_.backend != nullptr) {
+      copied = options_.backend->Copy(r.dst, r.src, r.bytes);
+    } else {
+      std::memcpy(r.dst, r.src, r.bytes);
+    }
+    if (copied.ok() && options_.bandwidth_bytes_per_s > 0) {
       std::this_thread::sleep_until(
           start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                       static_cast<double>(r.bytes) / options_.bandwidth_bytes_per_s)));
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     lock.lock();
-    ++stats_.copies;
-    stats_.bytes += r.bytes;
-    stats_.busy_seconds += seconds;
+    bool log_failure = false;
+    if (copied.ok()) {
+      ++stats_.copies;
+      stats_.bytes += r.bytes;
+      stats_.busy_seconds += seconds;
+    } else {
+      log_failure = stats_.failed++ == 0;
+    }
     lock.unlock();
-    if (r.on_done) r.on_done(true);
+    // Logged once: a broken device fails every copy and must not flood the log.
+    if (log_failure) {
+      spdlog::error(
+          "transfer engine: {} copy of {} bytes failed: {} (further failures are only counted)",
+          options_.backend->name(), r.bytes, copied.ToString());
+    }
+    if (r.on_done) r.on_done(copied.ok());
     lock.lock();
     busy_ = false;
     if (queue_.empty()) idle_cv_.notify_all();

@@ -1,12 +1,16 @@
-// TransferEngine: the copy stream of the CPU backend. A priority queue of
+// TransferEngine: the copy stream of the offload runtime. A priority queue of
 // pending host->device expert copies drained back-to-back by one copy thread
-// (highest priority first, FIFO among equals). Each copy is one memcpy of a
-// contiguous expert block; with bandwidth_bytes_per_s > 0 a copy of B bytes
-// takes at least B / bandwidth seconds, so stalls and overlap are real and
-// testable without a GPU (0 = as fast as memcpy goes).
+// (highest priority first, FIFO among equals). Each copy moves one contiguous
+// expert block: through Options::backend when set (CUDA: cudaMemcpyAsync on
+// its own copy stream, see copy_backend.h), else by memcpy (CPU backend).
+// With bandwidth_bytes_per_s > 0 a copy of B bytes takes at least
+// B / bandwidth seconds, so stalls and overlap are real and testable without
+// a GPU (0 = as fast as the copy goes).
 // Completion: each request's on_done(true) runs on the copy thread after its
 // bytes are in place; on_done(false) when cancelled (Cancel, or still queued
-// at Shutdown). on_done must not call back into the TransferEngine.
+// at Shutdown) or when the backend's Copy failed (counted in Stats::failed;
+// the first failure is logged). on_done must not call back into the
+// TransferEngine.
 // Thread safety: all methods may be called from any thread.
 // Ownership: owns the copy thread; the destructor shuts down and joins.
 #ifndef VISMOE_ENGINE_OFFLOAD_TRANSFER_ENGINE_H_
@@ -19,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/offload/copy_backend.h"
+
 namespace vismoe {
 
 class TransferEngine {
@@ -26,6 +32,8 @@ class TransferEngine {
   struct Options {
     double bandwidth_bytes_per_s = 0;  // 0 = unthrottled
     bool start_paused = false;         // queue only until Resume() (tests)
+    // Borrowed; must outlive the engine. Null = memcpy (CPU backend).
+    CopyBackend* backend = nullptr;
   };
   struct Request {
     const void* src = nullptr;
@@ -38,7 +46,8 @@ class TransferEngine {
     uint64_t copies = 0;
     uint64_t bytes = 0;
     uint64_t cancelled = 0;
-    double busy_seconds = 0;  // wall time spent copying (throttle included)
+    uint64_t failed = 0;      // backend Copy errors; neither in copies nor bytes
+    double busy_seconds = 0;  // wall time of completed copies (throttle included)
   };
 
   explicit TransferEngine(Options options);

@@ -3,8 +3,8 @@
 // top-k experts of every visual token in the MoE layers before
 // `compress_before_layer`), then, as DecoderInput::select_kept_rows, runs the
 // compressor once per image on that image's visual tokens and returns the rows
-// to keep: every text row plus the kept visual rows. Routing calls are passed
-// on to an optional next observer.
+// to keep: every text row plus the kept visual rows. Every observer hook is
+// passed on to an optional next observer.
 //
 // Thread safety: none; used by the one thread running the forward pass.
 // Ownership: borrows the compressor, the token ids and the saliency, which
@@ -45,6 +45,16 @@ class CompressionSession final : public RouterObserver {
 
   void OnRouting(Phase phase, int layer, const float* hidden,
                  const cpu::RouterResult& routing) override;
+  // Passed on to `next` unchanged.
+  void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override {
+    if (next_ != nullptr) next_->OnPostAttention(phase, layer, residual, n);
+  }
+  void OnMoeOutput(Phase phase, int layer, const float* out, int64_t n) override {
+    if (next_ != nullptr) next_->OnMoeOutput(phase, layer, out, n);
+  }
+  void OnVisualSummary(absl::Span<const float> summary) override {
+    if (next_ != nullptr) next_->OnVisualSummary(summary);
+  }
 
   // Runs the compressor. InvalidArgument when the visual token count does not
   // match tokens_per_image or the compressor rejects its input.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +45,7 @@ std::vector<float> MlpLookahead::Predict(absl::Span<const float> x) const {
   return y;
 }
 
-absl::Status MlpLookahead::Save(const std::string& path) const {
+std::vector<std::pair<std::string, TensorView>> MlpLookahead::Tensors() const {
   std::vector<std::pair<std::string, TensorView>> t;
   const MlpLayer* layers[] = {&w_.l1, &w_.l2, &w_.lo};
   for (int k = 0; k < 3; ++k) {
@@ -62,20 +63,34 @@ absl::Status MlpLookahead::Save(const std::string& path) const {
       add("bn_var", l.bn_var, {l.out});
     }
   }
-  return WriteSafetensors(path, t,
+  return t;
+}
+
+absl::Status MlpLookahead::Save(const std::string& path) const {
+  return WriteSafetensors(path, Tensors(),
                           {{"kind", "mlp-lookahead"}, {"bn_eps", absl::StrCat(w_.bn_eps)}});
 }
 
 absl::StatusOr<MlpLookahead> MlpLookahead::Load(const std::string& path) {
   auto file = SafetensorsFile::Open(path);
   if (!file.ok()) return file.status();
+  float bn_eps = 1e-5f;
+  const auto& md = (*file)->metadata();
+  if (auto it = md.find("bn_eps"); it != md.end())
+    bn_eps = std::strtof(it->second.c_str(), nullptr);
+  return FromFile(**file, bn_eps);
+}
+
+absl::StatusOr<MlpLookahead> MlpLookahead::FromFile(const SafetensorsFile& file, float bn_eps) {
+  const std::string& path = file.path();
   MlpLookaheadWeights w;
+  w.bn_eps = bn_eps;
   MlpLayer* layers[] = {&w.l1, &w.l2, &w.lo};
   int prev_out = -1;
   for (int k = 0; k < 3; ++k) {
     MlpLayer& l = *layers[k];
     const std::string p = absl::StrCat("mlp.", kLayers[k], ".");
-    auto wt = (*file)->Get(p + "w");
+    auto wt = file.Get(p + "w");
     if (!wt.ok()) return wt.status();
     if (wt->rank() != 2 || (prev_out >= 0 && wt->dim(1) != prev_out)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -85,7 +100,7 @@ absl::StatusOr<MlpLookahead> MlpLookahead::Load(const std::string& path) {
     l.in = static_cast<int>(wt->dim(1));
     prev_out = l.out;
     auto read = [&](const char* name, int64_t n, std::vector<float>* v) -> absl::Status {
-      auto tv = (*file)->Get(p + name);
+      auto tv = file.Get(p + name);
       if (!tv.ok()) return tv.status();
       if (tv->numel() != n) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -103,9 +118,6 @@ absl::StatusOr<MlpLookahead> MlpLookahead::Load(const std::string& path) {
     if (st.ok() && k < 2) st = read("bn_var", l.out, &l.bn_var);
     if (!st.ok()) return st;
   }
-  const auto& md = (*file)->metadata();
-  if (auto it = md.find("bn_eps"); it != md.end())
-    w.bn_eps = std::strtof(it->second.c_str(), nullptr);
   return MlpLookahead(std::move(w));
 }
 

@@ -11,13 +11,17 @@
 #define VISMOE_ENGINE_POLICY_MLP_LOOKAHEAD_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/core/tensor.h"
 
 namespace vismoe {
+
+class SafetensorsFile;
 
 // One Linear + BatchNorm block (the BN part is absent in the output layer).
 struct MlpLayer {
@@ -49,6 +53,13 @@ class MlpLookahead {
   absl::Status Save(const std::string& path) const;
   // InvalidArgument naming the tensor when a shape does not fit.
   static absl::StatusOr<MlpLookahead> Load(const std::string& path);
+
+  // The tensors Save writes, as views into this object (valid while it lives);
+  // lets a calibration profile store the MLP inside its own safetensors file.
+  std::vector<std::pair<std::string, TensorView>> Tensors() const;
+  // Reads the "mlp.*" tensors from an open file (as Tensors() names them).
+  // InvalidArgument naming the file and tensor when a shape does not fit.
+  static absl::StatusOr<MlpLookahead> FromFile(const SafetensorsFile& file, float bn_eps);
 
  private:
   MlpLookaheadWeights w_;

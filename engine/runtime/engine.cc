@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
+#include "engine/calibrate/calibration_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
@@ -25,6 +27,8 @@
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
 #include "engine/policy/compression_session.h"
+#include "engine/policy/expert_predictor_factory.h"
+#include "engine/policy/observer_chain.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/kv_cache.h"
 #include "engine/runtime/sampler.h"
@@ -101,6 +105,23 @@ absl::StatusOr<std::vector<int>> LoadEosIds(const std::string& dir) {
   return ids;
 }
 
+// Mean of the rows `rows` (all rows when null) of x [*, width]: the visual
+// summary h_v (VisMMOE Eq. 6).
+std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
+                            const std::vector<int64_t>* rows) {
+  std::vector<float> mean(static_cast<size_t>(width), 0.0f);
+  const int64_t n = rows != nullptr ? static_cast<int64_t>(rows->size())
+                                    : static_cast<int64_t>(x.size()) / std::max<int64_t>(width, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* r = x.data() + (rows != nullptr ? (*rows)[i] : i) * width;
+    for (int64_t d = 0; d < width; ++d) mean[d] += r[d];
+  }
+  if (n > 0) {
+    for (float& v : mean) v /= static_cast<float>(n);
+  }
+  return mean;
+}
+
 // What a request turns into before the model runs.
 struct Prompt {
   std::vector<int> ids;
@@ -135,10 +156,11 @@ class CpuEngine final : public Engine {
   std::unique_ptr<Qwen3VlMoeModel> model_;
   std::unique_ptr<ResidentExpertProvider> experts_;
   std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
+  RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
   std::mutex mu_;                                   // serialises Generate (batch 1)
   std::unique_ptr<KvCache> cache_;                  // guarded by mu_
-  int compress_layer_ = 0;  // decoder layer token compression runs before
+  int compress_layer_ = 0;                          // decoder layer token compression runs before
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& options) {
@@ -183,6 +205,27 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
   e->cache_ = e->model_->NewKvCache(options.max_context_tokens);
   if (options.stats != nullptr) options.stats->SetMemoryRegion("kv_cache", e->cache_->bytes());
   e->provider_ = e->experts_.get();
+  std::optional<CalibrationProfile> profile;
+  if (!options.calibration_profile.empty()) {
+    // Load's errors name the file and field.
+    VISMOE_ASSIGN_OR_RETURN(CalibrationProfile loaded,
+                            CalibrationProfile::Load(options.calibration_profile));
+    absl::Status match = loaded.CheckMatches(e->config_);
+    if (!match.ok()) {
+      return absl::Status(
+          match.code(),
+          absl::StrCat("calibration_profile ", options.calibration_profile, ": ", match.message()));
+    }
+    profile = std::move(loaded);
+    spdlog::info("engine: calibration profile {} (mlp-lookahead {}, default vectors {})",
+                 options.calibration_profile, profile->mlp.has_value() ? "trained" : "absent",
+                 profile->default_vectors.empty() ? "absent" : "present");
+  }
+  // Built (and so validated) even when everything is resident, where it is unused.
+  VISMOE_ASSIGN_OR_RETURN(
+      std::unique_ptr<ExpertPredictor> predictor,
+      MakeExpertPredictor(options.offload.prefetch, e->config_, *e->checkpoint_, options.offload,
+                          profile.has_value() ? &*profile : nullptr));
   if (options.gpu_memory_budget_bytes > 0) {
     const std::string prefix = Qwen3VlMoeModel::TextPrefix(e->config_);
     VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
@@ -192,10 +235,14 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
     po.pinned_layers = options.offload.pinned_layers;
     po.activation_bytes = options.offload.activation_bytes;
     po.kv_cache_bytes = static_cast<int64_t>(e->cache_->bytes());
+    if (po.pinned_layers == -1 && profile.has_value() && !profile->pinned.cost.empty()) {
+      po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
+    }
     VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
-    VISMOE_ASSIGN_OR_RETURN(e->offload_,
-                            OffloadExpertProvider::Create(*e->experts_, e->config_.text, plan,
-                                                          options.offload, options.stats));
+    VISMOE_ASSIGN_OR_RETURN(e->offload_, OffloadExpertProvider::Create(
+                                             *e->experts_, e->config_.text, plan, options.offload,
+                                             options.stats, std::move(predictor)));
+    e->predictor_ = e->offload_->observer();
     e->provider_ = e->offload_.get();
     e->compress_layer_ = CompressionLayer(e->config_.text, plan.pinned_layers);
   } else {
@@ -326,15 +373,37 @@ absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& reques
     in.num_visual = vision.num_tokens;
     for (const auto& ds : vision.deepstack) in.deepstack.push_back(ds.data());
   }
+  // Observers of every forward step: [compression ->] predictor -> caller's.
+  ObserverChain chain{predictor_, callbacks.router_observer};
+  RouterObserver* const observers = chain.Head();
+  in.observer = observers;
   std::unique_ptr<CompressionSession> compression;  // only off the exact path
   if (!prompt.grids.empty() && co.kind != "none") {
     compression = std::make_unique<CompressionSession>(
         compressor.get(), prompt.ids, config_.image_token_id, vision.tokens_per_image,
-        vision.saliency, compress_layer_, in.observer);
+        vision.saliency, compress_layer_, observers);
     compression->Install(&in);
+    if (observers != nullptr) {
+      // h_v again, over the visual tokens that survived.
+      in.select_kept_rows =
+          [&, select = std::move(in.select_kept_rows)]() -> absl::StatusOr<std::vector<int64_t>> {
+        absl::StatusOr<std::vector<int64_t>> rows = select();
+        if (rows.ok()) {
+          observers->OnVisualSummary(
+              MeanRows(vision.embeds, vision.out_hidden, &compression->kept_visual()));
+        }
+        return rows;
+      };
+    }
   }
   cache_->Clear();
-  if (offload_ != nullptr) offload_->TakeRequestStats();  // start this request's slice
+  if (offload_ != nullptr) {
+    offload_->TakeRequestStats();  // start this request's slice
+    offload_->BeginRequest();
+  }
+  if (observers != nullptr && !prompt.grids.empty()) {
+    observers->OnVisualSummary(MeanRows(vision.embeds, vision.out_hidden, nullptr));
+  }
   std::vector<float> logits;
   absl::Status st = model_->Forward(in, cache_.get(), provider_, &logits);
   if (absl::IsCancelled(st)) {
@@ -401,6 +470,7 @@ absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& reques
     next.phase = Phase::kDecode;
     const int64_t pos = cache_->length() + rope_delta;
     next.positions = {pos, pos, pos};
+    next.observer = observers;
     VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, &logits));
   }
   if (result.finish_reason == FinishReason::kEos || result.finish_reason == FinishReason::kLength) {

@@ -21,8 +21,10 @@
 
 namespace vismoe {
 
+class RouterObserver;  // engine/arch/qwen3_vl_moe.h
+
 struct EngineOptions {
-  std::string model_path;       // Hugging Face checkpoint directory
+  std::string model_path;        // Hugging Face checkpoint directory
   std::string backend = "auto";  // auto | cpu | cuda
   int num_threads = 0;           // CPU kernel threads; 0 = all cores
   // Device memory budget for the offload runtime; 0 = everything resident.
@@ -35,6 +37,10 @@ struct EngineOptions {
   // after them) when there is no offload plan; with one, its L_pinned is used.
   // -1 = about a fifth of the MoE layers (the paper pins 10 of Qwen3-VL's 48), at least 1.
   int compression_pinned_layers = -1;
+  // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
+  // Supplies the mlp-lookahead weights, router-lookahead default vectors and,
+  // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.
+  std::string calibration_profile;
   int max_context_tokens = 32768;  // KV cache capacity per sequence
   StatsSink* stats = nullptr;      // not owned; null = drop stats
 };
@@ -58,6 +64,11 @@ struct GenerateCallbacks {
   std::function<bool(const TokenDelta&)> on_delta;
   // Polled between decode steps (and between prefill layers); true cancels.
   std::function<bool()> is_cancelled;
+  // Optional extra observer of every forward step of this request (routing,
+  // residuals, MoE outputs, visual summary), after the engine's own expert
+  // predictor; vismoe-calibrate records traces with it. Not owned; called on
+  // the Generate thread.
+  RouterObserver* router_observer = nullptr;
 };
 
 class Engine {

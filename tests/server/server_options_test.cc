@@ -12,19 +12,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-TEST(ParseByteSizeTest, UnitsAndPlainBytes) {
-  EXPECT_EQ(*ParseByteSize("4096"), 4096);
-  EXPECT_EQ(*ParseByteSize("24GB"), 24000000000LL);
-  EXPECT_EQ(*ParseByteSize("512MiB"), 512LL << 20);
-  EXPECT_EQ(*ParseByteSize("1.5GiB"), 3LL << 29);
-  EXPECT_EQ(*ParseByteSize(" 2 kib "), 2048);
-  EXPECT_EQ(*ParseByteSize("7b"), 7);
-  EXPECT_EQ(*ParseByteSize("0"), 0);
-  for (const char* bad : {"", "GB", "12XB", "-5", "1e3", "99999999999TB"}) {
-    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
-  }
-}
-
 TEST(ServerOptionsTest, SetOptionParsesEachKind) {
   ServerOptions o;
   ASSERT_TRUE(SetServerOption("gpu_memory_budget", "24GB", &o).ok());
@@ -102,6 +89,32 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o = base;
   o.api_key_file = "/nonexistent/key";
   fails(o, "cannot read");
+}
+
+TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {
+  ServerOptions o;
+  o.model = "/m";
+  ASSERT_TRUE(SetServerOption("expert_predictor", "router-lookahead", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.expert_predictor, "router-lookahead");
+  // mlp-lookahead without a profile fails at start-up and says what to do.
+  ASSERT_TRUE(SetServerOption("expert_predictor", "mlp-lookahead", &o).ok());
+  absl::Status s = FinalizeServerOptions(&o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("vismoe-calibrate"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--calibration_profile"));
+  ASSERT_TRUE(SetServerOption("calibration_profile", "/p/profile.json", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.calibration_profile, "/p/profile.json");
+  ServerOptions j;
+  j.model = "/m";
+  ASSERT_TRUE(
+      ApplyConfigJson(R"({"expert_predictor": "mlp-lookahead", "calibration_profile": "/c.json"})",
+                      "c", &j)
+          .ok());
+  EXPECT_TRUE(FinalizeServerOptions(&j).ok());
+  EXPECT_EQ(j.calibration_profile, "/c.json");
+  EXPECT_THAT(j.DebugString(), HasSubstr("calibration_profile = /c.json"));
 }
 
 TEST(ServerOptionsTest, ApiKeyFileIsReadAndNeverPrinted) {

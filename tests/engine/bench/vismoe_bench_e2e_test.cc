@@ -1,11 +1,16 @@
 // Runs the built vismoe-bench on the tiny fixture under a budget that forces
 // offloading, and checks its JSON report: every documented field is present
-// and the derived ones agree with the counters they come from.
+// and the derived ones agree with the counters they come from; image requests
+// (JSONL and --image), the Table 4 ablation rows, the micro benchmarks, and
+// the exit code 2 with file:line for a bad request set.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -16,32 +21,72 @@
 namespace vismoe {
 namespace {
 
-TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
-  const std::string out = ::testing::TempDir() + "/vismoe_bench_report.json";
-  const std::string log = ::testing::TempDir() + "/vismoe_bench.log";
-  // 12.5 MB: resident + 8 MiB KV cache + one pinned MoE layer + 30 slabs
-  // for the other 48 experts, so the deeper layers must copy experts in.
-  auto rc = testing::RunToCompletion(
-      {testing::BinaryDir() + "/engine/vismoe-bench", "--model=" + testing::TinyModelDir(),
-       "--budget=12.5M", "--max_context_tokens=4096", "--pinned_layers=1", "--copy_bandwidth=200M",
-       "--prefetch=history", "--eviction=guarded", "--max_new_tokens=8", "--threads=2",
-       "--json_out=" + out},
-      log, absl::Seconds(300));
-  ASSERT_TRUE(rc.ok()) << rc.status();
-  std::ifstream log_in(log);
-  std::stringstream log_text;
-  log_text << log_in.rdbuf();
-  ASSERT_EQ(*rc, 0) << log_text.str();
+struct BenchRun {
+  int rc = -1;
+  std::string log;        // stdout + stderr
+  nlohmann::json report;  // from --json_out; discarded when absent
+};
 
-  std::ifstream in(out);
-  ASSERT_TRUE(in) << "no report at " << out;
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const nlohmann::json r = nlohmann::json::parse(ss.str(), nullptr, false);
-  ASSERT_TRUE(r.is_object()) << ss.str();
+  return ss.str();
+}
+
+// Runs vismoe-bench on the tiny fixture with a 12.5 MB budget (resident + 8 MiB
+// KV cache + one pinned MoE layer + 30 slabs for the other 48 experts, so the
+// deeper layers must copy experts in) plus `extra` flags.
+BenchRun RunBench(const std::string& name, const std::vector<std::string>& extra) {
+  const std::string out = ::testing::TempDir() + "/" + name + ".json";
+  const std::string log = ::testing::TempDir() + "/" + name + ".log";
+  std::filesystem::remove(out);
+  std::filesystem::remove(log);
+  std::vector<std::string> argv = {testing::BinaryDir() + "/engine/vismoe-bench",
+                                   "--model=" + testing::TinyModelDir(),
+                                   "--budget=12.5M",
+                                   "--max_context_tokens=4096",
+                                   "--pinned_layers=1",
+                                   "--copy_bandwidth=200M",
+                                   "--threads=2",
+                                   "--json_out=" + out};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  BenchRun run;
+  auto rc = testing::RunToCompletion(argv, log, absl::Seconds(300));
+  EXPECT_TRUE(rc.ok()) << rc.status();
+  if (rc.ok()) run.rc = *rc;
+  run.log = ReadFile(log);
+  run.report = nlohmann::json::parse(ReadFile(out), nullptr, false);
+  return run;
+}
+
+std::string ImagePath(const std::string& file) {
+  return testing::FixturesDir() + "/golden/images/" + file;
+}
+
+// Writes `lines` as a JSONL file in its own temp folder and returns its path.
+std::string WriteJsonl(const std::string& name, const std::vector<std::string>& lines) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "requests.jsonl").string();
+  std::ofstream f(path);
+  for (const std::string& l : lines) f << l << "\n";
+  return path;
+}
+
+TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
+  const BenchRun run = RunBench("vismoe_bench_report",
+                                {"--prefetch=history", "--eviction=guarded", "--max_new_tokens=8"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& r = run.report;
+  ASSERT_TRUE(r.is_object()) << run.log;
   for (const char* key : {"ttft_seconds_mean",
                           "tpot_seconds_mean",
+                          "request_seconds_mean",
                           "total_seconds",
+                          "runs",
+                          "visual_tokens_before",
+                          "visual_tokens_after",
                           "cache_queries",
                           "cache_hits",
                           "hit_ratio",
@@ -81,6 +126,159 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   ASSERT_EQ(r["per_request"].size(), 1u);
   EXPECT_EQ(r["per_request"][0]["completion_tokens"].get<int>(), 8);
   EXPECT_GT(r["ttft_seconds_mean"].get<double>(), 0);
+  EXPECT_EQ(r["visual_tokens_before"].get<int>(), 0) << "text-only request";
+}
+
+TEST(VismoeBenchE2eTest, ImageRequestsReportVisualTokens) {
+  // The JSONL names its image relative to its own folder.
+  const std::string jsonl =
+      WriteJsonl("bench_images", {R"({"prompt": "What is shown?", "images": ["a.png"]})",
+                                  R"({"prompt": "Say hi.", "max_new_tokens": 2})"});
+  std::filesystem::copy_file(ImagePath("tiny_20x13.png"),
+                             std::filesystem::path(jsonl).parent_path() / "a.png",
+                             std::filesystem::copy_options::overwrite_existing);
+  const BenchRun run =
+      RunBench("vismoe_bench_images", {"--requests=" + jsonl, "--max_new_tokens=4", "--repeat=2",
+                                       "--token_compressor=affinity", "--keep_ratio=0.5"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& r = run.report;
+  ASSERT_TRUE(r.is_object()) << run.log;
+  EXPECT_EQ(r["runs"].get<int>(), 2);
+  EXPECT_EQ(r["requests"].get<int>(), 2);
+  ASSERT_EQ(r["per_request"].size(), 4u);
+  for (const nlohmann::json& p : r["per_request"]) {
+    const int before = p["visual_tokens_before"].get<int>();
+    if (p["index"].get<int>() == 0) {
+      EXPECT_EQ(p["images"].get<int>(), 1);
+      ASSERT_GT(before, 1);
+      EXPECT_EQ(p["visual_tokens_after"].get<int>(), std::max(1, before / 2)) << "beta 0.5";
+      EXPECT_EQ(p["completion_tokens"].get<int>(), 4);
+    } else {
+      EXPECT_EQ(before, 0);
+      EXPECT_EQ(p["completion_tokens"].get<int>(), 2);
+    }
+  }
+  const int before = r["per_request"][0]["visual_tokens_before"].get<int>();
+  // Means per run of the set: one image request per run.
+  EXPECT_DOUBLE_EQ(r["visual_tokens_before"].get<double>(), before);
+
+  // Single-prompt mode with --image sees the same image the same way.
+  const BenchRun single = RunBench(
+      "vismoe_bench_image_flag", {"--image=" + ImagePath("tiny_20x13.png"), "--max_new_tokens=2"});
+  ASSERT_EQ(single.rc, 0) << single.log;
+  EXPECT_EQ(single.report["visual_tokens_before"].get<int>(), before);
+  EXPECT_EQ(single.report["visual_tokens_after"].get<int>(), before) << "no compression";
+}
+
+TEST(VismoeBenchE2eTest, AblationPrintsTheFourTable4Rows) {
+  const std::string jsonl = WriteJsonl(
+      "bench_ablation",
+      {R"({"prompt": "Describe it.", "images": [")" + ImagePath("odd_301x217.png") + R"("]})"});
+  const BenchRun run = RunBench("vismoe_bench_ablation",
+                                {"--requests=" + jsonl, "--max_new_tokens=4", "--ablation"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& a = run.report["ablation"];
+  ASSERT_TRUE(a.is_array()) << run.log;
+  ASSERT_EQ(a.size(), 4u);
+  const std::vector<std::string> names = {"base", "+compression", "+prediction & prefetching",
+                                          "full"};
+  const double base = a[0]["request_seconds_mean"].get<double>();
+  ASSERT_GT(base, 0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const nlohmann::json& row = a[i];
+    EXPECT_EQ(row["name"].get<std::string>(), names[i]);
+    EXPECT_NE(run.log.find(names[i] + " "), std::string::npos) << "table line " << names[i];
+    EXPECT_NEAR(row["normalised_percent"].get<double>(),
+                100.0 * row["request_seconds_mean"].get<double>() / base, 1e-9);
+    for (const char* key : {"ttft_seconds_mean", "tpot_seconds_mean", "hit_ratio", "hot_recall",
+                            "bytes_h2d", "stall_seconds", "visual_tokens_after"}) {
+      EXPECT_TRUE(row.contains(key)) << names[i] << " " << key;
+    }
+    EXPECT_GT(row["bytes_h2d"].get<double>(), 0) << names[i];
+  }
+  EXPECT_DOUBLE_EQ(a[0]["normalised_percent"].get<double>(), 100.0);
+  // What each row turns on.
+  EXPECT_EQ(a[0]["token_compressor"], "none");
+  EXPECT_EQ(a[0]["prefetch"], "none");
+  EXPECT_EQ(a[0]["eviction"], "lru");
+  EXPECT_EQ(a[1]["token_compressor"], "affinity");
+  EXPECT_EQ(a[1]["prefetch"], "none");
+  EXPECT_EQ(a[2]["prefetch"], "router-lookahead") << "default without a calibration profile";
+  EXPECT_EQ(a[2]["eviction"], "lru");
+  EXPECT_EQ(a[3]["eviction"], "guarded");
+  EXPECT_EQ(a[3]["prefetch"], "router-lookahead");
+  const double visual = a[0]["visual_tokens_before"].get<double>();
+  ASSERT_GT(visual, 1);
+  EXPECT_EQ(a[0]["visual_tokens_after"].get<double>(), visual);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(a[i]["visual_tokens_after"].get<double>(), std::floor(visual * 0.5)) << names[i];
+  }
+  EXPECT_EQ(a[0]["prefetch_issued"].get<double>(), 0);
+  EXPECT_GT(a[2]["prefetch_issued"].get<double>(), 0);
+}
+
+TEST(VismoeBenchE2eTest, MicroBenchmarksReportEveryEntry) {
+  const BenchRun run =
+      RunBench("vismoe_bench_micro", {"--max_new_tokens=1", "--micro", "--micro_seconds=0.01"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& m = run.report["micro"];
+  ASSERT_TRUE(m.is_array()) << run.log;
+  std::set<std::string> names;
+  for (const nlohmann::json& e : m) {
+    const std::string name = e["name"].get<std::string>();
+    names.insert(name);
+    EXPECT_GE(e["calls"].get<int64_t>(), 10) << name;
+    EXPECT_GT(e["mean_us"].get<double>(), 0) << name;
+    EXPECT_GT(e["p50_us"].get<double>(), 0) << name;
+    EXPECT_LE(e["p50_us"].get<double>(), e["p99_us"].get<double>()) << name;
+  }
+  for (const char* kind : {"random", "saliency", "affinity"}) {
+    for (const char* n : {"256", "1024", "4096"}) {
+      EXPECT_TRUE(names.count(std::string("compress.") + kind + ".n" + n)) << kind << n;
+    }
+  }
+  EXPECT_TRUE(names.count("predict.history.observe_predict"));
+  EXPECT_TRUE(names.count("predict.router-lookahead.decode.rows1"));
+  EXPECT_TRUE(names.count("predict.router-lookahead.prefill.rows1024"));
+  EXPECT_TRUE(names.count("predict.mlp-lookahead.forward"));
+}
+
+TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
+  const std::string bad_json =
+      WriteJsonl("bench_bad_json", {R"({"prompt": "fine"})", R"({"prompt": )"});
+  BenchRun run = RunBench("vismoe_bench_bad_json", {"--requests=" + bad_json});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find(bad_json + ":2: "), std::string::npos) << run.log;
+
+  const std::string missing =
+      WriteJsonl("bench_missing_image", {R"({"prompt": "look", "images": ["no_such_image.png"]})"});
+  run = RunBench("vismoe_bench_missing_image", {"--requests=" + missing});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find(missing + ":1: "), std::string::npos) << run.log;
+  EXPECT_NE(run.log.find("no_such_image.png"), std::string::npos) << run.log;
+
+  const std::string bad_images =
+      WriteJsonl("bench_bad_images", {R"({"prompt": "look", "images": "a.png"})"});
+  run = RunBench("vismoe_bench_bad_images", {"--requests=" + bad_images});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find(bad_images + ":1: "), std::string::npos) << run.log;
+
+  run = RunBench("vismoe_bench_missing_flag_image",
+                 {"--image=" + ::testing::TempDir() + "/absent.png"});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find("absent.png"), std::string::npos) << run.log;
+}
+
+TEST(VismoeBenchE2eTest, BadFlagsExitTwoNamingTheFlag) {
+  BenchRun run = RunBench("vismoe_bench_bad_prefetch", {"--prefetch=oracle"});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find("--prefetch=oracle"), std::string::npos) << run.log;
+  run = RunBench("vismoe_bench_ablation_no_budget", {"--ablation", "--budget=0"});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find("--ablation needs --budget"), std::string::npos) << run.log;
+  run = RunBench("vismoe_bench_bad_keep_ratio", {"--keep_ratio=0"});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find("--keep_ratio=0"), std::string::npos) << run.log;
 }
 
 }  // namespace

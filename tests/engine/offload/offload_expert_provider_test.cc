@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/policy/history_expert_predictor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/offload/fake_expert_source.h"
@@ -53,10 +54,21 @@ class CountingSink final : public StatsSink {
 constexpr int kH = 8;
 constexpr int kI = 4;
 
+// A provider; with o.prefetch == "history" it owns a HistoryExpertPredictor,
+// returned through `history`, which the caller feeds as the forward pass would.
 std::unique_ptr<OffloadExpertProvider> Make(FakeExpertSource& src, int layers_top_k,
                                             const MemoryPlan& plan, const OffloadOptions& o,
-                                            StatsSink* sink = nullptr) {
-  auto p = OffloadExpertProvider::Create(src, src.Config(layers_top_k), plan, o, sink);
+                                            StatsSink* sink = nullptr,
+                                            HistoryExpertPredictor** history = nullptr) {
+  const TextConfig config = src.Config(layers_top_k);
+  std::unique_ptr<ExpertPredictor> predictor;
+  if (o.prefetch == "history") {
+    auto h = std::make_unique<HistoryExpertPredictor>(config.num_hidden_layers, config.num_experts,
+                                                      o.history_decay);
+    if (history != nullptr) *history = h.get();
+    predictor = std::move(h);
+  }
+  auto p = OffloadExpertProvider::Create(src, config, plan, o, sink, std::move(predictor));
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? std::move(*p) : nullptr;
 }
@@ -155,12 +167,15 @@ TEST(OffloadExpertProviderTest, HistoryPrefetchIsUsed) {
   OffloadOptions o;
   o.prefetch = "history";
   o.prefetch_count = 2;
-  auto p = Make(src, 2, src.Plan(0, 3), o);
+  HistoryExpertPredictor* hist = nullptr;
+  auto p = Make(src, 2, src.Plan(0, 3), o, nullptr, &hist);
   ASSERT_NE(p, nullptr);
+  ASSERT_NE(hist, nullptr);
   const std::vector<int> a = {1, 2}, b = {5, 6};
   for (int step = 0; step < 4; ++step) {
     for (int layer = 0; layer < 2; ++layer) {
       const std::vector<int>& ex = layer == 0 ? a : b;
+      hist->Observe(layer, ex);  // OnRouting comes before BeginLayer
       auto order = p->BeginLayer(Phase::kDecode, layer, ex);
       ASSERT_TRUE(order.ok());
       for (int e : *order) {
@@ -182,6 +197,104 @@ TEST(OffloadExpertProviderTest, HistoryPrefetchIsUsed) {
             (s.prefetch_needed - s.prefetch_recalled + s.prefetch_issued) * p->format().bytes);
 }
 
+// A predictor that always says the same thing about one layer.
+class ScriptedPredictor final : public ExpertPredictor {
+ public:
+  ScriptedPredictor(int layer, std::vector<std::pair<int, double>> says)
+      : layer_(layer), says_(std::move(says)) {}
+  const char* name() const override { return "scripted"; }
+  void BeginRequest() override { ++requests; }
+  std::vector<std::pair<int, double>> Predict(int target, int count) override {
+    if (target != layer_) return {};
+    auto out = says_;
+    if (static_cast<int>(out.size()) > count) out.resize(count);
+    return out;
+  }
+  void OnRouting(Phase, int, const float*, const cpu::RouterResult&) override {}
+  int requests = 0;
+
+ private:
+  int layer_;
+  std::vector<std::pair<int, double>> says_;
+};
+
+TEST(OffloadExpertProviderTest, PinnedPrefixPrefetchesFirstOffloadedLayer) {
+  FakeExpertSource src(2, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.prefetch = "router-lookahead";  // any predictor kind; the predictor itself is given
+  o.prefetch_count = 2;
+  auto pred = std::make_unique<ScriptedPredictor>(
+      1, std::vector<std::pair<int, double>>{{3, 0.9}, {2, 0.5}, {0, 0.1}});
+  ScriptedPredictor* raw = pred.get();
+  auto p = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr,
+                                         std::move(pred));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->observer(), raw);
+  (*p)->BeginRequest();
+  EXPECT_EQ(raw->requests, 1);
+  const std::vector<int> e0 = {0, 1};
+  ASSERT_TRUE((*p)->BeginLayer(Phase::kPrefill, 0, e0).ok());
+  for (int e : e0) {
+    ASSERT_TRUE((*p)->Acquire(0, e).ok());
+    (*p)->Release(0, e);
+  }
+  (*p)->EndLayer(0);
+  (*p)->WaitForTransfers();
+  // Layer 1's top-2 (3, 2) were fetched while the pinned layer ran.
+  const std::vector<int> e1 = {2, 3};
+  auto order = (*p)->BeginLayer(Phase::kPrefill, 1, e1);
+  ASSERT_TRUE(order.ok()) << order.status();
+  for (int e : *order) {
+    auto w = (*p)->Acquire(1, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 1, e));
+    (*p)->Release(1, e);
+  }
+  (*p)->EndLayer(1);
+  const OffloadStats s = (*p)->TakeRequestStats();
+  EXPECT_EQ(s.prefetch_issued, 2u);
+  EXPECT_EQ(s.prefetch_used, 2u);
+  EXPECT_EQ(s.prefetch_needed, 2u);
+  EXPECT_EQ(s.prefetch_recalled, 2u);
+  EXPECT_EQ(s.bytes_h2d, 2u * (*p)->format().bytes);
+}
+
+// Guarded eviction keeps the Expired slab the predictor expects next; LRU
+// (and guarded without a predictor) evicts it as the oldest, so it must be
+// copied again (by prefetch or on demand).
+TEST(OffloadExpertProviderTest, GuardedEvictionFollowsPredictedPriority) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kSeparate);
+  auto copies_with = [&](const char* eviction, bool predictor) {
+    OffloadOptions o;
+    o.eviction = eviction;
+    o.prefetch = predictor ? "router-lookahead" : "none";
+    std::unique_ptr<ExpertPredictor> pred;
+    if (predictor) {
+      pred = std::make_unique<ScriptedPredictor>(2, std::vector<std::pair<int, double>>{{1, 1.0}});
+    }
+    auto p = OffloadExpertProvider::Create(src, src.Config(1), src.Plan(0, 2), o, nullptr,
+                                           std::move(pred));
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return uint64_t{0};
+    // (2, 1) first, then layers 0 and 1 each need one slab, then (2, 1) again.
+    const std::vector<std::pair<int, int>> schedule = {{2, 1}, {0, 0}, {1, 2}, {2, 1}};
+    for (const auto& [layer, e] : schedule) {
+      const std::vector<int> ex = {e};
+      EXPECT_TRUE((*p)->BeginLayer(Phase::kDecode, layer, ex).ok());
+      EXPECT_TRUE((*p)->Acquire(layer, e).ok());
+      (*p)->Release(layer, e);
+      (*p)->EndLayer(layer);
+      (*p)->WaitForTransfers();
+    }
+    std::string why;
+    EXPECT_TRUE((*p)->CheckInvariants(&why)) << why;
+    return (*p)->TakeRequestStats().bytes_h2d / (*p)->format().bytes;
+  };
+  EXPECT_EQ(copies_with("guarded", true), 3u);
+  EXPECT_EQ(copies_with("guarded", false), 4u);
+  EXPECT_EQ(copies_with("lru", true), 4u);
+}
+
 TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
   constexpr int kLayers = 4, kExperts = 6;
   FakeExpertSource fused(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kFusedTransposed);
@@ -198,7 +311,8 @@ TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
     o.prefetch_count = 1 + static_cast<int>(rng() % 4);
     // A few schedules with a slow copy engine so Acquire really waits.
     if (seed % 100 == 0) o.copy_bandwidth_bytes_per_s = 2e6;
-    auto p = Make(src, 3, src.Plan(pinned, slabs), o);
+    HistoryExpertPredictor* hist = nullptr;
+    auto p = Make(src, 3, src.Plan(pinned, slabs), o, nullptr, &hist);
     ASSERT_NE(p, nullptr);
     uint64_t offloaded_queries = 0;
     for (int step = 0; step < 4; ++step) {
@@ -208,6 +322,7 @@ TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
         std::shuffle(all.begin(), all.end(), rng);
         all.resize(1 + rng() % kExperts);
         if (layer >= pinned) offloaded_queries += all.size();
+        if (hist != nullptr) hist->Observe(layer, all);
         auto order = p->BeginLayer(step == 0 ? Phase::kPrefill : Phase::kDecode, layer, all);
         ASSERT_TRUE(order.ok()) << order.status();
         std::vector<int> sorted = *order, want = all;

@@ -1,0 +1,152 @@
+#include "engine/bench/bench_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <initializer_list>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status_macros.h"
+
+ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint directory");
+ABSL_FLAG(std::string, budget, "0",
+          "device memory budget in bytes (K/M/G suffix ok); 0 = all resident");
+ABSL_FLAG(int, pinned_layers, -1, "MoE layers in the pinned prefix; -1 = Eq. 10");
+ABSL_FLAG(std::string, copy_bandwidth, "0", "CPU copy engine bytes/s (K/M/G ok); 0 = unthrottled");
+ABSL_FLAG(std::string, eviction, "lru", "lru | lfu | guarded");
+ABSL_FLAG(std::string, prefetch, "none",
+          "expert predictor driving prefetch: none | history | router-lookahead | mlp-lookahead");
+ABSL_FLAG(int, prefetch_count, 0, "B: experts prefetched per layer; 0 = the model's top-k");
+ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores ahead");
+ABSL_FLAG(std::string, calibration_profile, "",
+          "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
+ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
+ABSL_FLAG(double, keep_ratio, 0.5,
+          "keep ratio beta of --token_compressor and of the compressing --ablation rows");
+ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sentence.",
+          "prompt of a single request (ignored with --requests)");
+ABSL_FLAG(std::string, image, "", "image file of the single request (ignored with --requests)");
+ABSL_FLAG(std::string, requests, "", "JSONL request set");
+ABSL_FLAG(int, max_new_tokens, 32, "tokens to generate per request (default for --requests)");
+ABSL_FLAG(int, repeat, 1, "runs of the request set; the report gives means per run");
+ABSL_FLAG(int, max_context_tokens, 4096, "KV cache capacity (counts against the budget)");
+ABSL_FLAG(int, threads, 0, "CPU kernel threads; 0 = all cores");
+ABSL_FLAG(bool, ablation, false, "also run the VisMMOE Table 4 ablation (4 engines)");
+ABSL_FLAG(std::string, ablation_predictor, "",
+          "predictor of the ablation's prefetching rows; empty = router-lookahead, or "
+          "mlp-lookahead with --calibration_profile");
+ABSL_FLAG(bool, micro, false, "also run predictor and compressor micro benchmarks");
+ABSL_FLAG(double, micro_seconds, 0.2, "minimum timed seconds per micro benchmark");
+ABSL_FLAG(std::string, json_out, "", "also write the report here");
+
+namespace vismoe::bench {
+namespace {
+
+absl::Status CheckOneOf(const char* flag, const std::string& value,
+                        std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (value == a) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": expected one of ", absl::StrJoin(allowed, " | ")));
+}
+
+constexpr std::initializer_list<const char*> kPredictors = {"none", "history", "router-lookahead",
+                                                            "mlp-lookahead"};
+
+}  // namespace
+
+bool ParseBytes(const std::string& s, double* out) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(s);
+  if (!bytes.ok()) return false;
+  *out = static_cast<double>(*bytes);
+  return true;
+}
+
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
+  BenchOptions b;
+  EngineOptions& e = b.engine;
+  e.model_path = absl::GetFlag(FLAGS_model);
+  if (e.model_path.empty()) return absl::InvalidArgumentError("--model is required");
+  e.num_threads = absl::GetFlag(FLAGS_threads);
+  e.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+  double budget = 0;
+  if (!ParseBytes(absl::GetFlag(FLAGS_budget), &budget)) {
+    return absl::InvalidArgumentError(absl::StrCat("--budget=", absl::GetFlag(FLAGS_budget),
+                                                   ": expected bytes with an optional K/M/G/T"));
+  }
+  if (!ParseBytes(absl::GetFlag(FLAGS_copy_bandwidth), &b.copy_bandwidth_limit)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--copy_bandwidth=", absl::GetFlag(FLAGS_copy_bandwidth),
+                     ": expected bytes/s with an optional K/M/G/T"));
+  }
+  e.gpu_memory_budget_bytes = static_cast<int64_t>(budget);
+  OffloadOptions& o = e.offload;
+  o.pinned_layers = absl::GetFlag(FLAGS_pinned_layers);
+  o.copy_bandwidth_bytes_per_s = b.copy_bandwidth_limit;
+  o.eviction = absl::GetFlag(FLAGS_eviction);
+  VISMOE_RETURN_IF_ERROR(CheckOneOf("eviction", o.eviction, {"lru", "lfu", "guarded"}));
+  o.prefetch = absl::GetFlag(FLAGS_prefetch);
+  VISMOE_RETURN_IF_ERROR(CheckOneOf("prefetch", o.prefetch, kPredictors));
+  o.prefetch_count = absl::GetFlag(FLAGS_prefetch_count);
+  if (o.prefetch_count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch_count=", o.prefetch_count, ": must be >= 0"));
+  }
+  o.lookahead_window = absl::GetFlag(FLAGS_lookahead_window);
+  if (o.lookahead_window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
+  }
+  e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
+  e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
+  VISMOE_RETURN_IF_ERROR(CheckOneOf("token_compressor", e.compression.kind,
+                                    {"none", "random", "saliency", "affinity"}));
+  b.keep_ratio = absl::GetFlag(FLAGS_keep_ratio);
+  if (!(b.keep_ratio > 0 && b.keep_ratio <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep_ratio=", b.keep_ratio, ": must be in (0, 1]"));
+  }
+  e.compression.beta = b.keep_ratio;
+  // Algorithm 1 needs alpha <= beta; keep the default 0.1 unless beta is smaller.
+  e.compression.alpha = std::min(e.compression.alpha, b.keep_ratio);
+
+  b.requests_path = absl::GetFlag(FLAGS_requests);
+  b.prompt = absl::GetFlag(FLAGS_prompt);
+  b.image_path = absl::GetFlag(FLAGS_image);
+  b.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  if (b.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_new_tokens=", b.max_new_tokens, ": must be >= 1"));
+  }
+  b.repeat = absl::GetFlag(FLAGS_repeat);
+  if (b.repeat < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--repeat=", b.repeat, ": must be >= 1"));
+  }
+
+  b.ablation = absl::GetFlag(FLAGS_ablation);
+  b.ablation_predictor = absl::GetFlag(FLAGS_ablation_predictor);
+  if (b.ablation_predictor.empty()) {
+    b.ablation_predictor = e.calibration_profile.empty() ? "router-lookahead" : "mlp-lookahead";
+  }
+  VISMOE_RETURN_IF_ERROR(CheckOneOf("ablation_predictor", b.ablation_predictor,
+                                    {"history", "router-lookahead", "mlp-lookahead"}));
+  if (b.ablation && e.gpu_memory_budget_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "--ablation needs --budget > 0: prefetch and eviction act only on the offload runtime");
+  }
+
+  b.micro = absl::GetFlag(FLAGS_micro);
+  b.micro_seconds = absl::GetFlag(FLAGS_micro_seconds);
+  if (!(b.micro_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro_seconds=", b.micro_seconds, ": must be > 0"));
+  }
+  b.json_out = absl::GetFlag(FLAGS_json_out);
+  return b;
+}
+
+}  // namespace vismoe::bench

@@ -1,0 +1,82 @@
+#include "engine/bench/report.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/transfer_engine.h"
+
+namespace vismoe::bench {
+
+int64_t ExpertBytes(const std::string& model_path) {
+  auto config = ModelConfig::Load(model_path);
+  auto ckpt = Checkpoint::Open(model_path);
+  if (!config.ok() || !ckpt.ok()) return 0;
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  return sizes.ok() ? sizes->expert_bytes : 0;
+}
+
+double MeasureCopyBandwidth(double throttle, int64_t block_bytes) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(block_bytes, 4096));
+  constexpr int kCopies = 16;
+  std::vector<char> src(bytes, 1), dst(bytes * kCopies);
+  TransferEngine te(TransferEngine::Options{throttle, false});
+  for (int i = 0; i < kCopies; ++i) {
+    TransferEngine::Request r;
+    r.src = src.data();
+    r.dst = dst.data() + i * bytes;
+    r.bytes = bytes;
+    te.Submit(std::move(r));
+  }
+  te.WaitIdle();
+  return te.MeasuredBandwidth();
+}
+
+nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double measured_bandwidth) {
+  // Integer counters stay integers for a single run; means over runs are doubles.
+  auto per_run = [&](double sum) -> nlohmann::json {
+    if (s.runs == 1) return static_cast<uint64_t>(sum);
+    return s.PerRun(sum);
+  };
+  const OffloadStats& o = s.offload;
+  const uint64_t missed = o.prefetch_needed - o.prefetch_recalled;
+  const double missed_per_run = s.PerRun(static_cast<double>(missed));
+  const double missed_bytes = missed_per_run * static_cast<double>(expert_bytes);
+  const double total = s.PerRun(s.total_seconds);
+  const double stall = s.PerRun(o.stall_seconds);
+  const double compute = std::max(0.0, total - stall);
+  const double copy_floor = measured_bandwidth > 0 ? missed_bytes / measured_bandwidth : 0;
+  return {{"runs", s.runs},
+          {"requests", s.requests_per_run},
+          {"prompt_tokens", per_run(static_cast<double>(s.prompt_tokens))},
+          {"completion_tokens", per_run(static_cast<double>(s.completion_tokens))},
+          {"visual_tokens_before", per_run(static_cast<double>(s.visual_tokens_before))},
+          {"visual_tokens_after", per_run(static_cast<double>(s.visual_tokens_after))},
+          {"ttft_seconds_mean", s.MeanTtft()},
+          {"tpot_seconds_mean", s.MeanTpot()},
+          {"request_seconds_mean", s.MeanRequestSeconds()},
+          {"total_seconds", total},
+          {"cache_queries", per_run(static_cast<double>(o.cache_queries))},
+          {"cache_hits", per_run(static_cast<double>(o.cache_hits))},
+          {"hit_ratio", s.HitRatio()},
+          {"prefetch_needed", per_run(static_cast<double>(o.prefetch_needed))},
+          {"prefetch_recalled", per_run(static_cast<double>(o.prefetch_recalled))},
+          {"hot_recall", s.HotRecall()},
+          {"prefetch_issued", per_run(static_cast<double>(o.prefetch_issued))},
+          {"prefetch_used", per_run(static_cast<double>(o.prefetch_used))},
+          {"bytes_h2d", per_run(static_cast<double>(o.bytes_h2d))},
+          {"stall_seconds", stall},
+          {"expert_bytes", expert_bytes},
+          {"missed_experts", per_run(static_cast<double>(missed))},
+          {"missed_bytes", missed_bytes},
+          {"copy_bandwidth_measured_bytes_per_s", measured_bandwidth},
+          {"compute_seconds", compute},
+          {"bound_seconds", std::max(compute, copy_floor)},
+          {"per_request", s.per_request}};
+}
+
+}  // namespace vismoe::bench

@@ -1,0 +1,31 @@
+// The JSON report of one vismoe-bench configuration, and the two numbers it
+// needs besides the run itself: the size of one expert (for missed bytes) and
+// the copy bandwidth measured through the same copy engine and throttle
+// (for the bound max(compute, missed bytes / bandwidth)).
+// Thread safety: free functions.
+#ifndef VISMOE_ENGINE_BENCH_REPORT_H_
+#define VISMOE_ENGINE_BENCH_REPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "engine/bench/run_summary.h"
+#include "nlohmann/json.hpp"
+
+namespace vismoe::bench {
+
+// Bytes of one routed expert of the checkpoint; 0 when it cannot be measured.
+int64_t ExpertBytes(const std::string& model_path);
+
+// Bytes/s of the CPU copy engine at `throttle` (0 = unthrottled), measured
+// over 16 copies of one expert.
+double MeasureCopyBandwidth(double throttle, int64_t block_bytes);
+
+// Counters and sums are per run of the request set (means over --repeat runs;
+// plain integers when runs == 1); latencies are means per request; ratios come
+// from the sums. Fields are listed in README.md ("Offload runtime and vismoe-bench").
+nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double measured_bandwidth);
+
+}  // namespace vismoe::bench
+
+#endif  // VISMOE_ENGINE_BENCH_REPORT_H_

@@ -1,0 +1,149 @@
+#include "engine/bench/request_set.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/rgb_convert.h"
+#include "nlohmann/json.hpp"
+#include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgproc.hpp"
+
+namespace vismoe::bench {
+namespace {
+
+constexpr char kLineFormat[] =
+    "expected {\"prompt\": string, \"max_new_tokens\": int >= 1 (optional), "
+    "\"images\": [path, ...] (optional)}";
+
+absl::StatusOr<BenchRequest> ParseLine(const std::string& line, const std::filesystem::path& dir,
+                                       int default_max_new_tokens) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("not JSON; ", kLineFormat));
+  if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("no string \"prompt\"; ", kLineFormat));
+  }
+  BenchRequest r;
+  r.prompt = j["prompt"].get<std::string>();
+  r.max_new_tokens = default_max_new_tokens;
+  if (j.contains("max_new_tokens")) {
+    const nlohmann::json& m = j["max_new_tokens"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 1 || m.get<int64_t>() > (1 << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"max_new_tokens\" is ", m.dump(), "; ", kLineFormat));
+    }
+    r.max_new_tokens = m.get<int>();
+  }
+  if (j.contains("images")) {
+    const nlohmann::json& images = j["images"];
+    if (!images.is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat("\"images\" is not an array; ", kLineFormat));
+    }
+    for (size_t i = 0; i < images.size(); ++i) {
+      if (!images[i].is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"images\"[", i, "] is not a string; ", kLineFormat));
+      }
+      std::filesystem::path p(images[i].get<std::string>());
+      if (p.is_relative()) p = dir / p;
+      r.image_paths.push_back(p.string());
+      auto image = LoadImage(p.string());
+      if (!image.ok()) {
+        return absl::Status(image.status().code(),
+                            absl::StrCat("\"images\"[", i, "]: ", image.status().message()));
+      }
+      r.images.push_back(*std::move(image));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+GenerateRequest BenchRequest::ToGenerateRequest() const {
+  GenerateRequest req;
+  ChatMessage m;
+  m.role = "user";
+  for (size_t i = 0; i < images.size(); ++i) {
+    ContentPart part;
+    part.kind = ContentPart::Kind::kImage;
+    part.image_index = static_cast<int>(i);
+    m.content.push_back(part);
+  }
+  ContentPart text;
+  text.text = prompt;
+  m.content.push_back(text);
+  req.messages.push_back(std::move(m));
+  req.images = images;
+  req.sampling.max_new_tokens = max_new_tokens;
+  return req;
+}
+
+absl::StatusOr<RgbImage> LoadImage(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat("empty image file ", path));
+  // imdecode never throws for bad data (it returns an empty Mat).
+  const cv::Mat encoded(1, static_cast<int>(bytes.size()), CV_8UC1,
+                        const_cast<char*>(bytes.data()));
+  cv::Mat raw = cv::imdecode(encoded, cv::IMREAD_UNCHANGED);
+  if (raw.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot decode image file ", path));
+  }
+  if (raw.depth() != CV_8U) {
+    return absl::InvalidArgumentError(absl::StrCat("image file ", path, " is not 8-bit"));
+  }
+  cv::Mat ordered = raw;  // OpenCV decodes BGR(A)
+  if (raw.channels() == 3) cv::cvtColor(raw, ordered, cv::COLOR_BGR2RGB);
+  if (raw.channels() == 4) cv::cvtColor(raw, ordered, cv::COLOR_BGRA2RGBA);
+  if (!ordered.isContinuous()) ordered = ordered.clone();
+  auto rgb = ToRgb(ordered.data, ordered.total() * ordered.elemSize(), ordered.cols, ordered.rows,
+                   ordered.channels());
+  if (!rgb.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", rgb.status().message()));
+  }
+  return rgb;
+}
+
+absl::StatusOr<std::vector<BenchRequest>> LoadRequestSet(const std::string& path,
+                                                         int default_max_new_tokens) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open --requests file ", path));
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::vector<BenchRequest> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto r = ParseLine(line, dir, default_max_new_tokens);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat(path, ":", n, ": ", r.status().message()));
+    }
+    out.push_back(*std::move(r));
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no requests"));
+  return out;
+}
+
+absl::StatusOr<BenchRequest> SingleRequest(const std::string& prompt, const std::string& image_path,
+                                           int max_new_tokens) {
+  BenchRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new_tokens;
+  if (!image_path.empty()) {
+    auto image = LoadImage(image_path);
+    if (!image.ok()) {
+      return absl::Status(image.status().code(),
+                          absl::StrCat("--image: ", image.status().message()));
+    }
+    r.image_paths.push_back(image_path);
+    r.images.push_back(*std::move(image));
+  }
+  return r;
+}
+
+}  // namespace vismoe::bench

@@ -1,0 +1,84 @@
+#include "engine/bench/run_summary.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace vismoe::bench {
+namespace {
+
+double Ratio(uint64_t num, uint64_t den) {
+  return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 1.0;
+}
+
+void Add(const OffloadStats& o, OffloadStats* sum) {
+  sum->cache_queries += o.cache_queries;
+  sum->cache_hits += o.cache_hits;
+  sum->prefetch_needed += o.prefetch_needed;
+  sum->prefetch_recalled += o.prefetch_recalled;
+  sum->prefetch_issued += o.prefetch_issued;
+  sum->prefetch_used += o.prefetch_used;
+  sum->bytes_h2d += o.bytes_h2d;
+  sum->stall_seconds += o.stall_seconds;
+}
+
+}  // namespace
+
+double RunSummary::MeanTtft() const {
+  return request_count() > 0 ? ttft_seconds / static_cast<double>(request_count()) : 0.0;
+}
+double RunSummary::MeanTpot() const {
+  return tpot_requests > 0 ? tpot_seconds / tpot_requests : 0.0;
+}
+double RunSummary::MeanRequestSeconds() const {
+  return request_count() > 0 ? total_seconds / static_cast<double>(request_count()) : 0.0;
+}
+double RunSummary::HitRatio() const { return Ratio(offload.cache_hits, offload.cache_queries); }
+double RunSummary::HotRecall() const {
+  return Ratio(offload.prefetch_recalled, offload.prefetch_needed);
+}
+
+absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<BenchRequest>& requests,
+                                         int repeat) {
+  RunSummary s;
+  s.runs = repeat;
+  s.requests_per_run = static_cast<int>(requests.size());
+  for (int run = 0; run < repeat; ++run) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto r = engine.Generate(requests[i].ToGenerateRequest(), {});
+      if (!r.ok()) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("run ", run, " request ", i, ": ", r.status().message()));
+      }
+      const OffloadStats& o = r->offload;
+      Add(o, &s.offload);
+      s.ttft_seconds += r->timings.ttft_seconds;
+      if (r->usage.completion_tokens > 1) {
+        s.tpot_seconds += r->timings.tpot_seconds;
+        ++s.tpot_requests;
+      }
+      s.total_seconds += r->timings.total_seconds;
+      s.prompt_tokens += r->usage.prompt_tokens;
+      s.completion_tokens += r->usage.completion_tokens;
+      s.visual_tokens_before += r->usage.visual_tokens_before;
+      s.visual_tokens_after += r->usage.visual_tokens_after;
+      s.per_request.push_back({{"run", run},
+                               {"index", i},
+                               {"images", requests[i].images.size()},
+                               {"prompt_tokens", r->usage.prompt_tokens},
+                               {"visual_tokens_before", r->usage.visual_tokens_before},
+                               {"visual_tokens_after", r->usage.visual_tokens_after},
+                               {"completion_tokens", r->usage.completion_tokens},
+                               {"ttft_seconds", r->timings.ttft_seconds},
+                               {"tpot_seconds", r->timings.tpot_seconds},
+                               {"total_seconds", r->timings.total_seconds},
+                               {"cache_queries", o.cache_queries},
+                               {"cache_hits", o.cache_hits},
+                               {"prefetch_needed", o.prefetch_needed},
+                               {"prefetch_recalled", o.prefetch_recalled},
+                               {"bytes_h2d", o.bytes_h2d},
+                               {"stall_seconds", o.stall_seconds}});
+    }
+  }
+  return s;
+}
+
+}  // namespace vismoe::bench

@@ -1,0 +1,75 @@
+#include "engine/calibrate/predictor_evaluator.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace vismoe {
+
+double RecallTally::Recall(int phase) const {
+  return needed[phase] > 0 ? static_cast<double>(hits[phase]) / needed[phase] : 0.0;
+}
+
+double RecallTally::Overall() const {
+  const int64_t n = needed[0] + needed[1];
+  return n > 0 ? static_cast<double>(hits[0] + hits[1]) / n : 0.0;
+}
+
+PredictorEvaluator::PredictorEvaluator(std::unique_ptr<ExpertPredictor> predictor,
+                                       std::vector<int> moe_layers, int b, int num_layers)
+    : predictor_(std::move(predictor)),
+      moe_layers_(std::move(moe_layers)),
+      b_(b),
+      per_layer_(num_layers) {}
+
+void PredictorEvaluator::BeginRequest() {
+  predictor_->BeginRequest();
+  pending_layer_ = -1;
+  last_layer_ = -1;
+}
+
+void PredictorEvaluator::OnRouting(Phase phase, int layer, const float* hidden,
+                                   const cpu::RouterResult& routing) {
+  if (layer <= last_layer_) pending_layer_ = -1;  // a new step: no carried prediction
+  last_layer_ = layer;
+  if (pending_layer_ == layer) Score(phase, layer, routing);
+  predictor_->OnRouting(phase, layer, hidden, routing);
+  auto next = std::upper_bound(moe_layers_.begin(), moe_layers_.end(), layer);
+  pending_layer_ = -1;
+  if (next == moe_layers_.end()) return;
+  pending_layer_ = *next;
+  pending_.clear();
+  for (const auto& [expert, score] : predictor_->Predict(*next, b_)) {
+    if (static_cast<int>(pending_.size()) < b_) pending_.push_back(expert);
+  }
+}
+
+void PredictorEvaluator::OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) {
+  predictor_->OnPostAttention(phase, layer, residual, n);
+}
+
+void PredictorEvaluator::OnMoeOutput(Phase phase, int layer, const float* out, int64_t n) {
+  predictor_->OnMoeOutput(phase, layer, out, n);
+}
+
+void PredictorEvaluator::OnVisualSummary(absl::Span<const float> summary) {
+  predictor_->OnVisualSummary(summary);
+}
+
+void PredictorEvaluator::Score(Phase phase, int layer, const cpu::RouterResult& r) {
+  std::vector<char> active(r.num_experts, 0);
+  for (int e : r.experts) {
+    if (e >= 0 && e < r.num_experts) active[e] = 1;
+  }
+  int needed = 0, hits = 0;
+  for (int e = 0; e < r.num_experts; ++e) needed += active[e];
+  for (int e : pending_) hits += (e >= 0 && e < r.num_experts && active[e]) ? 1 : 0;
+  const int p = static_cast<int>(phase);
+  tally_.hits[p] += hits;
+  tally_.needed[p] += needed;
+  if (layer >= 0 && layer < static_cast<int>(per_layer_.size())) {
+    per_layer_[layer].hits[p] += hits;
+    per_layer_[layer].needed[p] += needed;
+  }
+}
+
+}  // namespace vismoe

@@ -1,0 +1,36 @@
+#include "engine/ops/cuda/cuda_copy_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "engine/ops/cuda/cuda_status.h"
+
+namespace vismoe::cuda {
+
+absl::StatusOr<std::unique_ptr<CudaCopyBackend>> CudaCopyBackend::Create(int device) {
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  absl::StatusOr<Stream> stream = Stream::Create();
+  if (!stream.ok()) return stream.status();
+  absl::StatusOr<Event> done = Event::Create(/*timing=*/false);
+  if (!done.ok()) return done.status();
+  return std::unique_ptr<CudaCopyBackend>(
+      new CudaCopyBackend(device, *std::move(stream), *std::move(done)));
+}
+
+absl::Status CudaCopyBackend::Copy(void* dst, const void* src, size_t bytes) {
+  // The copy thread is not the thread that ran Create(); the current device is
+  // per thread, so make ours current (a cheap host-side check per copy).
+  int current = -1;
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  if (current != device_) VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  VISMOE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_.get(), stream_.get()));
+  // Waits for this stream's work only (the device's schedule flags decide
+  // spin or yield; the copy thread has nothing else to do meanwhile).
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_.get()));
+  return absl::OkStatus();
+}
+
+}  // namespace vismoe::cuda
