@@ -111,6 +111,14 @@ absl::Status VismoeServer::LoadModel() {
   }
   EngineOptions eo;
   eo.model_path = options_.model;
+  eo.synthetic_weights = options_.synthetic_weights;
+  eo.synthetic_seed = static_cast<uint64_t>(options_.synthetic_seed);
+  if (eo.synthetic_weights) {
+    spdlog::warn(
+        "*** --synthetic_weights: serving RANDOM weights of {}'s config.json shapes (seed {}); "
+        "every output is MEANINGLESS. For load tests and benchmarks only. ***",
+        options_.model, options_.synthetic_seed);
+  }
   eo.backend = options_.backend;
   eo.num_threads = options_.engine_threads;
   eo.gpu_memory_budget_bytes = options_.gpu_memory_budget;

@@ -31,6 +31,10 @@ const vismoe::server::ServerOptions kDefaults;
 // Flag names equal the JSON config keys. Defaults come from ServerOptions.
 ABSL_FLAG(std::string, config, "", "JSON file of {option: value}; explicit flags override it");
 ABSL_FLAG(std::string, model, VISMOE_DEFAULT_MODEL_DIR, "Checkpoint directory to serve");
+ABSL_FLAG(bool, synthetic_weights, kDefaults.synthetic_weights,
+          "Random BF16 weights of the config's shapes instead of the safetensors (the model "
+          "directory needs only config.json + tokenizer files); outputs are MEANINGLESS");
+ABSL_FLAG(int64_t, synthetic_seed, kDefaults.synthetic_seed, "Seed of --synthetic_weights");
 ABSL_FLAG(std::string, backend, kDefaults.backend, "Compute backend: auto | cpu | cuda");
 ABSL_FLAG(std::string, gpu_memory_budget, "0",
           "Device memory budget: bytes or with a unit (24GB, 512MiB); 0 = all resident");
@@ -146,6 +150,23 @@ struct OptionDef {
 const std::vector<OptionDef>& OptionDefs() {
   static const auto* defs = new std::vector<OptionDef>{
       VISMOE_STRING_OPTION(model),
+      OptionDef{"synthetic_weights",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  if (!absl::SimpleAtob(absl::StripAsciiWhitespace(v), &o->synthetic_weights)) {
+                    return BadValue(k, v, "expected true or false");
+                  }
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) {
+                  return std::string(o.synthetic_weights ? "true" : "false");
+                }},
+      OptionDef{"synthetic_seed",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  VISMOE_RETURN_IF_ERROR(ParseInt64(k, v, &o->synthetic_seed));
+                  if (o->synthetic_seed < 0) return BadValue(k, v, "must be >= 0");
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) { return absl::StrCat(o.synthetic_seed); }},
       VISMOE_STRING_OPTION(backend),
       VISMOE_BYTES_OPTION(gpu_memory_budget),
       VISMOE_INT_OPTION(engine_threads),

@@ -23,7 +23,12 @@ namespace vismoe::server {
 
 struct ServerOptions {
   // ---- model and engine ----
-  std::string model;               // checkpoint directory
+  std::string model;  // checkpoint directory
+  // Seeded random weights of model's config.json shapes instead of its
+  // safetensors (EngineOptions::synthetic_weights): for load tests and
+  // benchmarks only; every output is meaningless.
+  bool synthetic_weights = false;
+  int64_t synthetic_seed = 0;      // >= 0
   std::string backend = "auto";    // auto | cpu | cuda
   int64_t gpu_memory_budget = 0;   // bytes; 0 = everything resident
   int engine_threads = 0;          // CPU kernel threads; 0 = all cores

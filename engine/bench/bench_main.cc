@@ -23,6 +23,8 @@
 #include "engine/bench/request_set.h"
 #include "engine/bench/run_summary.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace vismoe::bench {
 namespace {
@@ -58,9 +60,10 @@ int Main() {
   const std::string backend = (*engine)->info().backend;
   engine->reset();  // free its memory before the ablation engines load
 
-  const int64_t expert_bytes = ExpertBytes(b.engine.model_path);
+  const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
   const double bw = MeasureCopyBandwidth(b.copy_bandwidth_limit, expert_bytes);
   nlohmann::json report = {{"model", b.engine.model_path},
+                           {"synthetic_weights", b.engine.synthetic_weights},
                            {"backend", backend},
                            {"budget_bytes", b.engine.gpu_memory_budget_bytes},
                            {"pinned_layers_flag", b.engine.offload.pinned_layers},
@@ -87,6 +90,8 @@ int Main() {
   if (b.micro) {
     MicroOptions mo;
     mo.model_path = b.engine.model_path;
+    mo.synthetic_weights = b.engine.synthetic_weights;
+    mo.synthetic_seed = b.engine.synthetic_seed;
     mo.min_seconds = b.micro_seconds;
     mo.keep_ratio = b.keep_ratio;
     mo.pinned_layers = b.engine.offload.pinned_layers > 0 ? b.engine.offload.pinned_layers : 1;
@@ -118,5 +123,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // stdout carries only the JSON report: logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vismoe-bench"));
   return vismoe::bench::Main();
 }

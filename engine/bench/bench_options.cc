@@ -12,6 +12,10 @@
 #include "engine/core/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint directory");
+ABSL_FLAG(bool, synthetic_weights, false,
+          "seeded random BF16 weights of --model's config.json shapes instead of its safetensors "
+          "(the directory needs only config.json + tokenizer files); outputs are meaningless");
+ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of --synthetic_weights");
 ABSL_FLAG(std::string, budget, "0",
           "device memory budget in bytes (K/M/G suffix ok); 0 = all resident");
 ABSL_FLAG(int, pinned_layers, -1, "MoE layers in the pinned prefix; -1 = Eq. 10");
@@ -71,6 +75,8 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   EngineOptions& e = b.engine;
   e.model_path = absl::GetFlag(FLAGS_model);
   if (e.model_path.empty()) return absl::InvalidArgumentError("--model is required");
+  e.synthetic_weights = absl::GetFlag(FLAGS_synthetic_weights);
+  e.synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed);
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
   double budget = 0;

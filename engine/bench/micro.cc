@@ -12,6 +12,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_weights.h"
 #include "engine/policy/history_predictor.h"
 #include "engine/policy/lookahead_features.h"
 #include "engine/policy/mlp_lookahead.h"
@@ -165,7 +166,13 @@ absl::StatusOr<std::vector<MicroResult>> RunMicroBenchmarks(const MicroOptions& 
 
   // router-lookahead on the checkpoint's routers: OnPostAttention of one
   // layer's rows + Predict of the next MoE layer.
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(o.model_path));
+  std::unique_ptr<Checkpoint> ckpt;
+  if (o.synthetic_weights) {
+    VISMOE_ASSIGN_OR_RETURN(
+        ckpt, SynthesizeCheckpoint(config, o.synthetic_seed, nullptr, "synthetic:" + o.model_path));
+  } else {
+    VISMOE_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(o.model_path));
+  }
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<RouterLookaheadPredictor> router,
                           RouterLookaheadPredictor::Create(config, *ckpt, o.lookahead_window, {}));
   for (const auto& [phase, rows] :

@@ -33,6 +33,9 @@ struct MicroOptions {
   int pinned_layers = 1;     // MoE layers whose routing the affinity compressor sees
   int prefetch_count = 0;    // B for Predict; 0 = the model's top-k
   int lookahead_window = 5;  // W of router-lookahead
+  // Routers from seeded random weights of the config (as EngineOptions).
+  bool synthetic_weights = false;
+  uint64_t synthetic_seed = 0;
 };
 
 // Loads the config (and, for router-lookahead, the checkpoint's router weights)

@@ -7,13 +7,19 @@
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_weights.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/transfer_engine.h"
 
 namespace vismoe::bench {
 
-int64_t ExpertBytes(const std::string& model_path) {
+int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights) {
   auto config = ModelConfig::Load(model_path);
+  if (synthetic_weights) {
+    if (!config.ok()) return 0;
+    auto sizes = MeasureSynthetic(*config);  // no allocation
+    return sizes.ok() ? sizes->expert_bytes : 0;
+  }
   auto ckpt = Checkpoint::Open(model_path);
   if (!config.ok() || !ckpt.ok()) return 0;
   auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));

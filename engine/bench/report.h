@@ -14,8 +14,9 @@
 
 namespace vismoe::bench {
 
-// Bytes of one routed expert of the checkpoint; 0 when it cannot be measured.
-int64_t ExpertBytes(const std::string& model_path);
+// Bytes of one routed expert of the checkpoint (of the synthetic weights of
+// its config.json when `synthetic_weights`); 0 when it cannot be measured.
+int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights);
 
 // Bytes/s of the CPU copy engine at `throttle` (0 = unthrottled), measured
 // over 16 copies of one expert.

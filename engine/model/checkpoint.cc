@@ -62,6 +62,16 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   return ckpt;
 }
 
+std::unique_ptr<Checkpoint> Checkpoint::FromMemory(
+    std::string label, std::shared_ptr<void> storage,
+    std::vector<std::pair<std::string, TensorView>> tensors) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint(std::move(label)));
+  ckpt->storage_ = std::move(storage);
+  ckpt->in_memory_.reserve(tensors.size());
+  for (auto& [name, view] : tensors) ckpt->in_memory_.emplace(std::move(name), std::move(view));
+  return ckpt;
+}
+
 absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
   auto error = [&index_path](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(index_path, ": ", what));
@@ -124,6 +134,7 @@ absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
 }
 
 absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+  if (auto m = in_memory_.find(name); m != in_memory_.end()) return m->second;
   auto it = shard_of_.find(name);
   if (it == shard_of_.end()) {
     return absl::NotFoundError(absl::StrCat("tensor '", name, "' not found in ", dir_));
@@ -144,8 +155,9 @@ absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name, const Shape& 
 
 std::vector<std::string> Checkpoint::Names() const {
   std::vector<std::string> names;
-  names.reserve(shard_of_.size());
+  names.reserve(shard_of_.size() + in_memory_.size());
   for (const auto& [name, shard] : shard_of_) names.push_back(name);
+  for (const auto& [name, view] : in_memory_) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
 }

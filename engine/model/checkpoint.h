@@ -10,14 +10,18 @@
 // a shard holds but the map does not list are ignored (with a warning): the index
 // is authoritative, as in transformers.
 //
-// Thread safety: immutable after Open(); const methods may be called
-// concurrently. Ownership: owns the mappings; returned views stay valid until
-// the Checkpoint is destroyed. Not copyable or movable.
+// FromMemory() builds the other storage mode: tensors in memory the Checkpoint
+// owns (synthetic weights, engine/model/synthetic_weights.h); no files at all.
+//
+// Thread safety: immutable after Open()/FromMemory(); const methods may be
+// called concurrently. Ownership: owns the mappings (or the memory); returned
+// views stay valid until the Checkpoint is destroyed. Not copyable or movable.
 #ifndef VISMOE_ENGINE_MODEL_CHECKPOINT_H_
 #define VISMOE_ENGINE_MODEL_CHECKPOINT_H_
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,10 +41,19 @@ class Checkpoint {
   // for a malformed index or shard. Messages name the file at fault.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
 
+  // A checkpoint over `tensors`, whose views point into `storage` (kept alive
+  // as long as the Checkpoint). `label` stands in for the directory in dir()
+  // and in error messages. REQUIRES: unique names; supported dtypes.
+  static std::unique_ptr<Checkpoint> FromMemory(
+      std::string label, std::shared_ptr<void> storage,
+      std::vector<std::pair<std::string, TensorView>> tensors);
+
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
-  bool Has(absl::string_view name) const { return shard_of_.contains(name); }
+  bool Has(absl::string_view name) const {
+    return shard_of_.contains(name) || in_memory_.contains(name);
+  }
   // NotFound: "tensor 'X' not found in <dir>"; InvalidArgument if the tensor's
   // dtype is not F32/F16/BF16.
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
@@ -50,7 +63,7 @@ class Checkpoint {
   // All tensor names, sorted.
   std::vector<std::string> Names() const;
   const std::string& dir() const { return dir_; }
-  // Number of safetensors files mapped (1 for an unsharded checkpoint).
+  // Number of safetensors files mapped (1 for an unsharded checkpoint, 0 for FromMemory).
   size_t num_shards() const { return shards_.size(); }
 
  private:
@@ -61,6 +74,8 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   absl::flat_hash_map<std::string, const SafetensorsFile*> shard_of_;  // tensor -> its shard
+  std::shared_ptr<void> storage_;                                      // FromMemory only
+  absl::flat_hash_map<std::string, TensorView> in_memory_;             // views into storage_
 };
 
 }  // namespace vismoe

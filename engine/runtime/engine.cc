@@ -22,6 +22,7 @@
 #include "engine/model/image_preprocessor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/stream_decoder.h"
+#include "engine/model/synthetic_weights.h"
 #include "engine/model/tokenizer.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
@@ -35,6 +36,10 @@
 #include "engine/runtime/stop_matcher.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+
+#ifdef VISMOE_HAVE_CUDA
+#include "engine/ops/cuda/device.h"
+#endif
 
 namespace vismoe {
 
@@ -122,6 +127,23 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
   return mean;
 }
 
+// The one start-up line for --backend=auto: which device was found and why
+// the CPU backend runs.
+std::string DescribeAutoBackend() {
+#ifdef VISMOE_HAVE_CUDA
+  absl::StatusOr<cuda::DeviceInfo> device = cuda::ProbeCudaDevice(0);
+  if (!device.ok()) {
+    return absl::StrCat("no usable CUDA device (", device.status().message(),
+                        "); running on the cpu backend");
+  }
+  return absl::StrCat("CUDA device ", device->Summary(),
+                      " found, but the CUDA forward pass is not wired yet; running on the cpu "
+                      "backend");
+#else
+  return "built without CUDA; running on the cpu backend";
+#endif
+}
+
 // What a request turns into before the model runs.
 struct Prompt {
   std::vector<int> ids;
@@ -180,14 +202,20 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  if (options.backend == "auto") spdlog::info("engine: no CUDA backend in use; running on cpu");
+  if (options.backend == "auto") spdlog::info("engine: {}", DescribeAutoBackend());
   std::unique_ptr<CpuEngine> e(new CpuEngine());
   e->options_ = options;
   const std::string& dir = options.model_path;
   VISMOE_ASSIGN_OR_RETURN(e->config_, ModelConfig::Load(dir));
   VISMOE_ASSIGN_OR_RETURN(e->eos_ids_, LoadEosIds(dir));
   e->pool_ = std::make_unique<ThreadPool>(options.num_threads);
-  VISMOE_ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::Open(dir));
+  if (options.synthetic_weights) {
+    VISMOE_ASSIGN_OR_RETURN(e->checkpoint_,
+                            SynthesizeCheckpoint(e->config_, options.synthetic_seed, e->pool_.get(),
+                                                 absl::StrCat("synthetic:", dir)));
+  } else {
+    VISMOE_ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::Open(dir));
+  }
   VISMOE_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::Load(dir));
   VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*e->tokenizer_, e->config_));
   e->template_ = std::make_unique<ChatTemplate>(std::move(tmpl));

@@ -2,7 +2,7 @@
 //
 // Thread safety: Generate() may be called from several threads; until batched
 // decoding lands, calls are serialised internally (one sequence at a time).
-// Ownership: the engine owns its model, weights (mmapped), device memory plan
+// Ownership: the engine owns its model, weights (mmapped or synthetic), device memory plan
 // and thread pool. The StatsSink in the options is not owned and must outlive
 // the engine.
 #ifndef VISMOE_ENGINE_RUNTIME_ENGINE_H_
@@ -43,6 +43,13 @@ struct EngineOptions {
   std::string calibration_profile;
   int max_context_tokens = 32768;  // KV cache capacity per sequence
   StatsSink* stats = nullptr;      // not owned; null = drop stats
+  // Seeded random BF16 weights of the config's exact shapes instead of the
+  // safetensors (engine/model/synthetic_weights.h): model_path then needs only
+  // config.json, the tokenizer files, generation_config.json and (with vision)
+  // preprocessor_config.json. Outputs are meaningless; bytes moved and kernels
+  // run are those of the real model.
+  bool synthetic_weights = false;
+  uint64_t synthetic_seed = 0;
 };
 
 struct ModelInfo {

@@ -37,21 +37,6 @@ absl::Status CudaErrorToStatus(cudaError_t err, const char* call, const char* fi
                                  ": ", cudaGetErrorString(err)));
 }
 
-absl::Status CublasErrorToStatus(cublasStatus_t err, const char* call, const char* file, int line) {
-  if (err == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  absl::StatusCode code = absl::StatusCode::kInternal;
-  if (err == CUBLAS_STATUS_ALLOC_FAILED) code = absl::StatusCode::kResourceExhausted;
-  if (err == CUBLAS_STATUS_NOT_INITIALIZED || err == CUBLAS_STATUS_ARCH_MISMATCH) {
-    code = absl::StatusCode::kUnavailable;
-  }
-  if (err == CUBLAS_STATUS_INVALID_VALUE || err == CUBLAS_STATUS_NOT_SUPPORTED) {
-    code = absl::StatusCode::kInvalidArgument;
-  }
-  return absl::Status(
-      code, absl::StrCat(call, " failed at ", file, ":", line, ": ", cublasGetStatusName(err), ": ",
-                         cublasGetStatusString(err)));
-}
-
 absl::Status LastLaunchStatus(const char* kernel, const char* file, int line) {
   const cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) return absl::OkStatus();

@@ -243,6 +243,27 @@ TEST(VismoeBenchE2eTest, MicroBenchmarksReportEveryEntry) {
   EXPECT_TRUE(names.count("predict.mlp-lookahead.forward"));
 }
 
+// --synthetic_weights on the scaled "mid" config, whose directory holds no
+// safetensors: the run offloads, and expert_bytes is the config's (3 x 512 x 256 BF16).
+TEST(VismoeBenchE2eTest, SyntheticWeightsRunOnAConfigOnlyDirectory) {
+  // Later flags override RunBench's --model, --budget and --max_context_tokens.
+  const BenchRun run =
+      RunBench("vismoe_bench_synthetic",
+               {"--model=" + testing::FixturesDir() + "/synthetic/qwen3-vl-mid", "--budget=64M",
+                "--max_context_tokens=256", "--synthetic_weights", "--synthetic_seed=3",
+                "--max_new_tokens=4", "--micro", "--micro_seconds=0.01"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& r = run.report;
+  ASSERT_TRUE(r.is_object()) << run.log;
+  EXPECT_TRUE(r["synthetic_weights"].get<bool>());
+  EXPECT_EQ(r["expert_bytes"].get<double>(), 3.0 * 512 * 256 * 2);
+  EXPECT_LT(r["cache_hits"].get<double>(), r["cache_queries"].get<double>());
+  EXPECT_GT(r["missed_bytes"].get<double>(), 0);
+  EXPECT_EQ(r["per_request"][0]["completion_tokens"].get<int>(), 4);
+  EXPECT_TRUE(r["micro"].is_array());
+  EXPECT_NE(run.log.find("synthetic weights:"), std::string::npos) << "the allocation line";
+}
+
 TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
   const std::string bad_json =
       WriteJsonl("bench_bad_json", {R"({"prompt": "fine"})", R"({"prompt": )"});

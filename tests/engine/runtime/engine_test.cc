@@ -16,6 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -405,6 +407,37 @@ TEST(KvCacheTest, FullCacheIsAClearError) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("max_context_tokens"));
   c.Clear();
   EXPECT_EQ(c.length(), 0);
+}
+
+// --backend=auto says in exactly one line which device it found and that the
+// CPU backend runs (no GPU in CI: the line then carries the CUDA error).
+TEST(EngineBackendTest, AutoLogsOneLineOnWhyTheCpuBackendRuns) {
+  std::ostringstream out;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "captured", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  EngineOptions o;
+  o.model_path = testing::TinyModelDir();
+  o.num_threads = 1;
+  o.max_context_tokens = 64;
+  auto e = Engine::Create(o);
+  spdlog::set_default_logger(previous);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->info().backend, "cpu");
+  const std::string log = out.str();
+  size_t lines = 0;
+  for (size_t p = log.find("running on the cpu backend"); p != std::string::npos;
+       p = log.find("running on the cpu backend", p + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << log;
+#ifdef VISMOE_HAVE_CUDA
+  EXPECT_TRUE(log.find("no usable CUDA device (") != std::string::npos ||
+              log.find("found, but the CUDA forward pass is not wired") != std::string::npos)
+      << log;
+#else
+  EXPECT_NE(log.find("built without CUDA"), std::string::npos) << log;
+#endif
 }
 
 }  // namespace
