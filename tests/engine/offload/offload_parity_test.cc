@@ -17,58 +17,13 @@
 #include "engine/runtime/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/greedy_decode.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
 namespace {
 
 constexpr int kDecodeSteps = 8;
-
-nlohmann::json TextCases() {
-  std::ifstream in(testing::FixturesDir() + "/golden/text_cases.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
-// Prompt logits (every position) then kDecodeSteps greedy steps' logits.
-std::vector<std::vector<float>> RunCase(const Qwen3VlMoeModel& model, ExpertProvider* experts,
-                                        const std::vector<int>& ids, std::vector<int>* tokens) {
-  std::vector<std::vector<float>> out;
-  auto cache = model.NewKvCache(static_cast<int64_t>(ids.size()) + kDecodeSteps + 1);
-  DecoderInput input;
-  input.tokens = ids;
-  input.all_logits = true;
-  std::vector<float> logits;
-  absl::Status st = model.Forward(input, cache.get(), experts, &logits);
-  EXPECT_TRUE(st.ok()) << st;
-  out.push_back(logits);
-  const int vocab = static_cast<int>(logits.size() / ids.size());
-  for (int i = 0; i < kDecodeSteps && st.ok(); ++i) {
-    const int tok = Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab));
-    tokens->push_back(tok);
-    DecoderInput step;
-    step.tokens = absl::MakeConstSpan(&tok, 1);
-    step.phase = Phase::kDecode;
-    step.all_logits = false;
-    st = model.Forward(step, cache.get(), experts, &logits);
-    EXPECT_TRUE(st.ok()) << st;
-    out.push_back(logits);
-  }
-  return out;
-}
-
-bool BitIdentical(const std::vector<std::vector<float>>& a,
-                  const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
   const std::string dir = testing::TinyModelDir();
@@ -84,15 +39,16 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
   ASSERT_TRUE(model.ok()) << model.status();
   auto sizes = MeasureModelSizes(**ckpt, config->text, prefix);
   ASSERT_TRUE(sizes.ok()) << sizes.status();
-  const nlohmann::json cases = TextCases();
+  const nlohmann::json cases = testing::TextCases();
   ASSERT_TRUE(cases.is_array() && !cases.empty());
 
   std::vector<std::vector<std::vector<float>>> want;
   std::vector<std::vector<int>> want_tokens;
   for (const auto& c : cases) {
     want_tokens.emplace_back();
-    want.push_back(RunCase(**model, resident->get(), c["input_ids"].get<std::vector<int>>(),
-                           &want_tokens.back()));
+    want.push_back(testing::GreedyLogits(**model, resident->get(),
+                                         c["input_ids"].get<std::vector<int>>(), kDecodeSteps,
+                                         nullptr, &want_tokens.back()));
   }
   const int num_moe = static_cast<int>(sizes->moe_layers.size());
   const int e = config->text.num_experts;
@@ -125,10 +81,11 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
       SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << slabs << " "
                                         << v.eviction << "/" << v.prefetch << " case " << i);
       std::vector<int> tokens;
-      auto got =
-          RunCase(**model, offload->get(), cases[i]["input_ids"].get<std::vector<int>>(), &tokens);
+      auto got = testing::GreedyLogits(**model, offload->get(),
+                                       cases[i]["input_ids"].get<std::vector<int>>(), kDecodeSteps,
+                                       nullptr, &tokens);
       EXPECT_EQ(tokens, want_tokens[i]);
-      EXPECT_TRUE(BitIdentical(got, want[i]));
+      EXPECT_TRUE(testing::BitIdentical(got, want[i]));
     }
     const OffloadStats s = (*offload)->TakeRequestStats();
     if (slabs > 0 && slabs < (num_moe - v.pinned) * e) {
@@ -141,7 +98,7 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
 }
 
 TEST(OffloadParityTest, EngineWithMinimumBudgetMatchesResident) {
-  const nlohmann::json cases = TextCases();
+  const nlohmann::json cases = testing::TextCases();
   ASSERT_TRUE(cases.is_array() && !cases.empty());
   EngineOptions base;
   base.model_path = testing::TinyModelDir();

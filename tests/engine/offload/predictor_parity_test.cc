@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/greedy_decode.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -33,53 +34,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kDecodeSteps = 8;
-
-nlohmann::json TextCases() {
-  std::ifstream in(testing::FixturesDir() + "/golden/text_cases.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
-// Prompt logits (every position) then kDecodeSteps greedy steps' logits, with
-// `observer` on every step.
-std::vector<std::vector<float>> RunCase(const Qwen3VlMoeModel& model, ExpertProvider* experts,
-                                        RouterObserver* observer, const std::vector<int>& ids) {
-  std::vector<std::vector<float>> out;
-  auto cache = model.NewKvCache(static_cast<int64_t>(ids.size()) + kDecodeSteps + 1);
-  DecoderInput input;
-  input.tokens = ids;
-  input.all_logits = true;
-  input.observer = observer;
-  std::vector<float> logits;
-  absl::Status st = model.Forward(input, cache.get(), experts, &logits);
-  EXPECT_TRUE(st.ok()) << st;
-  out.push_back(logits);
-  const int vocab = static_cast<int>(logits.size() / ids.size());
-  for (int i = 0; i < kDecodeSteps && st.ok(); ++i) {
-    const int tok = Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab));
-    DecoderInput step;
-    step.tokens = absl::MakeConstSpan(&tok, 1);
-    step.phase = Phase::kDecode;
-    step.observer = observer;
-    st = model.Forward(step, cache.get(), experts, &logits);
-    EXPECT_TRUE(st.ok()) << st;
-    out.push_back(logits);
-  }
-  return out;
-}
-
-bool BitIdentical(const std::vector<std::vector<float>>& a,
-                  const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // A profile that matches the tiny model, with a random (untrained) MLP and
 // default vectors: enough to drive the mlp-lookahead and router-lookahead paths.
@@ -135,12 +89,12 @@ TEST(PredictorParityTest, EveryPredictorKeepsLogitsBitIdentical) {
   ASSERT_TRUE(model.ok()) << model.status();
   auto sizes = MeasureModelSizes(**ckpt, config->text, prefix);
   ASSERT_TRUE(sizes.ok()) << sizes.status();
-  const nlohmann::json cases = TextCases();
+  const nlohmann::json cases = testing::TextCases();
   ASSERT_TRUE(cases.is_array() && !cases.empty());
   std::vector<std::vector<std::vector<float>>> want;
   for (const auto& c : cases) {
-    want.push_back(
-        RunCase(**model, resident->get(), nullptr, c["input_ids"].get<std::vector<int>>()));
+    want.push_back(testing::GreedyLogits(**model, resident->get(),
+                                         c["input_ids"].get<std::vector<int>>(), kDecodeSteps));
   }
   const CalibrationProfile profile = TinyProfile(*config);
   const int e = config->text.num_experts;
@@ -177,9 +131,10 @@ TEST(PredictorParityTest, EveryPredictorKeepsLogitsBitIdentical) {
       SCOPED_TRACE(::testing::Message() << v.predictor << " " << v.eviction << " pinned "
                                         << v.pinned << " slabs " << v.slabs << " case " << i);
       (*offload)->BeginRequest();
-      auto got = RunCase(**model, offload->get(), (*offload)->observer(),
-                         cases[i]["input_ids"].get<std::vector<int>>());
-      EXPECT_TRUE(BitIdentical(got, want[i]));
+      auto got = testing::GreedyLogits(**model, offload->get(),
+                                       cases[i]["input_ids"].get<std::vector<int>>(), kDecodeSteps,
+                                       (*offload)->observer());
+      EXPECT_TRUE(testing::BitIdentical(got, want[i]));
       std::string why;
       EXPECT_TRUE((*offload)->CheckInvariants(&why)) << why;
     }

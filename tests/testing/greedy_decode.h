@@ -1,0 +1,31 @@
+// Shared by the offload parity tests: the golden text cases, a greedy
+// prompt-then-decode run of the decoder against any ExpertProvider, and a
+// bit-for-bit comparison of the logits two runs produced.
+#ifndef VISMOE_TESTS_TESTING_GREEDY_DECODE_H_
+#define VISMOE_TESTS_TESTING_GREEDY_DECODE_H_
+
+#include <vector>
+
+#include "engine/arch/qwen3_vl_moe.h"
+#include "nlohmann/json.hpp"
+
+namespace vismoe::testing {
+
+// tests/fixtures/golden/text_cases.json (discarded JSON when unreadable).
+nlohmann::json TextCases();
+
+// Prompt logits (every position) then `decode_steps` greedy steps' logits,
+// with `observer` (may be null) on every step; the greedy tokens go to
+// `tokens` when given. Forward errors are test failures.
+std::vector<std::vector<float>> GreedyLogits(const Qwen3VlMoeModel& model, ExpertProvider* experts,
+                                             const std::vector<int>& ids, int decode_steps,
+                                             RouterObserver* observer = nullptr,
+                                             std::vector<int>* tokens = nullptr);
+
+// Same shapes and the same bytes (memcmp), step by step.
+bool BitIdentical(const std::vector<std::vector<float>>& a,
+                  const std::vector<std::vector<float>>& b);
+
+}  // namespace vismoe::testing
+
+#endif  // VISMOE_TESTS_TESTING_GREEDY_DECODE_H_
