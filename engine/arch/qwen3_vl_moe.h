@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/arch/text_decoder.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -87,7 +88,7 @@ struct DecoderInput {
   std::function<bool()> is_cancelled;  // optional; polled between layers
 };
 
-class Qwen3VlMoeModel {
+class Qwen3VlMoeModel final : public TextDecoder {
  public:
   // Loads and shape-checks every text weight. Errors name the tensor.
   static absl::StatusOr<std::unique_ptr<Qwen3VlMoeModel>> Create(const ModelConfig& config,
@@ -108,9 +109,13 @@ class Qwen3VlMoeModel {
   // ResourceExhausted when the cache is full, Cancelled when is_cancelled
   // fired (the cache is then left unchanged in length).
   absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
-                       std::vector<float>* logits) const;
+                       std::vector<float>* logits) const override;
 
-  const ModelConfig& config() const { return config_; }
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override {
+    return NewKvCache(capacity);
+  }
+  const ModelConfig& config() const override { return config_; }
+  const char* backend() const override { return "cpu"; }
 
  private:
   struct Layer {

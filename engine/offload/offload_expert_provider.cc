@@ -21,7 +21,7 @@ NullStatsSink* NullSink() {
 absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Create(
     ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
     const OffloadOptions& options, StatsSink* stats, std::unique_ptr<ExpertPredictor> predictor,
-    HostAllocator* allocator) {
+    const OffloadDevice& device) {
   VISMOE_ASSIGN_OR_RETURN(EvictionPolicy policy, ParseEvictionPolicy(options.eviction));
   if (options.prefetch != "none" && options.prefetch != "history" &&
       options.prefetch != "router-lookahead" && options.prefetch != "mlp-lookahead") {
@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   // Host store for the offloaded layers; the pinned prefix is packed through
   // a second store and copied into the arena once.
   VISMOE_ASSIGN_OR_RETURN(p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids,
-                                                             config.num_experts, allocator));
+                                                             config.num_experts,
+                                                             device.host_allocator));
   std::unique_ptr<HostExpertStore> pinned_store;
   VISMOE_ASSIGN_OR_RETURN(pinned_store, HostExpertStore::Create(source, plan.pinned_layer_ids,
                                                                 config.num_experts, nullptr));
@@ -74,11 +75,23 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   const int64_t slab_bytes = static_cast<int64_t>(stride) * plan.num_slabs;
   VISMOE_ASSIGN_OR_RETURN(
       p->arena_,
-      DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}), nullptr));
+      DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
+                          device.device_allocator));
   VISMOE_ASSIGN_OR_RETURN(char* prefix, p->arena_->Carve("pinned_prefix", pinned_bytes));
-  if (pinned_bytes > 0)
-    std::memcpy(prefix, pinned_store->Block(plan.pinned_layer_ids[0], 0),
-                static_cast<size_t>(pinned_bytes));
+  if (pinned_bytes > 0) {
+    const void* src = pinned_store->Block(plan.pinned_layer_ids[0], 0);
+    if (device.copy != nullptr) {
+      absl::Status st = device.copy->Copy(prefix, src, static_cast<size_t>(pinned_bytes));
+      if (!st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat("uploading the pinned prefix (", pinned_bytes,
+                                         " bytes) through ", device.copy->name(), ": ",
+                                         st.message()));
+      }
+    } else {
+      std::memcpy(prefix, src, static_cast<size_t>(pinned_bytes));
+    }
+  }
   for (size_t i = 0; i < plan.pinned_layer_ids.size(); ++i) {
     p->pinned_[plan.pinned_layer_ids[i]] =
         prefix + i * pinned_store->format().bytes * config.num_experts;
@@ -89,7 +102,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
   p->predictor_ = std::move(predictor);
   p->transfer_ = std::make_unique<TransferEngine>(
-      TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false});
+      TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false, device.copy});
   p->sink_->SetMemoryRegion("resident", plan.resident_bytes);
   p->sink_->SetMemoryRegion("pinned_prefix", pinned_bytes);
   p->sink_->SetMemoryRegion("slab_cache", slab_bytes);

@@ -42,6 +42,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
+#include "engine/offload/copy_backend.h"
+#include "engine/offload/device_allocator.h"
 #include "engine/offload/device_arena.h"
 #include "engine/offload/expert_provider.h"
 #include "engine/offload/host_expert_store.h"
@@ -55,16 +57,27 @@
 
 namespace vismoe {
 
+// Where the offload runtime's memory lives and how experts move. All borrowed
+// (they must outlive the provider); null members are the CPU backend's
+// defaults. The CUDA backend passes cuda::PinnedHostAllocator,
+// cuda::CudaDeviceAllocator and cuda::CudaCopyBackend: ExpertWeights from
+// Acquire() then point into device memory.
+struct OffloadDevice {
+  HostAllocator* host_allocator = nullptr;      // host store; null = aligned heap
+  DeviceAllocator* device_allocator = nullptr;  // arena; null = heap
+  CopyBackend* copy = nullptr;                  // slab and pinned-prefix copies; null = memcpy
+};
+
 class OffloadExpertProvider final : public ExpertProvider {
  public:
   // Packs the experts of `plan`'s layers from `source` (used only during
   // Create) into the pinned prefix and the host store, carves the arena and
   // starts the copy thread. `predictor` null = no prefetch (and guarded
-  // eviction falls back to last use). `allocator` null = aligned heap memory.
+  // eviction falls back to last use).
   static absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> Create(
       ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
       const OffloadOptions& options, StatsSink* stats,
-      std::unique_ptr<ExpertPredictor> predictor = nullptr, HostAllocator* allocator = nullptr);
+      std::unique_ptr<ExpertPredictor> predictor = nullptr, const OffloadDevice& device = {});
   ~OffloadExpertProvider() override;
   OffloadExpertProvider(const OffloadExpertProvider&) = delete;
   OffloadExpertProvider& operator=(const OffloadExpertProvider&) = delete;

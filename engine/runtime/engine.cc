@@ -1,5 +1,8 @@
-// Engine implementation for the CPU backend: one model, one sequence at a
-// time (Generate is serialised), everything resident.
+// Engine implementation: one model, one sequence at a time (Generate is
+// serialised), on the CPU reference or the CUDA backend (a TextDecoder).
+// Tokenizer, vision tower, sampling and the policies run on the host either
+// way; on CUDA the decoder's experts always come through the offload
+// provider (a plan that pins every MoE layer when no budget is given).
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
+#include "engine/arch/text_decoder.h"
 #include "engine/calibrate/calibration_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
@@ -36,6 +40,14 @@
 #include "engine/runtime/stop_matcher.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+
+#ifdef VISMOE_HAVE_CUDA
+#include "engine/arch/cuda/qwen3_vl_moe_cuda.h"
+#include "engine/ops/cuda/cuda_copy_backend.h"
+#include "engine/ops/cuda/cuda_device_allocator.h"
+#include "engine/ops/cuda/device.h"
+#include "engine/ops/cuda/pinned_host_allocator.h"
+#endif
 
 #ifdef VISMOE_HAVE_CUDA
 #include "engine/ops/cuda/device.h"
@@ -127,20 +139,40 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
   return mean;
 }
 
-// The one start-up line for --backend=auto: which device was found and why
-// the CPU backend runs.
-std::string DescribeAutoBackend() {
+// Which backend runs, and the one start-up line that says why.
+struct BackendChoice {
+  bool cuda = false;
+  std::string line;
+};
+
+// "cpu" runs the CPU reference. "cuda" needs a CUDA build and a usable
+// device, else an error. "auto" takes the device when there is one and
+// otherwise says in one line why the CPU backend runs.
+absl::StatusOr<BackendChoice> ChooseBackend(const std::string& backend) {
+  if (backend != "auto" && backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend must be auto, cpu or cuda, got '", backend, "'"));
+  }
+  if (backend == "cpu") return BackendChoice{false, "cpu backend (as asked)"};
 #ifdef VISMOE_HAVE_CUDA
   absl::StatusOr<cuda::DeviceInfo> device = cuda::ProbeCudaDevice(0);
-  if (!device.ok()) {
-    return absl::StrCat("no usable CUDA device (", device.status().message(),
-                        "); running on the cpu backend");
+  if (device.ok()) {
+    return BackendChoice{true, absl::StrCat("CUDA device ", device->Summary(),
+                                            "; running on the cuda backend")};
   }
-  return absl::StrCat("CUDA device ", device->Summary(),
-                      " found, but the CUDA forward pass is not wired yet; running on the cpu "
-                      "backend");
+  if (backend == "cuda") {
+    return absl::Status(device.status().code(),
+                        absl::StrCat("backend 'cuda': ", device.status().message()));
+  }
+  return BackendChoice{false, absl::StrCat("no usable CUDA device (", device.status().message(),
+                                           "); running on the cpu backend")};
 #else
-  return "built without CUDA; running on the cpu backend";
+  if (backend == "cuda") {
+    return absl::UnimplementedError(
+        "backend 'cuda' is not available in this build (built without CUDA); use backend 'cpu' "
+        "or 'auto'");
+  }
+  return BackendChoice{false, "built without CUDA; running on the cpu backend"};
 #endif
 }
 
@@ -152,7 +184,7 @@ struct Prompt {
   MropePositions mrope;        // filled only when there are images
 };
 
-class CpuEngine final : public Engine {
+class LocalEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
 
@@ -162,7 +194,7 @@ class CpuEngine final : public Engine {
                                           const GenerateCallbacks& callbacks) override;
 
  private:
-  CpuEngine() = default;
+  LocalEngine() = default;
   absl::StatusOr<Prompt> BuildPrompt(const GenerateRequest& request) const;
 
   EngineOptions options_;
@@ -175,8 +207,13 @@ class CpuEngine final : public Engine {
   std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<ImagePreprocessor> preprocessor_;  // null without vision
   std::unique_ptr<Qwen3VlVisionModel> vision_;       // null without vision
-  std::unique_ptr<Qwen3VlMoeModel> model_;
+  std::unique_ptr<TextDecoder> model_;
   std::unique_ptr<ResidentExpertProvider> experts_;
+  // The CUDA backend's memory and copy path (null on the CPU backend);
+  // declared before offload_, which borrows them, so they outlive it.
+  std::unique_ptr<HostAllocator> host_allocator_;
+  std::unique_ptr<DeviceAllocator> device_allocator_;
+  std::unique_ptr<CopyBackend> copy_backend_;
   std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
   RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
@@ -185,15 +222,7 @@ class CpuEngine final : public Engine {
   int compress_layer_ = 0;                          // decoder layer token compression runs before
 };
 
-absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& options) {
-  if (options.backend == "cuda") {
-    return absl::UnimplementedError(
-        "backend 'cuda' is not available in this build; use backend 'cpu' or 'auto'");
-  }
-  if (options.backend != "auto" && options.backend != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend must be auto, cpu or cuda, got '", options.backend, "'"));
-  }
+absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
   if (options.max_context_tokens < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
@@ -202,8 +231,9 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  if (options.backend == "auto") spdlog::info("engine: {}", DescribeAutoBackend());
-  std::unique_ptr<CpuEngine> e(new CpuEngine());
+  VISMOE_ASSIGN_OR_RETURN(const BackendChoice backend, ChooseBackend(options.backend));
+  if (options.backend != "cpu") spdlog::info("engine: {}", backend.line);
+  std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->options_ = options;
   const std::string& dir = options.model_path;
   VISMOE_ASSIGN_OR_RETURN(e->config_, ModelConfig::Load(dir));
@@ -225,12 +255,29 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
     VISMOE_ASSIGN_OR_RETURN(
         e->vision_, Qwen3VlVisionModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
   }
-  VISMOE_ASSIGN_OR_RETURN(e->model_,
-                          Qwen3VlMoeModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+  int64_t activation_bytes = options.offload.activation_bytes;
+  OffloadDevice device;
+  if (backend.cuda) {
+#ifdef VISMOE_HAVE_CUDA
+    cuda::Qwen3VlMoeCudaModel::Options co;
+    co.max_tokens_per_step = options.max_context_tokens;
+    VISMOE_ASSIGN_OR_RETURN(e->model_,
+                            cuda::Qwen3VlMoeCudaModel::Create(e->config_, *e->checkpoint_, co));
+    activation_bytes +=
+        cuda::Qwen3VlMoeCudaModel::ScratchBytes(e->config_, options.max_context_tokens);
+    VISMOE_ASSIGN_OR_RETURN(e->copy_backend_, cuda::CudaCopyBackend::Create(0));
+    e->host_allocator_ = std::make_unique<cuda::PinnedHostAllocator>();
+    e->device_allocator_ = std::make_unique<cuda::CudaDeviceAllocator>(0);
+    device = {e->host_allocator_.get(), e->device_allocator_.get(), e->copy_backend_.get()};
+#endif
+  } else {
+    VISMOE_ASSIGN_OR_RETURN(e->model_,
+                            Qwen3VlMoeModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+  }
   VISMOE_ASSIGN_OR_RETURN(e->experts_,
                           ResidentExpertProvider::Create(*e->checkpoint_, e->config_.text,
                                                          Qwen3VlMoeModel::TextPrefix(e->config_)));
-  e->cache_ = e->model_->NewKvCache(options.max_context_tokens);
+  VISMOE_ASSIGN_OR_RETURN(e->cache_, e->model_->CreateKvCache(options.max_context_tokens));
   if (options.stats != nullptr) options.stats->SetMemoryRegion("kv_cache", e->cache_->bytes());
   e->provider_ = e->experts_.get();
   std::optional<CalibrationProfile> profile;
@@ -254,25 +301,34 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
       std::unique_ptr<ExpertPredictor> predictor,
       MakeExpertPredictor(options.offload.prefetch, e->config_, *e->checkpoint_, options.offload,
                           profile.has_value() ? &*profile : nullptr));
-  if (options.gpu_memory_budget_bytes > 0) {
+  // The CUDA decoder reads experts from device memory only, so it always runs
+  // behind the offload provider; without a budget, one that holds every expert.
+  if (options.gpu_memory_budget_bytes > 0 || backend.cuda) {
     const std::string prefix = Qwen3VlMoeModel::TextPrefix(e->config_);
     VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
                             MeasureModelSizes(*e->checkpoint_, e->config_.text, prefix));
     MemoryPlanOptions po;
     po.budget_bytes = options.gpu_memory_budget_bytes;
     po.pinned_layers = options.offload.pinned_layers;
-    po.activation_bytes = options.offload.activation_bytes;
+    po.activation_bytes = activation_bytes;
     po.kv_cache_bytes = static_cast<int64_t>(e->cache_->bytes());
     if (po.pinned_layers == -1 && profile.has_value() && !profile->pinned.cost.empty()) {
       po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
     }
+    if (po.budget_bytes <= 0) {
+      po.budget_bytes = po.activation_bytes + po.kv_cache_bytes + sizes.resident_bytes +
+                        sizes.expert_bytes * sizes.num_experts *
+                            static_cast<int64_t>(sizes.moe_layers.size());
+    }
     VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
     VISMOE_ASSIGN_OR_RETURN(e->offload_, OffloadExpertProvider::Create(
                                              *e->experts_, e->config_.text, plan, options.offload,
-                                             options.stats, std::move(predictor)));
+                                             options.stats, std::move(predictor), device));
     e->predictor_ = e->offload_->observer();
     e->provider_ = e->offload_.get();
-    e->compress_layer_ = CompressionLayer(e->config_.text, plan.pinned_layers);
+    if (options.gpu_memory_budget_bytes > 0) {
+      e->compress_layer_ = CompressionLayer(e->config_.text, plan.pinned_layers);
+    }
   } else {
     // Resident: every expert lookup is a hit (the offload provider reports its own).
     e->experts_->set_stats(options.stats);
@@ -292,7 +348,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
   ModelInfo& i = e->info_;
   i.model_type = e->config_.model_type;
   i.model_path = dir;
-  i.backend = "cpu";
+  i.backend = e->model_->backend();
   i.num_layers = e->config_.text.num_hidden_layers;
   i.num_experts = e->config_.text.num_experts;
   i.experts_per_token = e->config_.text.num_experts_per_tok;
@@ -305,7 +361,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CpuEngine::Create(const EngineOptions& o
   return std::unique_ptr<Engine>(std::move(e));
 }
 
-absl::StatusOr<Prompt> CpuEngine::BuildPrompt(const GenerateRequest& request) const {
+absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) const {
   if (request.messages.empty()) return absl::InvalidArgumentError("request has no messages");
   const SamplingParams& s = request.sampling;
   if (s.max_new_tokens < 1) {
@@ -359,12 +415,12 @@ absl::StatusOr<Prompt> CpuEngine::BuildPrompt(const GenerateRequest& request) co
   return p;
 }
 
-absl::StatusOr<int> CpuEngine::CountPromptTokens(const GenerateRequest& request) {
+absl::StatusOr<int> LocalEngine::CountPromptTokens(const GenerateRequest& request) {
   VISMOE_ASSIGN_OR_RETURN(Prompt p, BuildPrompt(request));
   return static_cast<int>(p.ids.size());
 }
 
-absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& request,
+absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& request,
                                                    const GenerateCallbacks& callbacks) {
   const Clock::time_point start = Clock::now();
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
@@ -531,7 +587,7 @@ absl::StatusOr<GenerateResult> CpuEngine::Generate(const GenerateRequest& reques
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
-  return CpuEngine::Create(options);
+  return LocalEngine::Create(options);
 }
 
 }  // namespace vismoe

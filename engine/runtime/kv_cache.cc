@@ -15,6 +15,9 @@ KvCache::KvCache(int num_layers, int64_t capacity, int64_t row_elems)
   }
 }
 
+KvCache::KvCache(int num_layers, int64_t capacity, int64_t row_elems, NoHostRows)
+    : capacity_(capacity), row_elems_(row_elems), dropped_(num_layers, 0) {}
+
 absl::Status KvCache::CheckRoom(int64_t n) const {
   if (n < 0 || length_ + n > capacity_) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache full: ", length_, " tokens + ", n,

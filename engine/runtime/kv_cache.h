@@ -12,6 +12,8 @@
 // tokens: the step then ends with Advance(n, from_layer, kept) instead. length()
 // is always the number of tokens in the sequence (what positions count), and
 // layer_length(l) the rows layer l holds (== length() without compression).
+// The CUDA backend's cache (cuda::DeviceKvCache) derives from this class for
+// the bookkeeping and keeps its rows in device memory instead (no host rows).
 // Thread safety: none; owned by the one thread running the sequence.
 #ifndef VISMOE_ENGINE_RUNTIME_KV_CACHE_H_
 #define VISMOE_ENGINE_RUNTIME_KV_CACHE_H_
@@ -28,6 +30,7 @@ class KvCache {
  public:
   // REQUIRES: all arguments > 0.
   KvCache(int num_layers, int64_t capacity, int64_t row_elems);
+  virtual ~KvCache() = default;
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -40,7 +43,9 @@ class KvCache {
 
   // ResourceExhausted (naming the sizes) if n more tokens do not fit.
   absl::Status CheckRoom(int64_t n) const;
-  // REQUIRES: 0 <= t < capacity(), 0 <= layer < num_layers.
+  int num_layers() const { return static_cast<int>(dropped_.size()); }
+  // REQUIRES (KeyRow..Values): host rows (this class, not a device subclass),
+  // 0 <= t < capacity(), 0 <= layer < num_layers.
   float* KeyRow(int layer, int64_t t) { return keys_[layer].get() + t * row_elems_; }
   float* ValueRow(int layer, int64_t t) { return values_[layer].get() + t * row_elems_; }
   const float* Keys(int layer) const { return keys_[layer].get(); }
@@ -53,7 +58,12 @@ class KvCache {
   // Forgets every token (capacity is kept).
   void Clear();
   // Bytes reserved for keys and values of all layers.
-  int64_t bytes() const;
+  virtual int64_t bytes() const;
+
+ protected:
+  struct NoHostRows {};
+  // Bookkeeping only: a subclass stores the rows elsewhere.
+  KvCache(int num_layers, int64_t capacity, int64_t row_elems, NoHostRows);
 
  private:
   int64_t capacity_;

@@ -17,11 +17,14 @@ nlohmann::json TextCases() {
   return nlohmann::json::parse(ss.str(), nullptr, false);
 }
 
-std::vector<std::vector<float>> GreedyLogits(const Qwen3VlMoeModel& model, ExpertProvider* experts,
+std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertProvider* experts,
                                              const std::vector<int>& ids, int decode_steps,
                                              RouterObserver* observer, std::vector<int>* tokens) {
   std::vector<std::vector<float>> out;
-  auto cache = model.NewKvCache(static_cast<int64_t>(ids.size()) + decode_steps + 1);
+  auto created = model.CreateKvCache(static_cast<int64_t>(ids.size()) + decode_steps + 1);
+  EXPECT_TRUE(created.ok()) << created.status();
+  if (!created.ok()) return out;
+  std::unique_ptr<KvCache> cache = *std::move(created);
   DecoderInput input;
   input.tokens = ids;
   input.all_logits = true;

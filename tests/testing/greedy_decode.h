@@ -17,7 +17,7 @@ nlohmann::json TextCases();
 // Prompt logits (every position) then `decode_steps` greedy steps' logits,
 // with `observer` (may be null) on every step; the greedy tokens go to
 // `tokens` when given. Forward errors are test failures.
-std::vector<std::vector<float>> GreedyLogits(const Qwen3VlMoeModel& model, ExpertProvider* experts,
+std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertProvider* experts,
                                              const std::vector<int>& ids, int decode_steps,
                                              RouterObserver* observer = nullptr,
                                              std::vector<int>* tokens = nullptr);

@@ -1,9 +1,8 @@
-// CublasErrorToStatus lives apart from cuda_status.cc so that code needing only
-// the CUDA runtime (the start-up device probe) does not make the linker pull in
-// libcublas: cuBLASLt reserves ~94 KiB of static TLS per thread, more than the
-// 100 KiB stacks Debian's civetweb gives the Prometheus exposer's threads, whose
-// pthread_create then fails with EINVAL.
+// CublasErrorToStatus: names come from the dlopen'ed cuBLAS (cublas_loader.h
+// says why it is not linked); a status code from a library that failed to load
+// cannot occur, but the message then still carries the number.
 #include "absl/strings/str_cat.h"
+#include "engine/ops/cuda/cublas_loader.h"
 #include "engine/ops/cuda/cuda_status.h"
 
 namespace vismoe::cuda {
@@ -18,9 +17,11 @@ absl::Status CublasErrorToStatus(cublasStatus_t err, const char* call, const cha
   if (err == CUBLAS_STATUS_INVALID_VALUE || err == CUBLAS_STATUS_NOT_SUPPORTED) {
     code = absl::StatusCode::kInvalidArgument;
   }
-  return absl::Status(
-      code, absl::StrCat(call, " failed at ", file, ":", line, ": ", cublasGetStatusName(err), ": ",
-                         cublasGetStatusString(err)));
+  const absl::StatusOr<const CublasApi*> api = LoadCublas();
+  const std::string what =
+      api.ok() ? absl::StrCat((*api)->status_name(err), ": ", (*api)->status_string(err))
+               : absl::StrCat("cublasStatus_t ", static_cast<int>(err));
+  return absl::Status(code, absl::StrCat(call, " failed at ", file, ":", line, ": ", what));
 }
 
 }  // namespace vismoe::cuda

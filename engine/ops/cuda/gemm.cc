@@ -7,35 +7,42 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/cuda/activations.h"
+#include "engine/ops/cuda/cublas_loader.h"
 #include "engine/ops/cuda/cuda_status.h"
 
 namespace vismoe::cuda {
 
 absl::StatusOr<Blas> Blas::Create(StreamHandle stream, void* workspace, size_t workspace_bytes) {
+  absl::StatusOr<const CublasApi*> loaded = LoadCublas();
+  if (!loaded.ok()) return loaded.status();
+  const CublasApi& api = **loaded;
   cublasHandle_t h = nullptr;
-  VISMOE_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
-  Blas blas(h, stream);  // owns h from here on
-  VISMOE_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+  VISMOE_CUBLAS_RETURN_IF_ERROR(api.create(&h));
+  Blas blas(&api, h, stream);  // owns h from here on
+  VISMOE_CUBLAS_RETURN_IF_ERROR(api.set_stream(h, stream));
   if (workspace != nullptr && workspace_bytes > 0) {
-    VISMOE_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(h, workspace, workspace_bytes));
+    VISMOE_CUBLAS_RETURN_IF_ERROR(api.set_workspace(h, workspace, workspace_bytes));
   }
   // Deterministic results for a given shape: no atomics-based reductions.
-  VISMOE_CUBLAS_RETURN_IF_ERROR(cublasSetAtomicsMode(h, CUBLAS_ATOMICS_NOT_ALLOWED));
+  VISMOE_CUBLAS_RETURN_IF_ERROR(api.set_atomics_mode(h, CUBLAS_ATOMICS_NOT_ALLOWED));
   return blas;
 }
 
 Blas::Blas(Blas&& o) noexcept
-    : handle_(std::exchange(o.handle_, nullptr)), stream_(std::exchange(o.stream_, nullptr)) {}
+    : api_(o.api_),
+      handle_(std::exchange(o.handle_, nullptr)),
+      stream_(std::exchange(o.stream_, nullptr)) {}
 Blas& Blas::operator=(Blas&& o) noexcept {
   if (this != &o) {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) api_->destroy(handle_);
+    api_ = o.api_;
     handle_ = std::exchange(o.handle_, nullptr);
     stream_ = std::exchange(o.stream_, nullptr);
   }
   return *this;
 }
 Blas::~Blas() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) api_->destroy(handle_);
 }
 
 // cuBLAS is column-major. Row-major y [n, out] is column-major Y' = y^T
@@ -53,7 +60,7 @@ absl::Status Blas::Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w, W
   const float alpha = 1.0f;
   const bool out_in = layout == WeightLayout::kOutIn;
   VISMOE_CUBLAS_RETURN_IF_ERROR(
-      cublasGemmEx(handle_, out_in ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out),
+      api_->gemm_ex(handle_, out_in ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(out),
                    static_cast<int>(n), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
                    static_cast<int>(out_in ? in : out), x, CUDA_R_16BF, static_cast<int>(in), &beta,
                    y, out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF,

@@ -16,6 +16,10 @@
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
 namespace vismoe::cuda {
+struct CublasApi;
+}  // namespace vismoe::cuda
+
+namespace vismoe::cuda {
 
 enum class WeightLayout { kOutIn, kInOut };
 enum class GemmOut { kBf16, kF32 };
@@ -73,7 +77,9 @@ class Blas {
                           Bf16* gate_up_scratch, Bf16* act_scratch, Bf16* yp);
 
  private:
-  Blas(cublasContext* handle, StreamHandle stream) : handle_(handle), stream_(stream) {}
+  Blas(const CublasApi* api, cublasContext* handle, StreamHandle stream)
+      : api_(api), handle_(handle), stream_(stream) {}
+  const CublasApi* api_ = nullptr;  // the dlopen'ed cuBLAS (cublas_loader.h)
   cublasContext* handle_ = nullptr;
   StreamHandle stream_ = nullptr;
 };

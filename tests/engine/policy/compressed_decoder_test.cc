@@ -163,6 +163,7 @@ class CompressedEngineTest : public ::testing::Test {
   void SetUp() override {
     EngineOptions o;
     o.model_path = testing::TinyModelDir();
+    o.backend = "cpu";  // compared with transformers' fp32 goldens
     o.num_threads = 1;
     o.max_context_tokens = 512;
     auto e = Engine::Create(o);
