@@ -37,7 +37,8 @@ int Main() {
   }
   const BenchOptions& b = *options;
   auto requests = b.requests_path.empty() ? [&]() -> absl::StatusOr<std::vector<BenchRequest>> {
-    auto r = SingleRequest(b.prompt, b.image_path, b.max_new_tokens);
+    auto r = SingleRequest(b.prompt, b.image_path, b.synthetic_images, b.synthetic_image_size,
+                           b.max_new_tokens);
     if (!r.ok()) return r.status();
     return std::vector<BenchRequest>{*std::move(r)};
   }()
@@ -61,7 +62,7 @@ int Main() {
   engine->reset();  // free its memory before the ablation engines load
 
   const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
-  const double bw = MeasureCopyBandwidth(b.copy_bandwidth_limit, expert_bytes);
+  const double bw = MeasureCopyBandwidth(b.copy_bandwidth_limit, expert_bytes, backend == "cuda");
   nlohmann::json report = {{"model", b.engine.model_path},
                            {"synthetic_weights", b.engine.synthetic_weights},
                            {"backend", backend},

@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sente
           "prompt of a single request (ignored with --requests)");
 ABSL_FLAG(std::string, image, "", "image file of the single request (ignored with --requests)");
 ABSL_FLAG(std::string, requests, "", "JSONL request set");
+ABSL_FLAG(int, synthetic_images, 0,
+          "generated images in the single request (no image file; ignored with --requests)");
+ABSL_FLAG(int, synthetic_image_size, 448, "side in pixels of each --synthetic_images image");
+ABSL_FLAG(std::string, backend, "auto", "auto | cpu | cuda");
 ABSL_FLAG(int, max_new_tokens, 32, "tokens to generate per request (default for --requests)");
 ABSL_FLAG(int, repeat, 1, "runs of the request set; the report gives means per run");
 ABSL_FLAG(int, max_context_tokens, 4096, "KV cache capacity (counts against the budget)");
@@ -123,6 +127,18 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   b.requests_path = absl::GetFlag(FLAGS_requests);
   b.prompt = absl::GetFlag(FLAGS_prompt);
   b.image_path = absl::GetFlag(FLAGS_image);
+  b.synthetic_images = absl::GetFlag(FLAGS_synthetic_images);
+  b.synthetic_image_size = absl::GetFlag(FLAGS_synthetic_image_size);
+  if (b.synthetic_images < 0 || b.synthetic_images > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--synthetic_images=", b.synthetic_images, ": must be in [0, 64]"));
+  }
+  if (b.synthetic_image_size < 32 || b.synthetic_image_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--synthetic_image_size=", b.synthetic_image_size, ": must be in [32, 4096]"));
+  }
+  e.backend = absl::GetFlag(FLAGS_backend);
+  VISMOE_RETURN_IF_ERROR(CheckOneOf("backend", e.backend, {"auto", "cpu", "cuda"}));
   b.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   if (b.max_new_tokens < 1) {
     return absl::InvalidArgumentError(

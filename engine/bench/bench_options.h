@@ -21,6 +21,8 @@ struct BenchOptions {
   std::string requests_path;
   std::string prompt;
   std::string image_path;
+  int synthetic_images = 0;         // generated images in the single request
+  int synthetic_image_size = 448;
   int max_new_tokens = 32;  // default per request
   int repeat = 1;           // runs of the request set
 

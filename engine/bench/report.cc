@@ -1,5 +1,7 @@
 #include "engine/bench/report.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -10,6 +12,11 @@
 #include "engine/model/synthetic_weights.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/transfer_engine.h"
+
+#ifdef VISMOE_HAVE_CUDA
+#include "engine/ops/cuda/cuda_copy_backend.h"
+#include "engine/ops/cuda/device.h"
+#endif
 
 namespace vismoe::bench {
 
@@ -26,9 +33,32 @@ int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights) {
   return sizes.ok() ? sizes->expert_bytes : 0;
 }
 
-double MeasureCopyBandwidth(double throttle, int64_t block_bytes) {
+double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(block_bytes, 4096));
   constexpr int kCopies = 16;
+  if (cuda) {
+#ifdef VISMOE_HAVE_CUDA
+    auto backend = cuda::CudaCopyBackend::Create(0);
+    auto src = cuda::PinnedHostBuffer::Allocate(bytes);
+    auto dst = cuda::DeviceBuffer::Allocate(bytes * kCopies);
+    if (!backend.ok() || !src.ok() || !dst.ok()) return 0;
+    std::memset(src->data(), 1, bytes);
+    TransferEngine te(TransferEngine::Options{0, false, backend->get()});
+    for (int i = 0; i < kCopies; ++i) {
+      TransferEngine::Request r;
+      r.src = src->data();
+      r.dst = dst->as<char>() + i * bytes;
+      r.bytes = bytes;
+      te.Submit(std::move(r));
+    }
+    te.WaitIdle();
+    const double bw = te.MeasuredBandwidth();
+    te.Shutdown();
+    return bw;
+#else
+    return 0;
+#endif
+  }
   std::vector<char> src(bytes, 1), dst(bytes * kCopies);
   TransferEngine te(TransferEngine::Options{throttle, false});
   for (int i = 0; i < kCopies; ++i) {

@@ -18,9 +18,11 @@ namespace vismoe::bench {
 // its config.json when `synthetic_weights`); 0 when it cannot be measured.
 int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights);
 
-// Bytes/s of the CPU copy engine at `throttle` (0 = unthrottled), measured
-// over 16 copies of one expert.
-double MeasureCopyBandwidth(double throttle, int64_t block_bytes);
+// Bytes/s of the offload copy path, measured over 16 copies of one expert
+// through a TransferEngine: on the cuda backend pinned host -> device through
+// cuda::CudaCopyBackend (the engine's own path), else the CPU memcpy engine at
+// `throttle` (0 = unthrottled). Errors (no device) give 0.
+double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda = false);
 
 // Counters and sums are per run of the request set (means over --repeat runs;
 // plain integers when runs == 1); latencies are means per request; ratios come

@@ -8,8 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/rgb_convert.h"
 #include "nlohmann/json.hpp"
-#include "opencv2/imgcodecs.hpp"
-#include "opencv2/imgproc.hpp"
 
 namespace vismoe::bench {
 namespace {
@@ -81,34 +79,6 @@ GenerateRequest BenchRequest::ToGenerateRequest() const {
   return req;
 }
 
-absl::StatusOr<RgbImage> LoadImage(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
-  if (bytes.empty()) return absl::InvalidArgumentError(absl::StrCat("empty image file ", path));
-  // imdecode never throws for bad data (it returns an empty Mat).
-  const cv::Mat encoded(1, static_cast<int>(bytes.size()), CV_8UC1,
-                        const_cast<char*>(bytes.data()));
-  cv::Mat raw = cv::imdecode(encoded, cv::IMREAD_UNCHANGED);
-  if (raw.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot decode image file ", path));
-  }
-  if (raw.depth() != CV_8U) {
-    return absl::InvalidArgumentError(absl::StrCat("image file ", path, " is not 8-bit"));
-  }
-  cv::Mat ordered = raw;  // OpenCV decodes BGR(A)
-  if (raw.channels() == 3) cv::cvtColor(raw, ordered, cv::COLOR_BGR2RGB);
-  if (raw.channels() == 4) cv::cvtColor(raw, ordered, cv::COLOR_BGRA2RGBA);
-  if (!ordered.isContinuous()) ordered = ordered.clone();
-  auto rgb = ToRgb(ordered.data, ordered.total() * ordered.elemSize(), ordered.cols, ordered.rows,
-                   ordered.channels());
-  if (!rgb.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", rgb.status().message()));
-  }
-  return rgb;
-}
-
 absl::StatusOr<std::vector<BenchRequest>> LoadRequestSet(const std::string& path,
                                                          int default_max_new_tokens) {
   std::ifstream in(path);
@@ -129,11 +99,31 @@ absl::StatusOr<std::vector<BenchRequest>> LoadRequestSet(const std::string& path
   return out;
 }
 
+RgbImage SyntheticImage(int size, int index) {
+  RgbImage img;
+  img.width = img.height = size;
+  img.pixels.reserve(static_cast<size_t>(size) * size * 3);
+  for (int y = 0; y < size; ++y) {
+    for (int x = 0; x < size; ++x) {
+      img.pixels.push_back(static_cast<uint8_t>((x * 7 + index * 40) & 255));
+      img.pixels.push_back(static_cast<uint8_t>((y * 5 + index * 90) & 255));
+      img.pixels.push_back(static_cast<uint8_t>(((x ^ y) + index * 13) & 255));
+    }
+  }
+  return img;
+}
+
 absl::StatusOr<BenchRequest> SingleRequest(const std::string& prompt, const std::string& image_path,
+                                           int synthetic_images, int synthetic_image_size,
                                            int max_new_tokens) {
   BenchRequest r;
   r.prompt = prompt;
   r.max_new_tokens = max_new_tokens;
+  for (int i = 0; i < synthetic_images; ++i) {
+    r.image_paths.push_back(absl::StrCat("synthetic:", synthetic_image_size, "x",
+                                         synthetic_image_size, "#", i));
+    r.images.push_back(SyntheticImage(synthetic_image_size, i));
+  }
   if (!image_path.empty()) {
     auto image = LoadImage(image_path);
     if (!image.ok()) {

@@ -36,8 +36,14 @@ absl::StatusOr<RgbImage> LoadImage(const std::string& path);
 absl::StatusOr<std::vector<BenchRequest>> LoadRequestSet(const std::string& path,
                                                          int default_max_new_tokens);
 
-// The single-prompt request; `image_path` may be empty.
+// A deterministic patterned size x size RGB image (the index varies it):
+// vision-tower work of a real image without an image file.
+RgbImage SyntheticImage(int size, int index);
+
+// The single-prompt request: `synthetic_images` synthetic images first, then
+// the image file `image_path` (may be empty).
 absl::StatusOr<BenchRequest> SingleRequest(const std::string& prompt, const std::string& image_path,
+                                           int synthetic_images, int synthetic_image_size,
                                            int max_new_tokens);
 
 }  // namespace vismoe::bench
