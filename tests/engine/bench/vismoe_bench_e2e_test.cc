@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/child_process.h"
+#include "tests/testing/cuda_device.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -37,12 +38,13 @@ std::string ReadFile(const std::string& path) {
 // Runs vismoe-bench on the tiny fixture with a 12.5 MB budget (resident + 8 MiB
 // KV cache + one pinned MoE layer + 30 slabs for the other 48 experts, so the
 // deeper layers must copy experts in) plus `extra` flags.
-BenchRun RunBench(const std::string& name, const std::vector<std::string>& extra) {
+BenchRun RunBench(const std::string& name, const std::vector<std::string>& extra,
+                  const std::string& binary = "vismoe-bench") {
   const std::string out = ::testing::TempDir() + "/" + name + ".json";
   const std::string log = ::testing::TempDir() + "/" + name + ".log";
   std::filesystem::remove(out);
   std::filesystem::remove(log);
-  std::vector<std::string> argv = {testing::BinaryDir() + "/engine/vismoe-bench",
+  std::vector<std::string> argv = {testing::BinaryDir() + "/engine/" + binary,
                                    "--model=" + testing::TinyModelDir(),
                                    "--budget=12.5M",
                                    "--max_context_tokens=4096",
@@ -290,7 +292,45 @@ TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
   EXPECT_NE(run.log.find("absent.png"), std::string::npos) << run.log;
 }
 
+// vismoe-bench-lite (no OpenCV, the build carried to GPU machines) runs
+// generated images: two images give twice the visual tokens of one; it refuses
+// image files with a message that says why.
+TEST(VismoeBenchE2eTest, LiteBuildRunsSyntheticImages) {
+  const BenchRun one = RunBench("vismoe_bench_lite_1img",
+                                {"--synthetic_images=1", "--synthetic_image_size=64",
+                                 "--max_new_tokens=2", "--backend=cpu"},
+                                "vismoe-bench-lite");
+  ASSERT_EQ(one.rc, 0) << one.log;
+  EXPECT_EQ(one.report["backend"], "cpu");
+  const int tokens = one.report["visual_tokens_before"].get<int>();
+  EXPECT_GT(tokens, 0);
+  const BenchRun two = RunBench("vismoe_bench_lite_2img",
+                                {"--synthetic_images=2", "--synthetic_image_size=64",
+                                 "--max_new_tokens=2", "--backend=cpu"},
+                                "vismoe-bench-lite");
+  ASSERT_EQ(two.rc, 0) << two.log;
+  EXPECT_EQ(two.report["per_request"][0]["images"].get<int>(), 2);
+  EXPECT_EQ(two.report["visual_tokens_before"].get<int>(), 2 * tokens);
+  EXPECT_GT(two.report["copy_bandwidth_measured_bytes_per_s"].get<double>(), 0);
+
+  const BenchRun file = RunBench("vismoe_bench_lite_file",
+                                 {"--image=" + ImagePath("tiny_20x13.png")}, "vismoe-bench-lite");
+  EXPECT_NE(file.rc, 0) << file.log;
+  EXPECT_NE(file.log.find("without OpenCV"), std::string::npos) << file.log;
+}
+
 TEST(VismoeBenchE2eTest, BadFlagsExitTwoNamingTheFlag) {
+  for (const char* flag : {"--backend=tpu", "--synthetic_images=-1", "--synthetic_image_size=8"}) {
+    const BenchRun bad = RunBench("vismoe_bench_bad_flag", {flag});
+    EXPECT_EQ(bad.rc, 2) << bad.log;
+    EXPECT_NE(bad.log.find(flag), std::string::npos) << bad.log;
+  }
+  if (!testing::CudaDeviceUsable()) {
+    // Asking for the cuda backend without a device fails at engine start, saying so.
+    const BenchRun cuda = RunBench("vismoe_bench_no_cuda", {"--backend=cuda"});
+    EXPECT_EQ(cuda.rc, 1) << cuda.log;
+    EXPECT_NE(cuda.log.find("backend 'cuda'"), std::string::npos) << cuda.log;
+  }
   BenchRun run = RunBench("vismoe_bench_bad_prefetch", {"--prefetch=oracle"});
   EXPECT_EQ(run.rc, 2) << run.log;
   EXPECT_NE(run.log.find("--prefetch=oracle"), std::string::npos) << run.log;
