@@ -13,6 +13,7 @@
 #include "engine/runtime/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -133,30 +134,7 @@ TEST_F(CompressedDecoderTest, PerLayerKvLengths) {
             absl::StatusCode::kInvalidArgument);
 }
 
-GenerateRequest ImageRequest() {
-  GenerateRequest r;
-  r.images.resize(1);
-  RgbImage& img = r.images[0];
-  img.width = img.height = 64;  // -> 64 merged visual tokens
-  for (int y = 0; y < 64; ++y) {
-    for (int x = 0; x < 64; ++x) {
-      img.pixels.push_back(static_cast<uint8_t>(4 * x));
-      img.pixels.push_back(static_cast<uint8_t>(4 * y));
-      img.pixels.push_back(static_cast<uint8_t>((x * y) & 255));
-    }
-  }
-  ChatMessage m;
-  m.role = "user";
-  ContentPart image;
-  image.kind = ContentPart::Kind::kImage;
-  image.image_index = 0;
-  ContentPart text;
-  text.text = "Describe this image.";
-  m.content = {image, text};
-  r.messages = {m};
-  r.sampling.max_new_tokens = 6;
-  return r;
-}
+GenerateRequest ImageRequest() { return testing::PatternImageRequest(6); }
 
 class CompressedEngineTest : public ::testing::Test {
  protected:

@@ -38,6 +38,7 @@ TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA
 #include "nlohmann/json.hpp"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 #include "tests/testing/greedy_decode.h"
+#include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe::cuda {
@@ -259,30 +260,7 @@ TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
   EXPECT_EQ(logits.size(), static_cast<size_t>(config_.text.vocab_size));
 }
 
-GenerateRequest ImageRequest() {
-  GenerateRequest r;
-  r.images.resize(1);
-  RgbImage& img = r.images[0];
-  img.width = img.height = 64;
-  for (int y = 0; y < 64; ++y) {
-    for (int x = 0; x < 64; ++x) {
-      img.pixels.push_back(static_cast<uint8_t>(4 * x));
-      img.pixels.push_back(static_cast<uint8_t>(4 * y));
-      img.pixels.push_back(static_cast<uint8_t>((x * y) & 255));
-    }
-  }
-  ChatMessage m;
-  m.role = "user";
-  ContentPart image;
-  image.kind = ContentPart::Kind::kImage;
-  image.image_index = 0;
-  ContentPart text;
-  text.text = "Describe this image.";
-  m.content = {image, text};
-  r.messages = {m};
-  r.sampling.max_new_tokens = 4;
-  return r;
-}
+GenerateRequest ImageRequest() { return vismoe::testing::PatternImageRequest(4); }
 
 // Through the public Engine API, offloading with token compression on: the
 // CUDA engine drops visual tokens and still answers.
