@@ -60,6 +60,12 @@ class ExpertProvider {
   virtual absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) = 0;
   // REQUIRES: a matching Acquire(layer, expert).
   virtual void Release(int layer, int expert) = 0;
+  // A hint, never a promise: true when Acquire(layer, expert) would return
+  // without waiting for a copy (resident, or its copy has landed). Lets a
+  // backend launch the ready experts of a layer together (one grouped GEMM)
+  // and the rest as they arrive. The default (false) means one at a time.
+  // REQUIRES: `expert` was declared by the current BeginLayer(layer, ...).
+  virtual bool Ready(int /*layer*/, int /*expert*/) { return false; }
   // The layer is done for the current step.
   virtual void EndLayer(int layer) = 0;
 };

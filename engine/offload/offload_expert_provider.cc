@@ -350,6 +350,14 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
   return store_->format().View(SlabData(slot));
 }
 
+bool OffloadExpertProvider::Ready(int layer, int expert) {
+  if (!CheckIds(layer, expert).ok()) return false;
+  if (kind_[layer] == Kind::kPinned) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int slot = cache_->Find(layer, expert);
+  return slot >= 0 && !cache_->slot(slot).in_flight;
+}
+
 void OffloadExpertProvider::Release(int layer, int expert) {
   if (!CheckIds(layer, expert).ok() || kind_[layer] == Kind::kPinned) return;
   std::lock_guard<std::mutex> lock(mu_);

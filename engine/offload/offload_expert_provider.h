@@ -85,6 +85,8 @@ class OffloadExpertProvider final : public ExpertProvider {
   absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,
                                               absl::Span<const int> experts) override;
   absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override;
+  // Pinned-prefix experts, and cached experts whose copy has completed.
+  bool Ready(int layer, int expert) override;
   void Release(int layer, int expert) override;
   void EndLayer(int layer) override;
 

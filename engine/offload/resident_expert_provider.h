@@ -39,6 +39,7 @@ class ResidentExpertProvider final : public ExpertProvider {
   absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,
                                               absl::Span<const int> experts) override;
   absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override;
+  bool Ready(int, int) override { return true; }  // everything is resident
   void Release(int /*layer*/, int /*expert*/) override {}
   void EndLayer(int /*layer*/) override {}
 

@@ -600,9 +600,26 @@ absl::Status Qwen3VlMoeCudaModel::RunExperts(const DecoderInput& input, int laye
     }
     return absl::OkStatus();
   };
+  // Acquired experts not launched yet: they go out together, as one grouped
+  // GEMM per projection, when the next expert in the order is not ready (so
+  // the GPU computes while that copy lands) or the layer's experts run out.
+  std::vector<int> batch;
+  std::vector<MoeExpertRows> batch_rows;
+  int next_event = 0;
+  auto launch_batch = [&]() -> absl::Status {
+    if (batch.empty()) return absl::OkStatus();
+    absl::Status st =
+        blas_->MoeExpertsGrouped(s.xp, batch_rows, h, inter, s.gate_up, s.act, s.yp);
+    const Event& done = expert_done_[next_event++];
+    if (st.ok()) st = done.Record(stream_.get());
+    for (int e : batch) queued.push_back({e, &done});
+    batch.clear();
+    batch_rows.clear();
+    return st;
+  };
   absl::Status status;
-  int slot = 0;
-  for (int e : order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int e = order[i];
     if (e < 0 || e >= c.num_experts || offsets[e + 1] == offsets[e]) {
       status = absl::InternalError(
           absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
@@ -612,10 +629,11 @@ absl::Status Qwen3VlMoeCudaModel::RunExperts(const DecoderInput& input, int laye
     if (!status.ok()) break;
     absl::StatusOr<ExpertWeights> weights = experts->Acquire(layer, e);
     if (!weights.ok() && absl::IsResourceExhausted(weights.status()) &&
-        next_release < queued.size()) {
-      // Every slab is held by experts whose kernels are still queued: wait for
-      // them, hand their slabs back, and ask again.
-      status = release_done(/*wait=*/true);
+        (!batch.empty() || next_release < queued.size())) {
+      // Every slab is held by experts acquired before this one: run them,
+      // wait, hand their slabs back, and ask again.
+      status = launch_batch();
+      if (status.ok()) status = release_done(/*wait=*/true);
       if (!status.ok()) break;
       weights = experts->Acquire(layer, e);
     }
@@ -623,22 +641,17 @@ absl::Status Qwen3VlMoeCudaModel::RunExperts(const DecoderInput& input, int laye
       status = weights.status();
       break;
     }
+    batch.push_back(e);  // acquired: released below whatever happens
     absl::StatusOr<DeviceExpert> dev = ToDeviceExpert(*weights, layer, e);
-    if (dev.ok()) {
-      const int64_t begin = offsets[e];
-      const int32_t rows = offsets[e + 1] - offsets[e];
-      const int32_t local[2] = {0, rows};
-      status = blas_->MoeExperts(s.xp + begin * h, absl::MakeConstSpan(local, 2),
-                                 absl::MakeConstSpan(&*dev, 1), h, inter,
-                                 s.gate_up + begin * 2 * inter, s.act + begin * inter,
-                                 s.yp + begin * h);
-    } else {
+    if (!dev.ok()) {
       status = dev.status();
+      break;
     }
-    const Event& done = expert_done_[slot++];
-    if (status.ok()) status = done.Record(stream_.get());
-    queued.push_back({e, &done});
-    if (!status.ok()) break;
+    batch_rows.push_back({*dev, offsets[e], offsets[e + 1] - offsets[e]});
+    if (i + 1 == order.size() || !experts->Ready(layer, order[i + 1])) {
+      status = launch_batch();
+      if (!status.ok()) break;
+    }
   }
   // Whatever happened, every acquired expert is released after its kernels
   // (a failed launch leaves nothing queued behind the event).
@@ -646,6 +659,7 @@ absl::Status Qwen3VlMoeCudaModel::RunExperts(const DecoderInput& input, int laye
   for (; next_release < queued.size(); ++next_release) {
     experts->Release(layer, queued[next_release].expert);
   }
+  for (int e : batch) experts->Release(layer, e);  // acquired, never launched
   experts->EndLayer(layer);
   if (!status.ok()) return status;
   if (!drained.ok()) return drained;

@@ -13,12 +13,14 @@
 //
 // MoE per layer: router GEMM (fp32 logits) -> top-k on device -> one small
 // device-to-host copy of the routing (the provider and the observers run on
-// the host) -> tokens permuted so each expert's rows are contiguous -> for
-// each expert in the provider's order, Acquire (blocks only on that expert's
-// copy) and launch its gate_up GEMM, SwiGLU and down GEMM at once, so compute
-// of resident experts overlaps the copies still in flight -> weighted sum per
-// token in slot order. A slab is released only after an event recorded behind
-// its down GEMM has completed: the provider may hand a released slab to the
+// the host) -> tokens permuted so each expert's rows are contiguous -> the
+// experts in the provider's order, Acquire'd one by one (blocking only on that
+// expert's copy); acquired experts are launched together -- one grouped GEMM
+// for gate_up, SwiGLU, one grouped GEMM for down -- as soon as the next
+// expert is not Ready(), so with everything resident a layer is three
+// launches and compute of resident experts overlaps the copies still in
+// flight -> weighted sum per token in slot order. A slab is released only after an event recorded behind
+// its group's down GEMM has completed: the provider may hand a released slab to the
 // next copy, and the compute stream must be done reading it by then.
 //
 // Differences from the CPU reference, by design: bf16 activations and KV cache

@@ -38,6 +38,7 @@ absl::StatusOr<CublasApi> Load() {
                           resolve("cublasSetWorkspace_v2", &api.set_workspace),
                           resolve("cublasSetAtomicsMode", &api.set_atomics_mode),
                           resolve("cublasGemmEx", &api.gemm_ex),
+                          resolve("cublasGemmGroupedBatchedEx", &api.gemm_grouped_batched_ex),
                           resolve("cublasGetStatusName", &api.status_name),
                           resolve("cublasGetStatusString", &api.status_string)}) {
     if (!st.ok()) return st;

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/ops/cuda/device.h"
 #include "engine/ops/cuda/types.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
@@ -42,8 +43,20 @@ struct DeviceExpert {
   const Bf16* down = nullptr;
 };
 
+// One expert's share of a MoE layer: its weights and its block of rows in
+// the permuted buffers (xp, the gate_up/act scratch and yp).
+struct MoeExpertRows {
+  DeviceExpert w;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+};
+
 // Owns a cuBLAS handle bound to one stream and a caller-provided workspace
-// (carved from the start-up arena, so cuBLAS does not allocate on the hot path).
+// (carved from the start-up arena, so cuBLAS does not allocate on the hot path),
+// plus a small device table of GEMM operand pointers for the grouped calls.
+// Grouped GEMMs go through cublasGemmGroupedBatchedEx: problems of equal
+// shape form one group, so e.g. a decode step's 8 one-row experts are one
+// group of 8 in one call.
 // Thread safety: not thread-safe; one per stream. Move-only.
 class Blas {
  public:
@@ -62,7 +75,7 @@ class Blas {
                       int64_t out, void* y, GemmOut out_type, float beta = 0.0f, int64_t ldy = 0);
 
   // For each group g: yp[rows of g] = xp[rows of g] . W_g (layout as Linear),
-  // bf16 out, one cuBLAS call per non-empty group on this stream.
+  // bf16 out, one grouped cuBLAS call (per 256 non-empty groups) on this stream.
   absl::Status GroupedLinear(const Bf16* xp, int64_t in, absl::Span<const GemmGroup> groups,
                              WeightLayout layout, int64_t out, Bf16* yp, int64_t ldy = 0);
 
@@ -76,12 +89,32 @@ class Blas {
                           absl::Span<const DeviceExpert> experts, int64_t hidden, int64_t inter,
                           Bf16* gate_up_scratch, Bf16* act_scratch, Bf16* yp);
 
+  // The same computation for any set of experts, whose row blocks need not be
+  // contiguous or ordered (the ready subset of a layer, in the provider's
+  // order): one grouped GEMM for gate_up (two for separate gate/up weights),
+  // one SwiGLU launch per contiguous run of rows, one grouped GEMM for down.
+  // Scratch rows are addressed by row_begin as in MoeExperts.
+  // REQUIRES: row blocks do not overlap; every expert with rows has weights.
+  absl::Status MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertRows> experts,
+                                 int64_t hidden, int64_t inter, Bf16* gate_up_scratch,
+                                 Bf16* act_scratch, Bf16* yp);
+
+  // Problems per grouped cuBLAS call (the size of the pointer table).
+  static constexpr int kMaxGroupedProblems = 256;
+
  private:
+  struct Problem;  // one GEMM of a grouped call (gemm.cc)
+
   Blas(const CublasApi* api, cublasContext* handle, StreamHandle stream)
       : api_(api), handle_(handle), stream_(stream) {}
+  // Runs every problem, bf16 in/out with fp32 accumulation; problems of equal
+  // shape share a group.
+  absl::Status Grouped(std::vector<Problem> problems);
+
   const CublasApi* api_ = nullptr;  // the dlopen'ed cuBLAS (cublas_loader.h)
   cublasContext* handle_ = nullptr;
   StreamHandle stream_ = nullptr;
+  DeviceBuffer pointer_table_;  // 3 * kMaxGroupedProblems device pointers
 };
 
 }  // namespace vismoe::cuda

@@ -129,6 +129,35 @@ TEST(OffloadExpertProviderTest, PinnedPrefixAndDemandFetch) {
   EXPECT_EQ(sink.slots[static_cast<int>(SlotState::kRequired)], 0);
 }
 
+// Ready() is the CUDA decoder's hint for launching experts together: true
+// exactly when Acquire would not wait for a copy.
+TEST(OffloadExpertProviderTest, ReadyMeansResidentAndCopied) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  auto p = Make(src, 2, src.Plan(/*pinned=*/1, /*slabs=*/2), OffloadOptions());
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(p->Ready(0, 2));  // the pinned prefix, any time
+  EXPECT_FALSE(p->Ready(1, 0));  // never copied
+  EXPECT_FALSE(p->Ready(1, 99));
+  EXPECT_FALSE(p->Ready(7, 0));
+  const std::vector<int> e1 = {0, 2, 3};
+  ASSERT_TRUE(p->BeginLayer(Phase::kPrefill, 1, e1).ok());
+  p->WaitForTransfers();
+  // Two slabs: 0 and 2 landed, 3 waits for a slab.
+  EXPECT_TRUE(p->Ready(1, 0));
+  EXPECT_TRUE(p->Ready(1, 2));
+  EXPECT_FALSE(p->Ready(1, 3));
+  ASSERT_TRUE(p->Acquire(1, 0).ok());
+  p->Release(1, 0);  // frees a slab: 3 is copied into it
+  p->WaitForTransfers();
+  EXPECT_TRUE(p->Ready(1, 3));
+  EXPECT_FALSE(p->Ready(1, 0));  // its slab went to 3
+  for (int e : {2, 3}) {
+    ASSERT_TRUE(p->Acquire(1, e).ok());
+    p->Release(1, e);
+  }
+  p->EndLayer(1);
+}
+
 TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {
   FakeExpertSource src(2, 4, kH, kI, ExpertWeights::Layout::kSeparate);
   auto p = Make(src, 2, src.Plan(0, 1), OffloadOptions());

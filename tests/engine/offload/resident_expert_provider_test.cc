@@ -61,6 +61,7 @@ TEST_F(ResidentExpertProviderTest, FusedLayoutSlicesExperts) {
   auto order = (*p)->BeginLayer(Phase::kPrefill, 1, want);
   ASSERT_TRUE(order.ok());
   EXPECT_EQ(*order, want);
+  EXPECT_TRUE((*p)->Ready(1, 0));  // resident: Acquire never waits
   auto w = (*p)->Acquire(1, 2);
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->gate_up.shape, (Shape{4, 4}));

@@ -29,6 +29,7 @@ TEST(CublasLoaderTest, LoadsAndResolvesEveryEntryPoint) {
   EXPECT_STREQ((*api)->status_name(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
   EXPECT_NE((*api)->create, nullptr);
   EXPECT_NE((*api)->gemm_ex, nullptr);
+  EXPECT_NE((*api)->gemm_grouped_batched_ex, nullptr);
   // Loaded once: the same table every time.
   EXPECT_EQ(*LoadCublas(), *api);
 }

@@ -23,6 +23,7 @@ TEST(CudaGemmGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; 
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cuda/gemm.h"
 #include "engine/ops/cuda/moe_permute.h"
+#include "engine/ops/cuda/pointer_table.h"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 
 namespace vismoe::cuda {
@@ -127,8 +128,10 @@ TEST_F(CudaGemmGpuTest, RejectsBadShapes) {
 
 // Routes n tokens on the CPU, then runs permutation -> grouped experts ->
 // weighted un-permutation on the GPU and compares with the per-token CPU sum
-// of cpu::ExpertForward outputs.
-void RunMoe(Blas& blas, bool fused_layout) {
+// of cpu::ExpertForward outputs. `batches` > 1 runs the experts as that many
+// MoeExpertsGrouped calls over scattered subsets in a scrambled order (the
+// ready-subset launches of the CUDA decoder).
+void RunMoe(Blas& blas, bool fused_layout, int batches) {
   constexpr int64_t kN = 19, kH = 256, kI = 128;
   constexpr int kE = 16, kK = 4;
   const auto x = RandomBf16(kN * kH, 40, 1.0f);
@@ -232,8 +235,20 @@ void RunMoe(Blas& blas, bool fused_layout) {
 
   ASSERT_OK(PermuteRows(dx->as<Bf16>(), kH, drow_token->as<int32_t>(), kN * kK, dxp->as<Bf16>(),
                         nullptr));
-  ASSERT_OK(blas.MoeExperts(dxp->as<Bf16>(), *offsets, dev_experts, kH, kI, dgu->as<Bf16>(),
-                            dact->as<Bf16>(), dyp->as<Bf16>()));
+  if (batches == 1) {
+    ASSERT_OK(blas.MoeExperts(dxp->as<Bf16>(), *offsets, dev_experts, kH, kI, dgu->as<Bf16>(),
+                              dact->as<Bf16>(), dyp->as<Bf16>()));
+  } else {
+    for (int b = 0; b < batches; ++b) {
+      std::vector<MoeExpertRows> subset;
+      for (int e = kE - 1; e >= 0; --e) {  // descending: row blocks out of order
+        if (e % batches != b) continue;
+        subset.push_back({dev_experts[e], (*offsets)[e], (*offsets)[e + 1] - (*offsets)[e]});
+      }
+      ASSERT_OK(blas.MoeExpertsGrouped(dxp->as<Bf16>(), subset, kH, kI, dgu->as<Bf16>(),
+                                       dact->as<Bf16>(), dyp->as<Bf16>()));
+    }
+  }
   ASSERT_OK(UnpermuteCombine(dyp->as<Bf16>(), dslot_row->as<int32_t>(), dwts->as<float>(), kN, kK,
                              kH, false, dy->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dy, kN * kH), ref, 3e-2f * Rms(ref), 3e-2f, "moe experts");
@@ -246,8 +261,91 @@ void RunMoe(Blas& blas, bool fused_layout) {
   ExpectClose(DownloadBf16(*dy, kN * kH), twice, 6e-2f * Rms(ref), 3e-2f, "moe accumulate");
 }
 
-TEST_F(CudaGemmGpuTest, GroupedMoeFusedLayoutMatchesCpu) { RunMoe(*blas_, true); }
-TEST_F(CudaGemmGpuTest, GroupedMoeSeparateLayoutMatchesCpu) { RunMoe(*blas_, false); }
+TEST_F(CudaGemmGpuTest, GroupedMoeFusedLayoutMatchesCpu) { RunMoe(*blas_, true, 1); }
+TEST_F(CudaGemmGpuTest, GroupedMoeSeparateLayoutMatchesCpu) { RunMoe(*blas_, false, 1); }
+TEST_F(CudaGemmGpuTest, ScatteredSubsetsFusedLayoutMatchCpu) { RunMoe(*blas_, true, 3); }
+TEST_F(CudaGemmGpuTest, ScatteredSubsetsSeparateLayoutMatchCpu) { RunMoe(*blas_, false, 3); }
+
+// More problems than one grouped call takes (300 experts, separate gate/up:
+// ~400 gate/up GEMMs), row counts 0, 1 and 2 (two shape groups, empty
+// experts skipped): every expert's rows must match cpu::ExpertForward.
+TEST_F(CudaGemmGpuTest, GroupedMoeSplitsPastThePointerTable) {
+  constexpr int kE = 300;
+  constexpr int64_t kH = 64, kI = 32;
+  std::vector<int64_t> begin(kE + 1, 0);
+  for (int e = 0; e < kE; ++e) begin[e + 1] = begin[e] + e % 3;
+  const int64_t rows = begin[kE];
+  const auto x = RandomBf16(rows * kH, 7, 1.0f);
+  const std::vector<float> xf = ToF32(x);
+  std::vector<float> ref(rows * kH, 0.0f);
+  std::vector<DeviceBuffer> dw;
+  std::vector<MoeExpertRows> experts(kE);
+  for (int e = 0; e < kE; ++e) {
+    const auto gate = RandomBf16(kI * kH, 1000 + e, 0.1f);
+    const auto up = RandomBf16(kI * kH, 2000 + e, 0.1f);
+    const auto down = RandomBf16(kH * kI, 3000 + e, 0.1f);
+    ExpertWeights cw;
+    cw.layout = ExpertWeights::Layout::kSeparate;
+    cw.gate = Bf16View(gate, {kI, kH});
+    cw.up = Bf16View(up, {kI, kH});
+    cw.down = Bf16View(down, {kH, kI});
+    const int64_t n = begin[e + 1] - begin[e];
+    if (n > 0) {
+      cpu::ExpertForward(nullptr, cw, xf.data() + begin[e] * kH, n, kH, kI,
+                         ref.data() + begin[e] * kH);
+    }
+    auto g = Upload(gate);
+    auto u = Upload(up);
+    auto d = Upload(down);
+    ASSERT_TRUE(g.ok() && u.ok() && d.ok());
+    MoeExpertRows& r = experts[e];
+    r.w.layout = WeightLayout::kOutIn;
+    r.w.gate = g->as<Bf16>();
+    r.w.up = u->as<Bf16>();
+    r.w.down = d->as<Bf16>();
+    r.row_begin = begin[e];
+    r.rows = n;
+    dw.push_back(*std::move(g));
+    dw.push_back(*std::move(u));
+    dw.push_back(*std::move(d));
+  }
+  auto dx = Upload(x);
+  auto dgu = DeviceBuffer::Allocate(rows * 2 * kI * 2);
+  auto dact = DeviceBuffer::Allocate(rows * kI * 2);
+  auto dyp = DeviceBuffer::Allocate(rows * kH * 2);
+  ASSERT_TRUE(dx.ok() && dgu.ok() && dact.ok() && dyp.ok());
+  ASSERT_OK(blas_->MoeExpertsGrouped(dx->as<Bf16>(), experts, kH, kI, dgu->as<Bf16>(),
+                                     dact->as<Bf16>(), dyp->as<Bf16>()));
+  ExpectClose(DownloadBf16(*dyp, rows * kH), ref, 3e-2f * Rms(ref), 3e-2f, "300 experts");
+}
+
+TEST_F(CudaGemmGpuTest, GroupedMoeRejectsOverlapsAndMissingWeights) {
+  DeviceExpert w;
+  w.layout = WeightLayout::kInOut;
+  w.gate_up = reinterpret_cast<const Bf16*>(workspace_.data());
+  w.down = w.gate_up;
+  const std::vector<MoeExpertRows> overlap = {{w, 0, 4}, {w, 2, 4}};
+  EXPECT_EQ(blas_->MoeExpertsGrouped(nullptr, overlap, 8, 8, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  DeviceExpert none;
+  const std::vector<MoeExpertRows> missing = {{none, 0, 1}};
+  EXPECT_EQ(blas_->MoeExpertsGrouped(nullptr, missing, 8, 8, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The pointer table of the grouped calls, past one kernel's worth of pointers.
+TEST(PointerTableGpuTest, WritesEveryPointerInOrder) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr size_t kCount = 1000;
+  std::vector<const void*> ptrs(kCount);
+  for (size_t i = 0; i < kCount; ++i) ptrs[i] = reinterpret_cast<const void*>(0x1000 + 8 * i);
+  auto dst = DeviceBuffer::Allocate(kCount * sizeof(void*));
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  ASSERT_OK(WritePointerTable(ptrs, dst->as<void*>(), nullptr));
+  auto back = Download<uint64_t>(*dst, kCount);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (size_t i = 0; i < kCount; ++i) ASSERT_EQ((*back)[i], 0x1000 + 8 * i) << i;
+}
 
 }  // namespace
 }  // namespace vismoe::cuda
