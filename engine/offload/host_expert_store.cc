@@ -1,7 +1,10 @@
 #include "engine/offload/host_expert_store.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -14,6 +17,34 @@ constexpr size_t kPageAlign = 4096;
 
 size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+// n values of floating type `from` at src -> type `to` at dst, through fp32
+// in chunks (one rounding, to nearest even).
+void ConvertFloats(DType from, const void* src, size_t n, DType to, void* dst) {
+  constexpr size_t kChunk = 1 << 14;
+  std::vector<float> buf(std::min(n, kChunk));
+  const size_t in_size = DTypeSize(from), out_size = DTypeSize(to);
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const size_t count = std::min(kChunk, n - begin);
+    ToFloat(from, static_cast<const char*>(src) + begin * in_size, count, buf.data());
+    char* out = static_cast<char*>(dst) + begin * out_size;
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t half = 0;
+      switch (to) {
+        case DType::kF32:
+          std::memcpy(out + i * 4, &buf[i], 4);
+          continue;
+        case DType::kBF16:
+          half = FloatToBf16(buf[i]);
+          break;
+        default:
+          half = FloatToF16(buf[i]);
+          break;
+      }
+      std::memcpy(out + i * 2, &half, 2);
+    }
+  }
+}
+
 std::vector<const TensorView*> PartsOf(const ExpertWeights& w) {
   if (w.layout == ExpertWeights::Layout::kFusedTransposed) return {&w.gate_up, &w.down};
   return {&w.gate, &w.up, &w.down};
@@ -21,18 +52,20 @@ std::vector<const TensorView*> PartsOf(const ExpertWeights& w) {
 
 }  // namespace
 
-absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w) {
+absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
+                                                       std::optional<DType> dtype) {
   ExpertFormat f;
   f.layout = w.layout;
   const std::vector<const TensorView*> parts = PartsOf(w);
-  f.dtype = parts[0]->dtype;
+  f.source_dtype = parts[0]->dtype;
+  f.dtype = dtype.value_or(f.source_dtype);
   for (const TensorView* t : parts) {
     if (t->empty()) return absl::InvalidArgumentError("expert weights miss a tensor");
-    if (t->dtype != f.dtype) {
+    if (t->dtype != f.source_dtype) {
       return absl::InvalidArgumentError("expert tensors of one expert differ in dtype");
     }
     f.parts.push_back({f.bytes, t->shape});
-    f.bytes = RoundUp(f.bytes + t->nbytes(), kPartAlign);
+    f.bytes = RoundUp(f.bytes + static_cast<size_t>(t->numel()) * DTypeSize(f.dtype), kPartAlign);
   }
   return f;
 }
@@ -41,7 +74,9 @@ bool ExpertFormat::Matches(const ExpertWeights& w) const {
   if (w.layout != layout) return false;
   const std::vector<const TensorView*> t = PartsOf(w);
   for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i]->empty() || t[i]->dtype != dtype || t[i]->shape != parts[i].shape) return false;
+    if (t[i]->empty() || t[i]->dtype != source_dtype || t[i]->shape != parts[i].shape) {
+      return false;
+    }
   }
   return true;
 }
@@ -50,8 +85,14 @@ void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
   const std::vector<const TensorView*> t = PartsOf(w);
   char* d = static_cast<char*>(dst);
   std::memset(d, 0, bytes);  // padding is deterministic
-  for (size_t i = 0; i < t.size(); ++i)
-    std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (source_dtype == dtype) {
+      std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
+    } else {
+      ConvertFloats(source_dtype, t[i]->data, static_cast<size_t>(t[i]->numel()), dtype,
+                    d + parts[i].offset);
+    }
+  }
 }
 
 ExpertWeights ExpertFormat::View(const void* block) const {
@@ -81,7 +122,7 @@ AlignedHostAllocator* AlignedHostAllocator::Default() {
 
 absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
     ExpertProvider& source, absl::Span<const int> layers, int num_experts,
-    HostAllocator* allocator) {
+    HostAllocator* allocator, std::optional<DType> dtype) {
   std::unique_ptr<HostExpertStore> s(new HostExpertStore());
   s->allocator_ = allocator != nullptr ? allocator : AlignedHostAllocator::Default();
   s->num_experts_ = num_experts;
@@ -102,7 +143,7 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
         return w.status();
       }
       if (!have_format) {
-        VISMOE_ASSIGN_OR_RETURN(s->format_, ExpertFormat::FromWeights(*w));
+        VISMOE_ASSIGN_OR_RETURN(s->format_, ExpertFormat::FromWeights(*w, dtype));
         have_format = true;
         s->total_bytes_ = s->format_.bytes * layers.size() * num_experts;
         s->data_ = static_cast<char*>(s->allocator_->Allocate(s->total_bytes_));

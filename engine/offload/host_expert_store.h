@@ -3,7 +3,9 @@
 // is exactly one copy (performance-limits.md: ~5-7 us per cudaMemcpyAsync).
 // ExpertFormat says where gate/up/down sit inside a block and rebuilds an
 // ExpertWeights view over a block wherever it lives (host store, slab, pinned
-// prefix). The dtype of the checkpoint is kept.
+// prefix). The dtype of the checkpoint is kept unless the owner asks for
+// another one (the CUDA backend computes in bf16 and packs F16/F32
+// checkpoints' experts as bf16, converted once at start-up).
 // Memory comes from a HostAllocator so the CUDA backend can page-lock it
 // (cudaHostAlloc) while the CPU backend uses aligned heap memory.
 // Thread safety: immutable after Create(); reads from any thread.
@@ -13,6 +15,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,15 +31,19 @@ struct ExpertFormat {
     Shape shape;
   };
   ExpertWeights::Layout layout = ExpertWeights::Layout::kFusedTransposed;
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;         // of the packed block
+  DType source_dtype = DType::kBF16;  // of the ExpertWeights packed from
   std::vector<Part> parts;  // fused: gate_up, down; separate: gate, up, down
   size_t bytes = 0;         // sum of the parts (each part 64-byte aligned)
 
-  // InvalidArgument if the tensors of `w` disagree in dtype or are missing.
-  static absl::StatusOr<ExpertFormat> FromWeights(const ExpertWeights& w);
-  // True when `w` has this format's layout, dtype and shapes.
+  // The format of `w` packed as `dtype` (unset = w's own). InvalidArgument if
+  // the tensors of `w` disagree in dtype or are missing.
+  static absl::StatusOr<ExpertFormat> FromWeights(const ExpertWeights& w,
+                                                  std::optional<DType> dtype = std::nullopt);
+  // True when `w` has this format's layout, source dtype and shapes.
   bool Matches(const ExpertWeights& w) const;
-  // Copies the tensors of `w` into `dst` (bytes() long). REQUIRES: Matches(w).
+  // Copies the tensors of `w` into `dst` (bytes() long), converting from
+  // source_dtype to dtype (round to nearest even). REQUIRES: Matches(w).
   void Pack(const ExpertWeights& w, void* dst) const;
   // Views over a packed block.
   ExpertWeights View(const void* block) const;
@@ -63,10 +70,10 @@ class HostExpertStore {
   // Packs every expert of `layers` (decoder layer ids) read through `source`
   // (usually the ResidentExpertProvider over the mmapped checkpoint).
   // `allocator` null = AlignedHostAllocator::Default().
-  static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(ExpertProvider& source,
-                                                                 absl::Span<const int> layers,
-                                                                 int num_experts,
-                                                                 HostAllocator* allocator);
+  // `dtype`: the dtype experts are packed in (unset = the checkpoint's).
+  static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(
+      ExpertProvider& source, absl::Span<const int> layers, int num_experts,
+      HostAllocator* allocator, std::optional<DType> dtype = std::nullopt);
   ~HostExpertStore();
   HostExpertStore(const HostExpertStore&) = delete;
   HostExpertStore& operator=(const HostExpertStore&) = delete;

@@ -11,6 +11,10 @@
 namespace vismoe {
 namespace {
 
+int64_t ExpertKey(int layer, int expert) {
+  return (static_cast<int64_t>(layer) << 32) | static_cast<uint32_t>(expert);
+}
+
 NullStatsSink* NullSink() {
   static NullStatsSink* s = new NullStatsSink();
   return s;
@@ -64,10 +68,13 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   // a second store and copied into the arena once.
   VISMOE_ASSIGN_OR_RETURN(p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids,
                                                              config.num_experts,
-                                                             device.host_allocator));
+                                                             device.host_allocator,
+                                                             device.expert_dtype));
   std::unique_ptr<HostExpertStore> pinned_store;
-  VISMOE_ASSIGN_OR_RETURN(pinned_store, HostExpertStore::Create(source, plan.pinned_layer_ids,
-                                                                config.num_experts, nullptr));
+  VISMOE_ASSIGN_OR_RETURN(pinned_store,
+                          HostExpertStore::Create(source, plan.pinned_layer_ids,
+                                                  config.num_experts, nullptr,
+                                                  device.expert_dtype));
   const size_t stride =
       !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes : pinned_store->format().bytes;
   p->stride_ = stride;
@@ -154,19 +161,25 @@ void OffloadExpertProvider::StartCopyLocked(int slot, int layer, int expert, dou
   r.dst = const_cast<void*>(SlabData(slot));
   r.bytes = stride_;
   r.priority = priority;
-  r.on_done = [this, slot](bool completed) { OnCopyDone(slot, completed); };
+  r.on_done = [this, slot](const absl::Status& copied) { OnCopyDone(slot, copied); };
   // The copy thread takes mu_ only in OnCopyDone, after releasing its own
   // lock, so submitting under mu_ cannot deadlock.
   transfer_->Submit(std::move(r));
 }
 
-void OffloadExpertProvider::OnCopyDone(int slot, bool completed) {
+void OffloadExpertProvider::OnCopyDone(int slot, const absl::Status& copied) {
   std::lock_guard<std::mutex> lock(mu_);
   --in_flight_;
-  if (completed) {
+  if (copied.ok()) {
     cache_->MarkLoaded(slot);
-  } else {
+  } else if (absl::IsCancelled(copied)) {
     shutting_down_ = true;  // only Shutdown cancels copies
+  } else {
+    // The slab's bytes are unknown: it holds nothing again. A waiting Acquire
+    // of this expert fails with the copy's error.
+    const SlabCache::Slot& s = cache_->slot(slot);
+    failed_copies_.push_back({ExpertKey(s.layer, s.expert), copied});
+    cache_->Drop(slot);  // the next Acquire or BeginLayer dispatches into it
   }
   cv_.notify_all();
 }
@@ -257,6 +270,7 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
   }
   if (shutting_down_) return absl::CancelledError("offload runtime is shutting down");
   current_layer_ = layer;
+  failed_copies_.clear();
   declared_.assign(experts.begin(), experts.end());
   pending_.clear();
   std::vector<int> loaded, loading;
@@ -324,6 +338,11 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
     }
     if (slot >= 0 && !cache_->slot(slot).in_flight) break;
     if (slot < 0) {
+      for (const auto& [key, error] : failed_copies_) {
+        if (key != ExpertKey(layer, expert)) continue;
+        return absl::UnavailableError(absl::StrCat("copy of layer ", layer, " expert ", expert,
+                                                   " to the device failed: ", error.message()));
+      }
       // Still waiting for a slab: put it first in line and try again.
       auto it = std::find(pending_.begin(), pending_.end(), expert);
       if (it != pending_.end()) std::rotate(pending_.begin(), it, it + 1);

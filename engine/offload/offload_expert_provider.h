@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +67,10 @@ struct OffloadDevice {
   HostAllocator* host_allocator = nullptr;      // host store; null = aligned heap
   DeviceAllocator* device_allocator = nullptr;  // arena; null = heap
   CopyBackend* copy = nullptr;                  // slab and pinned-prefix copies; null = memcpy
+  // The dtype experts are packed in, converted once at Create (the CUDA
+  // backend runs bf16 experts whatever the checkpoint holds); unset = the
+  // checkpoint's.
+  std::optional<DType> expert_dtype;
 };
 
 class OffloadExpertProvider final : public ExpertProvider {
@@ -123,7 +128,7 @@ class OffloadExpertProvider final : public ExpertProvider {
   // Guarded policy: priorities from the predictor for the window after `layer`.
   void UpdatePrioritiesLocked(int layer);
   void StartCopyLocked(int slot, int layer, int expert, double priority);
-  void OnCopyDone(int slot, bool completed);
+  void OnCopyDone(int slot, const absl::Status& copied);
   void PublishSlotGaugesLocked();
 
   MemoryPlan plan_;
@@ -150,6 +155,10 @@ class OffloadExpertProvider final : public ExpertProvider {
   std::vector<int> declared_;   // guarded by mu_: experts of current_layer_
   int in_flight_ = 0;           // guarded by mu_
   bool shutting_down_ = false;  // guarded by mu_
+  // Guarded by mu_: experts whose copy failed since the last BeginLayer, and
+  // why. Acquire of one of them fails with that error instead of waiting; the
+  // next BeginLayer forgets them and copies again (the server keeps serving).
+  std::vector<std::pair<int64_t, absl::Status>> failed_copies_;
   uint64_t demand_seq_ = 0;     // guarded by mu_
   OffloadStats request_;        // guarded by mu_
   std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first

@@ -91,6 +91,19 @@ void SlabCache::Assign(int slot, int layer, int expert, SlotState state, bool pr
 
 void SlabCache::MarkLoaded(int slot) { slots_[slot].in_flight = false; }
 
+void SlabCache::Drop(int slot) {
+  Slot& s = slots_[slot];
+  if (s.state == SlotState::kFree || s.pins > 0 || !s.in_flight) {
+    spdlog::critical("SlabCache::Drop: slot {} (state {}, pins {}, in flight {})", slot,
+                     static_cast<int>(s.state), s.pins, s.in_flight);
+    std::abort();
+  }
+  where_.erase(Key(s.layer, s.expert));
+  --counts_[static_cast<int>(s.state)];
+  ++counts_[static_cast<int>(SlotState::kFree)];
+  s = Slot();
+}
+
 void SlabCache::SetState(int slot, SlotState state) {
   Slot& s = slots_[slot];
   if (s.state == SlotState::kFree || state == SlotState::kFree) {

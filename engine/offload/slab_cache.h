@@ -65,6 +65,9 @@ class SlabCache {
   // (layer, expert) is not cached; `state` is Required or Speculative.
   void Assign(int slot, int layer, int expert, SlotState state, bool prefetched);
   void MarkLoaded(int slot);
+  // A copy into `slot` failed: it holds nothing again (Free, not in flight).
+  // REQUIRES: the slot is in flight and not pinned.
+  void Drop(int slot);
   // REQUIRES: the slot holds an expert; `state` is not Free.
   void SetState(int slot, SlotState state);
   void ClearPrefetched(int slot) { slots_[slot].prefetched = false; }

@@ -7,6 +7,11 @@
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
+namespace {
+
+absl::Status Cancelled() { return absl::CancelledError("expert copy cancelled"); }
+
+}  // namespace
 
 using Clock = std::chrono::steady_clock;
 
@@ -22,7 +27,7 @@ uint64_t TransferEngine::Submit(Request request) {
   if (stopping_) {
     ++stats_.cancelled;
     lock.unlock();
-    if (request.on_done) request.on_done(false);
+    if (request.on_done) request.on_done(Cancelled());
     return ticket;
   }
   queue_.push_back({ticket, std::move(request)});
@@ -39,7 +44,7 @@ bool TransferEngine::Cancel(uint64_t ticket) {
     ++stats_.cancelled;
     if (queue_.empty() && !busy_) idle_cv_.notify_all();
     lock.unlock();
-    if (r.on_done) r.on_done(false);
+    if (r.on_done) r.on_done(Cancelled());
     return true;
   }
   return false;
@@ -69,7 +74,7 @@ void TransferEngine::Shutdown() {
   }
   if (thread_.joinable()) thread_.join();
   for (Entry& e : dropped) {
-    if (e.request.on_done) e.request.on_done(false);
+    if (e.request.on_done) e.request.on_done(Cancelled());
   }
   std::lock_guard<std::mutex> lock(mu_);
   idle_cv_.notify_all();
@@ -122,7 +127,7 @@ void TransferEngine::Run() {
           "transfer engine: {} copy of {} bytes failed: {} (further failures are only counted)",
           options_.backend->name(), r.bytes, copied.ToString());
     }
-    if (r.on_done) r.on_done(copied.ok());
+    if (r.on_done) r.on_done(copied);
     lock.lock();
     busy_ = false;
     if (queue_.empty()) idle_cv_.notify_all();

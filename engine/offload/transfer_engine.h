@@ -6,11 +6,12 @@
 // With bandwidth_bytes_per_s > 0 a copy of B bytes takes at least
 // B / bandwidth seconds, so stalls and overlap are real and testable without
 // a GPU (0 = as fast as the copy goes).
-// Completion: each request's on_done(true) runs on the copy thread after its
-// bytes are in place; on_done(false) when cancelled (Cancel, or still queued
-// at Shutdown) or when the backend's Copy failed (counted in Stats::failed;
-// the first failure is logged). on_done must not call back into the
-// TransferEngine.
+// Completion: each request's on_done(OkStatus) runs on the copy thread after
+// its bytes are in place; on_done(Cancelled) when cancelled (Cancel, or still
+// queued at Shutdown); on_done(the backend's error) when the backend's Copy
+// failed (counted in Stats::failed; the first failure is logged), so the
+// owner can tell a shutdown from a broken copy. on_done must not call back
+// into the TransferEngine.
 // Thread safety: all methods may be called from any thread.
 // Ownership: owns the copy thread; the destructor shuts down and joins.
 #ifndef VISMOE_ENGINE_OFFLOAD_TRANSFER_ENGINE_H_
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/offload/copy_backend.h"
 
 namespace vismoe {
@@ -40,7 +42,7 @@ class TransferEngine {
     void* dst = nullptr;
     size_t bytes = 0;
     double priority = 0;  // higher first
-    std::function<void(bool completed)> on_done;
+    std::function<void(const absl::Status& copied)> on_done;
   };
   struct Stats {
     uint64_t copies = 0;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/moe.h"
@@ -137,10 +138,15 @@ int64_t Qwen3VlMoeCudaModel::ScratchBytes(const ModelConfig& config, int64_t max
   total += 2 * b(n * k * h, 2);                      // xp, yp
   total += b(n * 2 * inter, 2) + b(n * inter, 2);    // gate_up, act
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
-  total += 4 * b(n, 4);                              // visual rows, kept rows, ds src/dst
+  total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
   total += b(kLogitRowsPerChunk * int64_t{c.vocab_size}, 4);
   total += 64 * static_cast<int64_t>(kAlign);  // slack for per-allocation alignment
   return total;
+}
+
+int64_t Qwen3VlMoeCudaModel::ActivationBytes(const ModelConfig& config, int64_t max_tokens) {
+  return ScratchBytes(config, max_tokens) + static_cast<int64_t>(kBlasWorkspaceBytes) +
+         3 * Blas::kMaxGroupedProblems * static_cast<int64_t>(sizeof(void*));
 }
 
 absl::StatusOr<std::unique_ptr<Qwen3VlMoeCudaModel>> Qwen3VlMoeCudaModel::Create(
@@ -153,6 +159,12 @@ absl::StatusOr<std::unique_ptr<Qwen3VlMoeCudaModel>> Qwen3VlMoeCudaModel::Create
     return absl::InvalidArgumentError(absl::StrCat("mrope_section has ", c.mrope_section.size(),
                                                    " entries; the CUDA rope kernel takes 3"));
   }
+  if (!c.mrope_section.empty() &&
+      c.mrope_section[0] + c.mrope_section[1] + c.mrope_section[2] != c.head_dim / 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mrope_section [", absl::StrJoin(c.mrope_section, ", "), "] does not sum to head_dim / 2 = ",
+        c.head_dim / 2));
+  }
   if (options.max_tokens_per_step < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
@@ -161,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Qwen3VlMoeCudaModel>> Qwen3VlMoeCudaModel::Create
   std::unique_ptr<Qwen3VlMoeCudaModel> m(new Qwen3VlMoeCudaModel());
   m->config_ = config;
   m->max_tokens_ = options.max_tokens_per_step;
+  m->device_ = options.device;
   m->mrope_section_ = c.mrope_section;
 
   // Same tensors, names and shape checks as the CPU model.
@@ -282,6 +295,8 @@ absl::Status Qwen3VlMoeCudaModel::Forward(const DecoderInput& input, KvCache* ca
         "CUDA Forward: the KV cache must come from this model's CreateKvCache");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  // The calling thread (a scheduler's) may never have selected our device.
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   scratch_.Reset();
   absl::Status st = ForwardLocked(input, device_cache, experts, logits);
   if (!st.ok()) {
@@ -529,7 +544,6 @@ absl::Status Qwen3VlMoeCudaModel::Moe(const DecoderInput& input, int layer, Step
       MoeRouterTopK(s.router_logits, n, e_count, k, renorm, s.top_experts, s.top_weights, st));
   VISMOE_RETURN_IF_ERROR(BuildMoePermutation(s.top_experts, n, k, e_count, s.counts, s.offsets,
                                              s.row_token, s.slot_row, st));
-  VISMOE_RETURN_IF_ERROR(PermuteRows(s.x, static_cast<int>(h), s.row_token, n * k, s.xp, st));
 
   // The routing goes to the host: the provider and the observers live there.
   std::vector<int32_t> top(static_cast<size_t>(n * k));
@@ -561,6 +575,9 @@ absl::Status Qwen3VlMoeCudaModel::Moe(const DecoderInput& input, int layer, Step
     if (offsets[e + 1] > 0) active.push_back(e);
     offsets[e + 1] += offsets[e];
   }
+  // Only now, with every id known to be in range: an out-of-range id (a NaN
+  // router row) leaves row_token entries unwritten.
+  VISMOE_RETURN_IF_ERROR(PermuteRows(s.x, static_cast<int>(h), s.row_token, n * k, s.xp, st));
   if (input.observer != nullptr) {
     r.experts.assign(top.begin(), top.end());
     std::vector<float> hidden;

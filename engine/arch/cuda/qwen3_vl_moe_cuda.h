@@ -69,9 +69,12 @@ class Qwen3VlMoeCudaModel final : public TextDecoder {
   Qwen3VlMoeCudaModel& operator=(const Qwen3VlMoeCudaModel&) = delete;
   ~Qwen3VlMoeCudaModel() override;
 
-  // Device bytes of the per-step scratch for `max_tokens` tokens (the memory
-  // plan's activation reservation).
+  // Device bytes of the per-step scratch for `max_tokens` tokens.
   static int64_t ScratchBytes(const ModelConfig& config, int64_t max_tokens);
+  // Everything the decoder allocates on the device beyond its weights and KV
+  // cache: the scratch, the cuBLAS workspace and the grouped-GEMM pointer
+  // table (the memory plan's activation reservation).
+  static int64_t ActivationBytes(const ModelConfig& config, int64_t max_tokens);
 
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
   // The contract of Qwen3VlMoeModel::Forward. Also InvalidArgument when
@@ -112,6 +115,7 @@ class Qwen3VlMoeCudaModel final : public TextDecoder {
   absl::Status DownloadF32(const Bf16* src, int64_t count, std::vector<float>* out) const;
 
   ModelConfig config_;
+  int device_ = 0;
   int64_t max_tokens_ = 0;
   DeviceBuffer weights_;  // every non-expert text tensor, bf16
   const Bf16* embed_ = nullptr;

@@ -55,8 +55,12 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
     }
     const float s = WarpSum(dot) * scale;
     const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float p = expf(s - m_new);
+    // corr is 0 on the first finite key (m = -inf). While every score so far
+    // is -inf (inf inputs), m_new is -inf too and -inf - -inf would be NaN and
+    // poison l/acc for all later keys; the CPU gives such keys weight 0.
+    const bool none_yet = m_new == -INFINITY;
+    const float corr = none_yet ? 1.0f : expf(m - m_new);
+    const float p = none_yet ? 0.0f : expf(s - m_new);
     l = l * corr + p;
     const Bf16* vj = v + j * kv_stride + kv_off;
 #pragma unroll

@@ -26,10 +26,22 @@ absl::Status CudaCopyBackend::Copy(void* dst, const void* src, size_t bytes) {
   if (current != device_) VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   VISMOE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
-  VISMOE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_.get(), stream_.get()));
-  // Waits for this stream's work only (the device's schedule flags decide
-  // spin or yield; the copy thread has nothing else to do meanwhile).
-  VISMOE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_.get()));
+  cudaError_t err = cudaEventRecord(done_.get(), stream_.get());
+  const char* call = "cudaEventRecord(done_.get(), stream_.get())";
+  if (err == cudaSuccess) {
+    // Waits for this stream's work only (the device's schedule flags decide
+    // spin or yield; the copy thread has nothing else to do meanwhile).
+    err = cudaEventSynchronize(done_.get());
+    call = "cudaEventSynchronize(done_.get())";
+  }
+  if (err != cudaSuccess) {
+    absl::Status st = CudaErrorToStatus(err, call, __FILE__, __LINE__);
+    // The copy is queued: do not return (and let the caller hand `dst` to
+    // anything else) while it may still be writing there.
+    (void)cudaStreamSynchronize(stream_.get());
+    (void)cudaGetLastError();
+    return st;
+  }
   return absl::OkStatus();
 }
 

@@ -32,6 +32,11 @@ absl::StatusCode CodeFor(cudaError_t err) {
 
 absl::Status CudaErrorToStatus(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return absl::OkStatus();
+  // A failed runtime call also sets this thread's last error; clear it (a
+  // no-op for sticky errors), or the next unrelated launch check
+  // (LastLaunchStatus) would report this failure again, blaming that kernel
+  // and failing a later request.
+  (void)cudaGetLastError();
   return absl::Status(
       CodeFor(err), absl::StrCat(call, " failed at ", file, ":", line, ": ", cudaGetErrorName(err),
                                  ": ", cudaGetErrorString(err)));

@@ -10,6 +10,21 @@
 
 namespace vismoe::cuda {
 
+namespace {
+
+// For the destructors below: at process exit (objects of static storage
+// duration, e.g. a test's shared fixture) the CUDA runtime may already be
+// unloading, and the resource went with it -- no reason to abort the process
+// at exit. Any other failure is a broken invariant.
+void CheckRelease(cudaError_t err, const char* call, int line) {
+  if (err == cudaSuccess || err == cudaErrorCudartUnloading || err == cudaErrorContextIsDestroyed) {
+    return;
+  }
+  CudaCheckFailed(err, call, __FILE__, line);
+}
+
+}  // namespace
+
 std::string DeviceInfo::Summary() const {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   return absl::StrFormat("%s (sm_%d%d, %d SMs, %.1f GiB, %.1f GiB free)", name, compute_major,
@@ -69,7 +84,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 DeviceBuffer::~DeviceBuffer() { Reset(); }
 void DeviceBuffer::Reset() {
-  if (data_ != nullptr) VISMOE_CUDA_CHECK(cudaFree(data_));
+  if (data_ != nullptr) CheckRelease(cudaFree(data_), "cudaFree(data_)", __LINE__);
   data_ = nullptr;
   size_ = 0;
 }
@@ -95,7 +110,7 @@ PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
 }
 PinnedHostBuffer::~PinnedHostBuffer() { Reset(); }
 void PinnedHostBuffer::Reset() {
-  if (data_ != nullptr) VISMOE_CUDA_CHECK(cudaFreeHost(data_));
+  if (data_ != nullptr) CheckRelease(cudaFreeHost(data_), "cudaFreeHost(data_)", __LINE__);
   data_ = nullptr;
   size_ = 0;
 }
@@ -117,7 +132,9 @@ Stream& Stream::operator=(Stream&& o) noexcept {
 }
 Stream::~Stream() { Reset(); }
 void Stream::Reset() {
-  if (stream_ != nullptr) VISMOE_CUDA_CHECK(cudaStreamDestroy(stream_));
+  if (stream_ != nullptr) {
+    CheckRelease(cudaStreamDestroy(stream_), "cudaStreamDestroy(stream_)", __LINE__);
+  }
   stream_ = nullptr;
 }
 absl::Status Stream::Synchronize() const {
@@ -146,7 +163,9 @@ Event& Event::operator=(Event&& o) noexcept {
 }
 Event::~Event() { Reset(); }
 void Event::Reset() {
-  if (event_ != nullptr) VISMOE_CUDA_CHECK(cudaEventDestroy(event_));
+  if (event_ != nullptr) {
+    CheckRelease(cudaEventDestroy(event_), "cudaEventDestroy(event_)", __LINE__);
+  }
   event_ = nullptr;
 }
 absl::Status Event::Record(StreamHandle stream) const {
@@ -160,7 +179,12 @@ absl::Status Event::Synchronize() const {
 absl::StatusOr<bool> Event::Query() const {
   const cudaError_t err = cudaEventQuery(event_);
   if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    // Not an error, but it may be left as the thread's last error, where the
+    // next launch check (cudaGetLastError) would take it for a failed launch.
+    (void)cudaGetLastError();
+    return false;
+  }
   return CudaErrorToStatus(err, "cudaEventQuery", __FILE__, __LINE__);
 }
 absl::StatusOr<float> Event::ElapsedMs(const Event& start, const Event& end) {

@@ -32,8 +32,9 @@ __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, in
     sum += p[e];
   }
   sum = WarpSum(sum);
-  const float inv = 1.0f / sum;
-  for (int e = lane; e < num_experts; e += kWarp) p[e] *= inv;
+  // Divide (not multiply by 1/sum) so each p matches cpu::Route bit for bit
+  // given the same sum: ties and the top-k order then agree with the CPU.
+  for (int e = lane; e < num_experts; e += kWarp) p[e] /= sum;
   __syncwarp();
 
   float picked_sum = 0.0f;
@@ -56,9 +57,13 @@ __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, in
       }
     }
     if (lane == 0) {
+      // best_e == num_experts only when no candidate compares > -1 (NaN
+      // probabilities from NaN/inf logits): the out-of-range id is reported
+      // (the caller checks ids on the host), but must not be used to index p,
+      // which would overwrite the next warp's row (or run past the allocation).
       experts[t * top_k + r] = best_e;
       weights[t * top_k + r] = best;
-      p[best_e] = -2.0f;  // taken: below any probability
+      if (best_e < num_experts) p[best_e] = -2.0f;  // taken: below any probability
     }
     picked_sum += best;  // same order as cpu::Route's renormalisation sum
     __syncwarp();

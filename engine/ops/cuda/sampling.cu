@@ -26,9 +26,11 @@ __host__ __device__ inline float Uniform(uint64_t seed, uint64_t step, uint64_t 
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
 }
 
-// Monotone map of floats to unsigned keys: a < b  <=>  Key(a) < Key(b).
+// Monotone map of floats to unsigned keys: a < b  <=>  Key(a) < Key(b), and
+// a == b  =>  Key(a) == Key(b) (-0.0 is folded onto +0.0, so zeros tied at the
+// top_k / top_p boundary are all kept, as the header promises).
 __device__ __forceinline__ uint32_t Key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
@@ -153,8 +155,10 @@ __global__ void SampleKernel(const float* logits, int64_t vocab, float inv_t, in
     int64_t pick = -1;
     for (int64_t i = b; i < e; ++i) {
       if (Key(row[i]) < p_key) continue;
+      const float w = expf((row[i] - mx) * inv_t);
+      if (!(w > 0.0f)) continue;  // zero mass (-inf / underflow): never drawn
       pick = i;  // the chunk's last kept token if rounding runs past the end
-      run += expf((row[i] - mx) * inv_t);
+      run += w;
       if (target < run) break;
     }
     found = static_cast<int>(pick);
@@ -164,7 +168,7 @@ __global__ void SampleKernel(const float* logits, int64_t vocab, float inv_t, in
     int r = found;
     if (r < 0) {  // rounding at the very end: take the last kept token
       for (int64_t i = vocab - 1; i >= 0; --i) {
-        if (Key(row[i]) >= p_key) {
+        if (Key(row[i]) >= p_key && expf((row[i] - mx) * inv_t) > 0.0f) {
           r = static_cast<int>(i);
           break;
         }

@@ -1,6 +1,6 @@
 // The TransferEngine's CopyBackend hook, with a fake backend: copies go
 // through the backend in priority order with the right pointers and sizes, a
-// failed copy completes its request with on_done(false), is counted in
+// failed copy completes its request with on_done(the backend's error), is counted in
 // Stats::failed (not in copies/bytes), is logged once, and does not stop the
 // copies after it.
 #include "engine/offload/copy_backend.h"
@@ -98,7 +98,8 @@ TEST(CopyBackendTest, CopiesGoThroughTheBackendInPriorityOrder) {
     r.dst = dst[i].data();
     r.bytes = src[i].size();
     r.priority = prio[i];
-    r.on_done = [&, i](bool ok) {
+    r.on_done = [&, i](const absl::Status& copied) {
+      const bool ok = copied.ok();
       EXPECT_TRUE(ok);
       EXPECT_EQ(dst[i], src[i]) << "completion before the bytes were in place, block " << i;
       std::lock_guard<std::mutex> lock(mu);
@@ -145,7 +146,12 @@ TEST(CopyBackendTest, FailedCopiesCompleteWithFalseAreCountedAndLoggedOnce) {
     r.dst = dst[i].data();
     r.bytes = src.size();
     r.priority = 10 - i;  // copy order == submission order
-    r.on_done = [&, i](bool ok) {
+    r.on_done = [&, i](const absl::Status& copied) {
+      const bool ok = copied.ok();
+      // The backend's own error, not a cancellation: the owner tells them apart.
+      if (!ok) {
+        EXPECT_EQ(copied.message(), "fake copy failure");
+      }
       std::lock_guard<std::mutex> lock(mu);
       done.push_back({i, ok});
     };

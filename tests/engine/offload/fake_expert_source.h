@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "engine/core/dtype.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_provider.h"
 #include "engine/offload/memory_plan.h"
@@ -66,9 +67,14 @@ class FakeExpertSource final : public ExpertProvider {
     }
     size_t k = 0;
     for (const TensorView* t : parts) {
-      const float* f = static_cast<const float*>(t->data);
-      for (int64_t j = 0; j < t->numel(); ++j, ++k) {
-        if (f[j] != Value(layer, expert, k)) return false;
+      std::vector<float> f(static_cast<size_t>(t->numel()));
+      ToFloat(t->dtype, t->data, f.size(), f.data());
+      for (size_t j = 0; j < f.size(); ++j, ++k) {
+        // Packed as another dtype: the value rounded once to it.
+        float want = Value(layer, expert, k);
+        if (t->dtype == DType::kBF16) want = Bf16ToFloat(FloatToBf16(want));
+        if (t->dtype == DType::kF16) want = F16ToFloat(FloatToF16(want));
+        if (f[j] != want) return false;
       }
     }
     return k == 3 * static_cast<size_t>(h_) * i_;

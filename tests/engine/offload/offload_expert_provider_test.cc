@@ -7,12 +7,15 @@
 #include "engine/offload/offload_expert_provider.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/offload/copy_backend.h"
 #include "engine/policy/history_expert_predictor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -156,6 +159,81 @@ TEST(OffloadExpertProviderTest, ReadyMeansResidentAndCopied) {
     p->Release(1, e);
   }
   p->EndLayer(1);
+}
+
+// A copy backend that fails while `fail` is set (a device error mid-run).
+class SwitchableCopyBackend final : public CopyBackend {
+ public:
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    if (fail.load()) return absl::InternalError("device lost");
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  const char* name() const override { return "switchable"; }
+  std::atomic<bool> fail{false};
+};
+
+// A failed copy fails the step that needs it with the copy's error (not
+// "cancelled", which would read as a shutdown), frees its slab, and the
+// provider serves the next step once copies work again.
+TEST(OffloadExpertProviderTest, FailedCopyFailsTheStepAndTheNextOneWorks) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  SwitchableCopyBackend backend;
+  OffloadDevice device;
+  device.copy = &backend;
+  auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2),
+                                               OffloadOptions(), nullptr, nullptr, device);
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  const std::vector<int> e1 = {0, 2};
+  backend.fail = true;
+  ASSERT_TRUE(p.BeginLayer(Phase::kPrefill, 1, e1).ok());
+  const absl::StatusOr<ExpertWeights> w = p.Acquire(1, 0);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable) << w.status();
+  EXPECT_NE(w.status().message().find("device lost"), std::string::npos) << w.status();
+  p.EndLayer(1);
+  p.WaitForTransfers();
+  std::string why;
+  EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+
+  backend.fail = false;
+  auto order = p.BeginLayer(Phase::kDecode, 1, e1);
+  ASSERT_TRUE(order.ok()) << order.status();
+  for (int e : *order) {
+    auto got = p.Acquire(1, e);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(src.Holds(*got, 1, e));
+    p.Release(1, e);
+  }
+  p.EndLayer(1);
+  EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
+// OffloadDevice::expert_dtype: the pinned prefix and the slabs both hold the
+// converted experts (the CUDA backend's F16/F32 checkpoints run as bf16).
+TEST(OffloadExpertProviderTest, ExpertsConvertedToTheDeviceDtype) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kSeparate);
+  OffloadDevice device;
+  device.expert_dtype = DType::kBF16;
+  auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2),
+                                               OffloadOptions(), nullptr, nullptr, device);
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  EXPECT_EQ(p.format().dtype, DType::kBF16);
+  for (int layer : {0, 1, 2}) {
+    const std::vector<int> ex = {1, 3};
+    auto order = p.BeginLayer(Phase::kPrefill, layer, ex);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int e : *order) {
+      auto w = p.Acquire(layer, e);
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_EQ(w->down.dtype, DType::kBF16);
+      EXPECT_TRUE(src.Holds(*w, layer, e)) << layer << "/" << e;
+      p.Release(layer, e);
+    }
+    p.EndLayer(layer);
+  }
 }
 
 TEST(OffloadExpertProviderTest, ContractViolationsAreErrors) {

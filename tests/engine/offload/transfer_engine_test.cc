@@ -25,8 +25,8 @@ TEST(TransferEngineTest, DrainsByPriorityThenFifo) {
     r.dst = dst.data() + 8 * i;
     r.bytes = 8;
     r.priority = prio[i];
-    r.on_done = [&, i](bool ok) {
-      ASSERT_TRUE(ok);
+    r.on_done = [&, i](const absl::Status& copied) {
+      ASSERT_TRUE(copied.ok()) << copied;
       // Completion comes after the bytes are in place.
       ASSERT_EQ(dst[8 * i + 7], 'x');
       std::lock_guard<std::mutex> lock(mu);
@@ -53,7 +53,13 @@ TEST(TransferEngineTest, CancelAndShutdownReportNotCompleted) {
     r.src = src.data();
     r.dst = dst.data();
     r.bytes = 4;
-    r.on_done = [&](bool ok) { (ok ? completed : cancelled)++; };
+    r.on_done = [&](const absl::Status& copied) {
+      if (copied.ok()) {
+        ++completed;
+      } else if (absl::IsCancelled(copied)) {
+        ++cancelled;
+      }
+    };
     return r;
   };
   const uint64_t a = te.Submit(make());
@@ -83,8 +89,8 @@ TEST(TransferEngineTest, ThrottledCopiesMakeTheWaiterStall) {
     r.src = src.data();
     r.dst = dst.data() + i * (64 << 10);
     r.bytes = 64 << 10;
-    r.on_done = [&](bool ok) {
-      ASSERT_TRUE(ok);
+    r.on_done = [&](const absl::Status& copied) {
+      ASSERT_TRUE(copied.ok()) << copied;
       std::lock_guard<std::mutex> lock(mu);
       ++finished;
       cv.notify_all();

@@ -159,8 +159,8 @@ TEST(CudaCopyBackendGpuTest, RoundTripsExpertBlocksThroughTheTransferEngine) {
     r.dst = rig.slabs + k * rig.stride;
     r.bytes = rig.stride;
     r.priority = k % 3;
-    r.on_done = [&](bool ok) {
-      EXPECT_TRUE(ok);
+    r.on_done = [&](const absl::Status& copied) {
+      EXPECT_TRUE(copied.ok()) << copied;
       std::lock_guard<std::mutex> lock(mu);
       ++completed;
     };
@@ -197,8 +197,8 @@ TEST(CudaCopyBackendGpuTest, CompletesByPriorityWithTheBytesAlreadyOnTheDevice) 
     r.dst = rig.slabs + k * rig.stride;
     r.bytes = rig.stride;
     r.priority = prio[k];
-    r.on_done = [&, k](bool ok) {
-      EXPECT_TRUE(ok);
+    r.on_done = [&, k](const absl::Status& copied) {
+      EXPECT_TRUE(copied.ok()) << copied;
       // On the copy thread, through the legacy stream, which does not wait for
       // the non-blocking copy stream: the bytes must already be there.
       EXPECT_TRUE(rig.SlotHolds(k, k % 2, k % 4)) << "slot " << k << " completed early";
