@@ -11,6 +11,8 @@
 // Also returns a per-merged-token saliency for token compression: the
 // attention each patch receives in the last block, averaged over heads and
 // query patches of its frame, then over the merge x merge patches of a token.
+// A VisionTower (vision_tower.h); input checks, position and rotary tables
+// are shared with the CUDA tower (qwen3_vl_vision_tables.h).
 //
 // Thread safety: immutable after Create(); Forward() may run concurrently.
 // Ownership: holds views into the Checkpoint, which must outlive the model,
@@ -24,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/arch/vision_tower.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -32,18 +35,7 @@
 
 namespace vismoe {
 
-struct VisionOutput {
-  int64_t num_tokens = 0;  // merged tokens over all images
-  int64_t out_hidden = 0;
-  std::vector<int64_t> tokens_per_image;      // in input order
-  std::vector<float> embeds;                  // [num_tokens, out_hidden]
-  std::vector<std::vector<float>> deepstack;  // one per deepstack index, [num_tokens, out_hidden]
-  // [num_tokens]: mean over the token's patches of the attention they receive;
-  // a frame's patches sum to 1, so a frame's tokens sum to 1 / merge^2.
-  std::vector<float> saliency;
-};
-
-class Qwen3VlVisionModel {
+class Qwen3VlVisionModel final : public VisionTower {
  public:
   // Reads and validates every `<prefix>...` tensor against the config shapes.
   // InvalidArgument / NotFound naming the tensor on a mismatch.
@@ -55,13 +47,14 @@ class Qwen3VlVisionModel {
   Qwen3VlVisionModel& operator=(const Qwen3VlVisionModel&) = delete;
 
   // Columns of one patch row: in_channels * temporal_patch_size * patch_size^2.
-  int64_t patch_dim() const;
+  int64_t patch_dim() const override;
 
   // patches: the images' patch rows concatenated in order, [sum num_patches,
   // patch_dim]. InvalidArgument when the size does not match the grids or a
   // grid is not divisible by the merge size.
   absl::StatusOr<VisionOutput> Forward(absl::Span<const float> patches,
-                                       absl::Span<const GridThw> grids) const;
+                                       absl::Span<const GridThw> grids) const override;
+  const char* backend() const override { return "cpu"; }
 
  private:
   struct Block {
@@ -75,11 +68,6 @@ class Qwen3VlVisionModel {
 
   Qwen3VlVisionModel(const VisionConfig& config, ThreadPool* pool) : config_(config), pool_(pool) {}
 
-  // Position embeddings added after the patch embedding, [N, hidden].
-  void AddPositionEmbedding(absl::Span<const GridThw> grids, float* x) const;
-  // cos/sin tables of the 2-D rotary, [N, head_dim] each.
-  void RotaryTables(absl::Span<const GridThw> grids, std::vector<float>* cos,
-                    std::vector<float>* sin) const;
   // One transformer block in place on x [n, hidden]; fills patch_saliency [n]
   // when non-null.
   void RunBlock(const Block& b, absl::Span<const GridThw> grids, const std::vector<float>& cos,

@@ -1,8 +1,8 @@
 // Engine implementation: one model, one sequence at a time (Generate is
-// serialised), on the CPU reference or the CUDA backend (a TextDecoder).
-// Tokenizer, vision tower, sampling and the policies run on the host either
-// way; on CUDA the decoder's experts always come through the offload
-// provider (a plan that pins every MoE layer when no budget is given).
+// serialised), on the CPU reference or the CUDA backend (a TextDecoder and a
+// VisionTower). Tokenizer, image preprocessing, sampling and the policies run
+// on the host either way; on CUDA the decoder's experts always come through
+// the offload provider (a plan that pins every MoE layer when no budget is given).
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
 #include "engine/arch/text_decoder.h"
+#include "engine/arch/vision_tower.h"
 #include "engine/calibrate/calibration_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
@@ -43,6 +44,7 @@
 
 #ifdef VISMOE_HAVE_CUDA
 #include "engine/arch/cuda/qwen3_vl_moe_cuda.h"
+#include "engine/arch/cuda/qwen3_vl_vision_cuda.h"
 #include "engine/ops/cuda/cuda_copy_backend.h"
 #include "engine/ops/cuda/cuda_device_allocator.h"
 #include "engine/ops/cuda/device.h"
@@ -206,7 +208,7 @@ class LocalEngine final : public Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<ImagePreprocessor> preprocessor_;  // null without vision
-  std::unique_ptr<Qwen3VlVisionModel> vision_;       // null without vision
+  std::unique_ptr<VisionTower> vision_;              // null without vision
   std::unique_ptr<TextDecoder> model_;
   std::unique_ptr<ResidentExpertProvider> experts_;
   // The CUDA backend's memory and copy path (null on the CPU backend);
@@ -252,8 +254,10 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   if (e->config_.has_vision) {
     VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
     e->preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
-    VISMOE_ASSIGN_OR_RETURN(
-        e->vision_, Qwen3VlVisionModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+    if (!backend.cuda) {  // the CUDA tower is created with the decoder below
+      VISMOE_ASSIGN_OR_RETURN(
+          e->vision_, Qwen3VlVisionModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
+    }
   }
   int64_t activation_bytes = options.offload.activation_bytes;
   OffloadDevice device;
@@ -264,11 +268,27 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
     VISMOE_ASSIGN_OR_RETURN(e->model_,
                             cuda::Qwen3VlMoeCudaModel::Create(e->config_, *e->checkpoint_, co));
     activation_bytes +=
-        cuda::Qwen3VlMoeCudaModel::ScratchBytes(e->config_, options.max_context_tokens);
+        cuda::Qwen3VlMoeCudaModel::ActivationBytes(e->config_, options.max_context_tokens);
+    if (e->config_.has_vision) {
+      // A prompt holds at most max_context_tokens visual tokens, each merge^2 patches.
+      const int64_t merge = e->config_.vision.spatial_merge_size;
+      cuda::Qwen3VlVisionCudaModel::Options vo;
+      vo.max_patches = merge * merge * int64_t{options.max_context_tokens};
+      VISMOE_ASSIGN_OR_RETURN(
+          std::unique_ptr<cuda::Qwen3VlVisionCudaModel> vision,
+          cuda::Qwen3VlVisionCudaModel::Create(e->config_, *e->checkpoint_, vo));
+      // Scratch and cuBLAS workspace; its weights are already in the plan's
+      // resident bytes (every non-expert tensor).
+      activation_bytes += vision->device_bytes() - vision->weight_bytes();
+      e->vision_ = std::move(vision);
+    }
     VISMOE_ASSIGN_OR_RETURN(e->copy_backend_, cuda::CudaCopyBackend::Create(0));
     e->host_allocator_ = std::make_unique<cuda::PinnedHostAllocator>();
     e->device_allocator_ = std::make_unique<cuda::CudaDeviceAllocator>(0);
-    device = {e->host_allocator_.get(), e->device_allocator_.get(), e->copy_backend_.get()};
+    device.host_allocator = e->host_allocator_.get();
+    device.device_allocator = e->device_allocator_.get();
+    device.copy = e->copy_backend_.get();
+    device.expert_dtype = DType::kBF16;  // the CUDA decoder's experts are bf16 whatever the file holds
 #endif
   } else {
     VISMOE_ASSIGN_OR_RETURN(e->model_,

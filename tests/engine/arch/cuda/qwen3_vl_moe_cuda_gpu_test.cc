@@ -134,7 +134,11 @@ class CudaDecoderTest : public ::testing::Test {
     if (!plan.ok()) return nullptr;
     OffloadOptions oo;
     oo.prefetch = prefetch;
-    OffloadDevice device{&host_alloc_, &device_alloc_, copy_.get()};
+    OffloadDevice device;
+    device.host_allocator = &host_alloc_;
+    device.device_allocator = &device_alloc_;
+    device.copy = copy_.get();
+    device.expert_dtype = DType::kBF16;  // as the engine sets it: the fixture may be F16/F32
     std::unique_ptr<ExpertPredictor> none;
     auto p = OffloadExpertProvider::Create(*resident_, config_.text, *plan, oo, nullptr,
                                            std::move(none), device);
