@@ -33,19 +33,9 @@ class WeightReader {
 absl::StatusOr<std::unique_ptr<Qwen3VlVisionModel>> Qwen3VlVisionModel::Create(
     const ModelConfig& config, const Checkpoint& checkpoint, ThreadPool* pool,
     const std::string& prefix) {
-  if (!config.has_vision) {
-    return absl::InvalidArgumentError("Qwen3VlVisionModel: the config has no vision_config");
-  }
+  VISMOE_RETURN_IF_ERROR(CheckVisionConfig(config, "Qwen3VlVisionModel"));
   const VisionConfig& vc = config.vision;
   const int64_t hd = vc.hidden_size;
-  if (vc.num_heads < 1 || hd % vc.num_heads != 0 || (hd / vc.num_heads) % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vision_config: head_dim = hidden_size / num_heads must be a multiple of 4, got ", hd,
-        " / ", vc.num_heads));
-  }
-  if (vc.spatial_merge_size < 1) {
-    return absl::InvalidArgumentError("vision_config.spatial_merge_size must be >= 1");
-  }
   std::unique_ptr<Qwen3VlVisionModel> m(new Qwen3VlVisionModel(vc, pool));
   const WeightReader r(checkpoint, prefix);
   const int64_t inter = vc.intermediate_size;

@@ -27,6 +27,23 @@ void PatchRowCol(int64_t i, int64_t w, int merge, int64_t* row, int64_t* col) {
 
 }  // namespace
 
+absl::Status CheckVisionConfig(const ModelConfig& config, const char* who) {
+  if (!config.has_vision) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": the config has no vision_config"));
+  }
+  const VisionConfig& vc = config.vision;
+  const int64_t hd = vc.hidden_size;
+  if (vc.num_heads < 1 || hd % vc.num_heads != 0 || (hd / vc.num_heads) % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vision_config: head_dim = hidden_size / num_heads must be a multiple of 4, got ", hd,
+        " / ", vc.num_heads));
+  }
+  if (vc.spatial_merge_size < 1) {
+    return absl::InvalidArgumentError("vision_config.spatial_merge_size must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> CheckVisionInput(const VisionConfig& config, int64_t patch_dim,
                                          size_t patch_values, absl::Span<const GridThw> grids,
                                          std::vector<int64_t>* tokens_per_image) {

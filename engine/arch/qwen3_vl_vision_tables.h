@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/core/tensor.h"
@@ -19,6 +20,11 @@
 #include "engine/model/model_config.h"
 
 namespace vismoe {
+
+// The config checks both towers make at Create: a vision_config whose head_dim
+// (hidden_size / num_heads) is a multiple of 4 (the 2-D rotary's halves) and
+// a merge size >= 1. `who` names the caller in the error.
+absl::Status CheckVisionConfig(const ModelConfig& config, const char* who);
 
 // Checks that every grid is a positive multiple of the merge size and that
 // `patch_values` == sum num_patches * patch_dim. Returns the total number of

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/arch/cuda/weight_packer.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/moe.h"
@@ -28,37 +29,6 @@ constexpr int64_t kLogitRowsPerChunk = 16;        // all_logits: [16, vocab] fp3
 constexpr size_t kBlasWorkspaceBytes = 32 << 20;  // cuBLAS's recommendation for Hopper
 
 size_t Aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// Host-side staging of the resident weights: each tensor converted to bf16 at
-// a kAlign-aligned offset of one buffer, uploaded in one copy.
-class WeightPacker {
- public:
-  // Returns the offset of `t` (any float dtype) in the packed buffer.
-  size_t Add(const TensorView& t) {
-    const size_t offset = Aligned(host_.size() * sizeof(Bf16));
-    host_.resize(offset / sizeof(Bf16) + static_cast<size_t>(t.numel()));
-    Bf16* dst = host_.data() + offset / sizeof(Bf16);
-    if (t.dtype == DType::kBF16) {
-      std::copy_n(static_cast<const Bf16*>(t.data), t.numel(), dst);
-    } else {
-      std::vector<float> f(static_cast<size_t>(t.numel()));
-      ToFloat(t.dtype, t.data, f.size(), f.data());
-      for (size_t i = 0; i < f.size(); ++i) dst[i] = FloatToBf16(f[i]);
-    }
-    return offset;
-  }
-  // fp32 values (bit-copied into the bf16 buffer).
-  size_t AddF32(const std::vector<float>& v) {
-    const size_t offset = Aligned(host_.size() * sizeof(Bf16));
-    host_.resize(offset / sizeof(Bf16) + v.size() * 2);
-    std::memcpy(host_.data() + offset / sizeof(Bf16), v.data(), v.size() * sizeof(float));
-    return offset;
-  }
-  const std::vector<Bf16>& host() const { return host_; }
-
- private:
-  std::vector<Bf16> host_;
-};
 
 // Device expert pointers from an ExpertWeights view (which points into the
 // offload arena on this backend).

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/arch/cuda/weight_packer.h"
 #include "engine/arch/qwen3_vl_vision_tables.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
@@ -29,30 +30,6 @@ constexpr int64_t kPatchChunkRows = 1024;
 constexpr int kMaxHeadDim = 256;  // cuda::Attention's limit
 
 size_t Aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
-// Host-side staging of the weights: each tensor converted to bf16 at a
-// kAlign-aligned offset of one buffer, uploaded in one copy.
-class WeightPacker {
- public:
-  // Returns the offset of `t` (any float dtype) in the packed buffer.
-  size_t Add(const TensorView& t) {
-    const size_t offset = Aligned(host_.size() * sizeof(Bf16));
-    host_.resize(offset / sizeof(Bf16) + static_cast<size_t>(t.numel()));
-    Bf16* dst = host_.data() + offset / sizeof(Bf16);
-    if (t.dtype == DType::kBF16) {
-      std::copy_n(static_cast<const Bf16*>(t.data), t.numel(), dst);
-    } else {
-      std::vector<float> f(static_cast<size_t>(t.numel()));
-      ToFloat(t.dtype, t.data, f.size(), f.data());
-      for (size_t i = 0; i < f.size(); ++i) dst[i] = FloatToBf16(f[i]);
-    }
-    return offset;
-  }
-  const std::vector<Bf16>& host() const { return host_; }
-
- private:
-  std::vector<Bf16> host_;
-};
 
 std::vector<float> Widen(const TensorView& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
@@ -112,19 +89,9 @@ int64_t Qwen3VlVisionCudaModel::ScratchBytes(const ModelConfig& config, int64_t 
 
 absl::StatusOr<std::unique_ptr<Qwen3VlVisionCudaModel>> Qwen3VlVisionCudaModel::Create(
     const ModelConfig& config, const Checkpoint& ckpt, const Options& options) {
-  if (!config.has_vision) {
-    return absl::InvalidArgumentError("Qwen3VlVisionCudaModel: the config has no vision_config");
-  }
+  VISMOE_RETURN_IF_ERROR(CheckVisionConfig(config, "Qwen3VlVisionCudaModel"));
   const VisionConfig& vc = config.vision;
   const int64_t hd = vc.hidden_size;
-  if (vc.num_heads < 1 || hd % vc.num_heads != 0 || (hd / vc.num_heads) % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vision_config: head_dim = hidden_size / num_heads must be a multiple of 4, got ", hd,
-        " / ", vc.num_heads));
-  }
-  if (vc.spatial_merge_size < 1) {
-    return absl::InvalidArgumentError("vision_config.spatial_merge_size must be >= 1");
-  }
   if (HeadDim(vc) > kMaxHeadDim) {
     return absl::UnimplementedError(absl::StrCat("vision_config: head_dim ", HeadDim(vc),
                                                  " exceeds the CUDA attention kernel's ",

@@ -49,12 +49,6 @@ constexpr int kDecodeSteps = 8;
 // model stay within a few percent of the logit range.
 constexpr float kRelTol = 0.04f;
 
-float Range(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
 // Compares two greedy runs step by step up to their first divergence.
 void ExpectGreedyAgrees(const std::vector<std::vector<float>>& cpu,
                         const std::vector<int>& cpu_tokens,
@@ -64,7 +58,7 @@ void ExpectGreedyAgrees(const std::vector<std::vector<float>>& cpu,
   for (size_t step = 0; step < cpu.size(); ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     ASSERT_EQ(cpu[step].size(), gpu[step].size());
-    const float tol = kRelTol * Range(cpu[step]);
+    const float tol = kRelTol * testing::MaxAbs(cpu[step]);
     float worst = 0;
     for (size_t i = 0; i < cpu[step].size(); ++i) {
       worst = std::max(worst, std::fabs(cpu[step][i] - gpu[step][i]));

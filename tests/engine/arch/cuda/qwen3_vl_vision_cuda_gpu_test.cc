@@ -43,18 +43,12 @@ constexpr float kRelTol = 0.04f;
 // two chunks through the staging buffer.
 constexpr int64_t kMaxPatches = 1280;
 
-float MaxAbs(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
 // max |got - want| <= kRelTol * max |want|, and no NaN.
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   ASSERT_FALSE(want.empty()) << what;
-  const float tol = kRelTol * MaxAbs(want);
+  const float tol = kRelTol * testing::MaxAbs(want);
   float worst = 0;
   size_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #ifdef VISMOE_HAVE_CUDA
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -93,6 +94,13 @@ inline float Rms(const std::vector<float>& v) {
   double s = 0;
   for (float x : v) s += static_cast<double>(x) * x;
   return v.empty() ? 0.0f : static_cast<float>(std::sqrt(s / static_cast<double>(v.size())));
+}
+
+// The largest |v[i]| (0 for empty): the scale of bf16 tolerances on model outputs.
+inline float MaxAbs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
 }
 
 }  // namespace vismoe::cuda::testing
