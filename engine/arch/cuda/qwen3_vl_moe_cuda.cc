@@ -11,6 +11,7 @@
 #include "engine/arch/cuda/weight_packer.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
+#include "engine/offload/expert_batch_runner.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
@@ -80,6 +81,51 @@ struct Qwen3VlMoeCudaModel::Step {
   int64_t ds_count = 0;
   Bf16* ds_tmp = nullptr;  // [num_visual, H]
 };
+
+namespace {
+
+// The device side of RunExpertBatches for one MoE layer: a batch is one
+// grouped MoeExpertsGrouped call on the compute stream over the experts'
+// blocks of permuted rows, and its ticket an event recorded behind it.
+class StreamExpertLauncher final : public ExpertBatchLauncher {
+ public:
+  StreamExpertLauncher(Blas& blas, const Stream& stream, const std::vector<Event>& events,
+                       int layer, const std::vector<int32_t>& offsets, int64_t hidden,
+                       int64_t inter, const Bf16* xp, Bf16* gate_up, Bf16* act, Bf16* yp)
+      : blas_(blas), stream_(stream), events_(events), layer_(layer), offsets_(offsets),
+        hidden_(hidden), inter_(inter), xp_(xp), gate_up_(gate_up), act_(act), yp_(yp) {}
+
+  absl::Status Launch(absl::Span<const AcquiredExpert> batch, int ticket) override {
+    if (ticket < 0 || ticket >= static_cast<int>(events_.size())) {
+      return absl::InternalError(absl::StrCat("expert batch ticket ", ticket, " of ",
+                                              events_.size(), " at layer ", layer_));
+    }
+    std::vector<MoeExpertRows> rows;
+    rows.reserve(batch.size());
+    for (const AcquiredExpert& a : batch) {
+      VISMOE_ASSIGN_OR_RETURN(DeviceExpert w, ToDeviceExpert(a.weights, layer_, a.expert));
+      rows.push_back({w, offsets_[a.expert], offsets_[a.expert + 1] - offsets_[a.expert]});
+    }
+    VISMOE_RETURN_IF_ERROR(
+        blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_));
+    return events_[ticket].Record(stream_.get());
+  }
+  absl::StatusOr<bool> Done(int ticket) override { return events_[ticket].Query(); }
+  absl::Status Wait(int ticket) override { return events_[ticket].Synchronize(); }
+  absl::Status Drain() override { return stream_.Synchronize(); }
+
+ private:
+  Blas& blas_;
+  const Stream& stream_;
+  const std::vector<Event>& events_;  // one per possible batch (per expert)
+  const int layer_;
+  const std::vector<int32_t>& offsets_;  // expert e owns permuted rows [off[e], off[e+1])
+  const int64_t hidden_, inter_;
+  const Bf16* xp_;
+  Bf16 *gate_up_, *act_, *yp_;
+};
+
+}  // namespace
 
 Qwen3VlMoeCudaModel::~Qwen3VlMoeCudaModel() {
   // Kernels may still read the weights: finish the stream before freeing.
@@ -563,99 +609,10 @@ absl::Status Qwen3VlMoeCudaModel::RunExperts(const DecoderInput& input, int laye
                                              const std::vector<int32_t>& offsets,
                                              const std::vector<int>& active,
                                              ExpertProvider* experts) const {
-  const TextConfig& c = config_.text;
-  const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
-  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order,
-                          experts->BeginLayer(input.phase, layer, active));
-  // Experts whose kernels are queued; each is released once its event completes.
-  struct Queued {
-    int expert;
-    const Event* done;
-  };
-  std::vector<Queued> queued;
-  size_t next_release = 0;
-  auto release_done = [&](bool wait) -> absl::Status {
-    for (; next_release < queued.size(); ++next_release) {
-      const Queued& q = queued[next_release];
-      if (wait) {
-        VISMOE_RETURN_IF_ERROR(q.done->Synchronize());
-      } else {
-        VISMOE_ASSIGN_OR_RETURN(bool done, q.done->Query());
-        if (!done) break;
-      }
-      experts->Release(layer, q.expert);
-    }
-    return absl::OkStatus();
-  };
-  // Acquired experts not launched yet: they go out together, as one grouped
-  // GEMM per projection, when the next expert in the order is not ready (so
-  // the GPU computes while that copy lands) or the layer's experts run out.
-  std::vector<int> batch;
-  std::vector<MoeExpertRows> batch_rows;
-  int next_event = 0;
-  auto launch_batch = [&]() -> absl::Status {
-    if (batch.empty()) return absl::OkStatus();
-    absl::Status st =
-        blas_->MoeExpertsGrouped(s.xp, batch_rows, h, inter, s.gate_up, s.act, s.yp);
-    const Event& done = expert_done_[next_event++];
-    if (st.ok()) st = done.Record(stream_.get());
-    for (int e : batch) queued.push_back({e, &done});
-    batch.clear();
-    batch_rows.clear();
-    return st;
-  };
-  absl::Status status;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int e = order[i];
-    if (e < 0 || e >= c.num_experts || offsets[e + 1] == offsets[e]) {
-      status = absl::InternalError(
-          absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
-      break;
-    }
-    status = release_done(/*wait=*/false);
-    if (!status.ok()) break;
-    absl::StatusOr<ExpertWeights> weights = experts->Acquire(layer, e);
-    if (!weights.ok() && absl::IsResourceExhausted(weights.status()) &&
-        (!batch.empty() || next_release < queued.size())) {
-      // Every slab is held by experts acquired before this one: run them,
-      // wait, hand their slabs back, and ask again.
-      status = launch_batch();
-      if (status.ok()) status = release_done(/*wait=*/true);
-      if (!status.ok()) break;
-      weights = experts->Acquire(layer, e);
-    }
-    if (!weights.ok()) {
-      status = weights.status();
-      break;
-    }
-    batch.push_back(e);  // acquired: released below whatever happens
-    absl::StatusOr<DeviceExpert> dev = ToDeviceExpert(*weights, layer, e);
-    if (!dev.ok()) {
-      status = dev.status();
-      break;
-    }
-    batch_rows.push_back({*dev, offsets[e], offsets[e + 1] - offsets[e]});
-    if (i + 1 == order.size() || !experts->Ready(layer, order[i + 1])) {
-      status = launch_batch();
-      if (!status.ok()) break;
-    }
-  }
-  // Whatever happened, every acquired expert is released after its kernels
-  // (a failed launch leaves nothing queued behind the event).
-  absl::Status drained = stream_.Synchronize();
-  for (; next_release < queued.size(); ++next_release) {
-    experts->Release(layer, queued[next_release].expert);
-  }
-  for (int e : batch) experts->Release(layer, e);  // acquired, never launched
-  experts->EndLayer(layer);
-  if (!status.ok()) return status;
-  if (!drained.ok()) return drained;
-  if (order.size() != active.size()) {
-    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
-                                            " experts for layer ", layer, ", expected ",
-                                            active.size()));
-  }
-  return absl::OkStatus();
+  StreamExpertLauncher launcher(*blas_, stream_, expert_done_, layer, offsets,
+                                config_.text.hidden_size, config_.text.moe_intermediate_size,
+                                s.xp, s.gate_up, s.act, s.yp);
+  return RunExpertBatches(*experts, input.phase, layer, active, launcher);
 }
 
 absl::Status Qwen3VlMoeCudaModel::KeepRows(const std::vector<int64_t>& kept, Step& s) const {

@@ -14,14 +14,14 @@
 // MoE per layer: router GEMM (fp32 logits) -> top-k on device -> one small
 // device-to-host copy of the routing (the provider and the observers run on
 // the host) -> tokens permuted so each expert's rows are contiguous -> the
-// experts in the provider's order, Acquire'd one by one (blocking only on that
-// expert's copy); acquired experts are launched together -- one grouped GEMM
-// for gate_up, SwiGLU, one grouped GEMM for down -- as soon as the next
-// expert is not Ready(), so with everything resident a layer is three
-// launches and compute of resident experts overlaps the copies still in
-// flight -> weighted sum per token in slot order. A slab is released only after an event recorded behind
-// its group's down GEMM has completed: the provider may hand a released slab to the
-// next copy, and the compute stream must be done reading it by then.
+// experts through RunExpertBatches (engine/offload/expert_batch_runner.h):
+// acquired in the provider's order and launched in batches -- one grouped
+// GEMM for gate_up, SwiGLU, one grouped GEMM for down -- as soon as the next
+// expert is not Ready(), so with everything resident a layer's experts are
+// three launches and compute overlaps the copies still in flight; a slab is
+// released only after an event recorded behind its batch has completed (the
+// provider may hand a released slab to the next copy) -> weighted sum per
+// token in slot order.
 //
 // Differences from the CPU reference, by design: bf16 activations and KV cache
 // (transformers on a GPU runs bf16 too), slot-order instead of expert-order
@@ -127,7 +127,7 @@ class Qwen3VlMoeCudaModel final : public TextDecoder {
 
   mutable std::mutex mu_;  // serialises Forward: the members below are per step
   mutable Stream stream_;
-  mutable std::vector<Event> expert_done_;  // one per expert slot in a layer
+  mutable std::vector<Event> expert_done_;  // one per expert batch of a layer (tickets)
   mutable std::unique_ptr<Blas> blas_;
   mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it
   DeviceBuffer blas_workspace_;

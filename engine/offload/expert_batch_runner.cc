@@ -1,0 +1,96 @@
+#include "engine/offload/expert_batch_runner.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+
+absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
+                              absl::Span<const int> active, ExpertBatchLauncher& launcher) {
+  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, provider.BeginLayer(phase, layer, active));
+  std::vector<int> declared(active.begin(), active.end());
+  std::sort(declared.begin(), declared.end());
+  std::vector<bool> seen(declared.size(), false);
+
+  struct Launched {
+    int expert;
+    int ticket;
+  };
+  std::vector<Launched> launched;  // in launch order; released in that order
+  size_t next_release = 0;
+  auto release_finished = [&](bool wait) -> absl::Status {
+    for (; next_release < launched.size(); ++next_release) {
+      const Launched& l = launched[next_release];
+      if (wait) {
+        VISMOE_RETURN_IF_ERROR(launcher.Wait(l.ticket));
+      } else {
+        VISMOE_ASSIGN_OR_RETURN(bool done, launcher.Done(l.ticket));
+        if (!done) break;
+      }
+      provider.Release(layer, l.expert);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<AcquiredExpert> batch;  // acquired, not launched yet
+  int next_ticket = 0;
+  auto launch = [&]() -> absl::Status {
+    if (batch.empty()) return absl::OkStatus();
+    const int ticket = next_ticket++;
+    const absl::Status st = launcher.Launch(batch, ticket);
+    for (const AcquiredExpert& a : batch) launched.push_back({a.expert, ticket});
+    batch.clear();
+    return st;
+  };
+
+  absl::Status status;
+  for (size_t i = 0; i < order.size() && status.ok(); ++i) {
+    const int e = order[i];
+    const auto it = std::lower_bound(declared.begin(), declared.end(), e);
+    const size_t slot = static_cast<size_t>(it - declared.begin());
+    if (it == declared.end() || *it != e || seen[slot]) {
+      status = absl::InternalError(absl::StrCat(
+          "expert provider returned undeclared or repeated expert ", e, " for layer ", layer));
+      break;
+    }
+    seen[slot] = true;
+    status = release_finished(/*wait=*/false);
+    if (!status.ok()) break;
+    absl::StatusOr<ExpertWeights> weights = provider.Acquire(layer, e);
+    if (!weights.ok() && absl::IsResourceExhausted(weights.status()) &&
+        (!batch.empty() || next_release < launched.size())) {
+      // Every slab is held by experts acquired before this one: run them,
+      // wait, hand their slabs back, and ask again.
+      status = launch();
+      if (status.ok()) status = release_finished(/*wait=*/true);
+      if (!status.ok()) break;
+      weights = provider.Acquire(layer, e);
+    }
+    if (!weights.ok()) {
+      status = weights.status();
+      break;
+    }
+    batch.push_back({e, *std::move(weights)});
+    if (i + 1 == order.size() || !provider.Ready(layer, order[i + 1])) status = launch();
+  }
+  // Whatever happened, every acquired expert is released once nothing queued
+  // can read it any more.
+  const absl::Status drained = launcher.Drain();
+  for (; next_release < launched.size(); ++next_release) {
+    provider.Release(layer, launched[next_release].expert);
+  }
+  for (const AcquiredExpert& a : batch) provider.Release(layer, a.expert);
+  provider.EndLayer(layer);
+  if (!status.ok()) return status;
+  if (!drained.ok()) return drained;
+  if (order.size() != active.size()) {
+    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
+                                            " experts for layer ", layer, ", expected ",
+                                            active.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vismoe

@@ -1,0 +1,58 @@
+// RunExpertBatches: the ExpertProvider protocol for a backend that computes
+// experts asynchronously (the CUDA decoder queues GEMMs on a stream), kept
+// apart from any device so it is tested on the CPU.
+//
+// One MoE layer: BeginLayer(active) -> for each expert in the provider's
+// order, Acquire it (blocking only on that expert's copy) and add it to the
+// current batch; the batch is handed to the launcher as soon as the next
+// expert is not Ready() (so the device computes while that copy lands) or the
+// layer's experts run out -- with everything resident, one launch per layer.
+// An expert is released only once its batch has finished (Done/Wait): the
+// provider may hand a released slab to the next copy, which must not
+// overwrite weights the device is still reading. When Acquire reports
+// ResourceExhausted (every slab held by experts acquired earlier), the
+// current batch is launched, finished batches are waited for and released,
+// and Acquire is asked again. Whatever fails, every acquired expert is
+// released after Drain() and the layer is ended.
+// Thread safety: call from the thread running the layer's forward pass.
+#ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
+#define VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/offload/expert_provider.h"
+#include "engine/runtime/stats_sink.h"
+
+namespace vismoe {
+
+struct AcquiredExpert {
+  int expert = -1;
+  ExpertWeights weights;
+};
+
+// The backend side: queues work and reports when it has finished reading the
+// weights. Tickets are 0, 1, 2, ... within one layer (at most one per
+// expert), so a backend can keep one completion marker per ticket.
+class ExpertBatchLauncher {
+ public:
+  virtual ~ExpertBatchLauncher() = default;
+  // Queues the computation of `batch`; returns once queued.
+  virtual absl::Status Launch(absl::Span<const AcquiredExpert> batch, int ticket) = 0;
+  // Non-blocking: has batch `ticket` finished?
+  virtual absl::StatusOr<bool> Done(int ticket) = 0;
+  // Blocks until batch `ticket` has finished.
+  virtual absl::Status Wait(int ticket) = 0;
+  // Blocks until everything queued has finished (also after a failed Launch).
+  virtual absl::Status Drain() = 0;
+};
+
+// Runs one layer's `active` experts (distinct ids) through `provider` and
+// `launcher`. Returns the first error (InternalError when the provider returns
+// an expert that was not declared, or not as many as declared).
+absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
+                              absl::Span<const int> active, ExpertBatchLauncher& launcher);
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_

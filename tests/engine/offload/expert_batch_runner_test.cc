@@ -1,0 +1,276 @@
+// RunExpertBatches, the provider protocol of the CUDA decoder's MoE layers,
+// with a scripted provider and a fake asynchronous launcher: batching by
+// Ready(), release only after the batch finished, the ResourceExhausted retry,
+// and every error path releasing all it acquired. Then with the real
+// OffloadExpertProvider and a launcher that reads the weights only when a
+// batch "finishes": a slab handed back too early would be overwritten by the
+// next copy and caught there.
+#include "engine/offload/expert_batch_runner.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/offload/fake_expert_source.h"
+
+namespace vismoe {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeExpertSource;
+
+constexpr int kLayer = 2;
+
+// Batches as launched; a batch finishes on Wait, Drain, or (with
+// finish_on_poll) when polled. Finishing a batch finishes the earlier ones
+// (one stream). `on_finish` sees each batch's weights as it finishes.
+class FakeLauncher final : public ExpertBatchLauncher {
+ public:
+  absl::Status Launch(absl::Span<const AcquiredExpert> batch, int ticket) override {
+    EXPECT_EQ(ticket, static_cast<int>(batches.size()));
+    batches.emplace_back(batch.begin(), batch.end());
+    finished.push_back(false);
+    if (ticket == fail_at) return absl::InternalError("launch failed");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> Done(int ticket) override {
+    if (finish_on_poll) FinishThrough(ticket);
+    return finished.at(ticket);
+  }
+  absl::Status Wait(int ticket) override {
+    FinishThrough(ticket);
+    return absl::OkStatus();
+  }
+  absl::Status Drain() override {
+    drained = true;
+    if (!batches.empty()) FinishThrough(static_cast<int>(batches.size()) - 1);
+    return absl::OkStatus();
+  }
+
+  // The ticket of the batch holding `expert`, or -1.
+  int TicketOf(int expert) const {
+    for (size_t t = 0; t < batches.size(); ++t) {
+      for (const AcquiredExpert& a : batches[t]) {
+        if (a.expert == expert) return static_cast<int>(t);
+      }
+    }
+    return -1;
+  }
+  std::vector<std::vector<int>> Ids() const {
+    std::vector<std::vector<int>> ids;
+    for (const auto& b : batches) {
+      ids.emplace_back();
+      for (const AcquiredExpert& a : b) ids.back().push_back(a.expert);
+    }
+    return ids;
+  }
+
+  std::vector<std::vector<AcquiredExpert>> batches;
+  std::vector<bool> finished;
+  bool finish_on_poll = false;
+  bool drained = false;
+  int fail_at = -1;
+  std::function<void(const std::vector<AcquiredExpert>&)> on_finish;
+
+ private:
+  void FinishThrough(int ticket) {
+    for (int t = 0; t <= ticket; ++t) {
+      if (finished[t]) continue;
+      finished[t] = true;
+      if (on_finish) on_finish(batches[t]);
+    }
+  }
+};
+
+// Declares, orders and hands out experts as scripted; checks that each
+// Release comes after the expert's batch finished (or after Drain for an
+// expert never launched) and logs the calls.
+class ScriptedProvider final : public ExpertProvider {
+ public:
+  explicit ScriptedProvider(const FakeLauncher& launcher) : launcher_(launcher) {}
+
+  absl::StatusOr<std::vector<int>> BeginLayer(Phase, int layer,
+                                              absl::Span<const int> experts) override {
+    log.push_back(absl::StrCat("begin ", layer));
+    if (!order.empty()) return order;
+    return std::vector<int>(experts.begin(), experts.end());
+  }
+  absl::StatusOr<ExpertWeights> Acquire(int, int expert) override {
+    if (expert == fail_expert) return absl::UnavailableError("copy failed");
+    if (static_cast<int>(held.size()) >= capacity) {
+      return absl::ResourceExhaustedError("every slab is held");
+    }
+    held.insert(expert);
+    ++acquired;
+    log.push_back(absl::StrCat("acquire ", expert));
+    return ExpertWeights();
+  }
+  void Release(int, int expert) override {
+    EXPECT_EQ(held.erase(expert), 1u) << "release of " << expert << " not held";
+    const int t = launcher_.TicketOf(expert);
+    if (t >= 0) {
+      EXPECT_TRUE(launcher_.finished[t]) << expert << " released before its batch finished";
+    } else {
+      EXPECT_TRUE(launcher_.drained) << expert << " released before Drain";
+    }
+    log.push_back(absl::StrCat("release ", expert));
+  }
+  bool Ready(int, int expert) override { return ready.count(expert) > 0; }
+  void EndLayer(int layer) override { log.push_back(absl::StrCat("end ", layer)); }
+
+  std::vector<int> order;  // empty = the declared order
+  std::set<int> ready;
+  int capacity = 1 << 20;  // experts held at once before ResourceExhausted
+  int fail_expert = -1;
+  std::set<int> held;
+  int acquired = 0;
+  std::vector<std::string> log;
+
+ private:
+  const FakeLauncher& launcher_;
+};
+
+TEST(ExpertBatchRunnerTest, ReadyExpertsAreOneBatch) {
+  FakeLauncher launcher;
+  ScriptedProvider p(launcher);
+  p.ready = {1, 3, 5};
+  const std::vector<int> active = {5, 1, 3};
+  ASSERT_TRUE(RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher).ok());
+  EXPECT_THAT(launcher.Ids(), ElementsAre(ElementsAre(5, 1, 3)));
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_EQ(p.log.front(), "begin 2");
+  EXPECT_EQ(p.log.back(), "end 2");
+}
+
+TEST(ExpertBatchRunnerTest, ABatchGoesOutBeforeAnExpertThatIsNotReady) {
+  FakeLauncher launcher;
+  launcher.finish_on_poll = true;  // finished batches are released while the layer runs
+  ScriptedProvider p(launcher);
+  p.ready = {5, 1};
+  const std::vector<int> active = {5, 1, 3, 7};
+  ASSERT_TRUE(RunExpertBatches(p, Phase::kPrefill, kLayer, active, launcher).ok());
+  EXPECT_THAT(launcher.Ids(), ElementsAre(ElementsAre(5, 1), ElementsAre(3), ElementsAre(7)));
+  EXPECT_TRUE(p.held.empty());
+  // 5 and 1 went back before 7 was acquired.
+  const auto pos = [&](const std::string& s) {
+    return std::find(p.log.begin(), p.log.end(), s) - p.log.begin();
+  };
+  EXPECT_LT(pos("release 1"), pos("acquire 7"));
+}
+
+TEST(ExpertBatchRunnerTest, ResourceExhaustedLaunchesWaitsAndRetries) {
+  FakeLauncher launcher;  // batches finish only when waited for
+  ScriptedProvider p(launcher);
+  p.ready = {1, 3, 5};
+  p.capacity = 1;
+  const std::vector<int> active = {5, 1, 3};
+  ASSERT_TRUE(RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher).ok());
+  EXPECT_THAT(launcher.Ids(), ElementsAre(ElementsAre(5), ElementsAre(1), ElementsAre(3)));
+  EXPECT_EQ(p.acquired, 3);
+  EXPECT_TRUE(p.held.empty());
+}
+
+TEST(ExpertBatchRunnerTest, ResourceExhaustedWithNothingHeldIsReturned) {
+  FakeLauncher launcher;
+  ScriptedProvider p(launcher);
+  p.capacity = 0;
+  const std::vector<int> active = {4};
+  const absl::Status st = RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(p.log.back(), "end 2");
+}
+
+TEST(ExpertBatchRunnerTest, LaunchErrorReleasesEverythingAfterDrain) {
+  FakeLauncher launcher;
+  launcher.fail_at = 1;
+  ScriptedProvider p(launcher);
+  p.ready = {5};
+  const std::vector<int> active = {5, 1, 3};
+  const absl::Status st = RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher);
+  EXPECT_EQ(st.message(), "launch failed");
+  EXPECT_THAT(launcher.Ids(), ElementsAre(ElementsAre(5), ElementsAre(1)));
+  EXPECT_TRUE(launcher.drained);
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_EQ(p.acquired, 2);  // 3 was never acquired
+  EXPECT_EQ(p.log.back(), "end 2");
+}
+
+TEST(ExpertBatchRunnerTest, AcquireErrorReleasesTheUnlaunchedBatch) {
+  FakeLauncher launcher;
+  ScriptedProvider p(launcher);
+  p.ready = {5, 1, 3};
+  p.fail_expert = 3;
+  const std::vector<int> active = {5, 1, 3};
+  const absl::Status st = RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_TRUE(launcher.batches.empty());  // 5 and 1 were waiting for 3
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_EQ(p.log.back(), "end 2");
+}
+
+TEST(ExpertBatchRunnerTest, UndeclaredRepeatedOrMissingExpertsAreInternalErrors) {
+  const std::vector<int> active = {5, 1};
+  for (const std::vector<int>& order :
+       {std::vector<int>{5, 9}, std::vector<int>{5, 5}, std::vector<int>{5}}) {
+    FakeLauncher launcher;
+    ScriptedProvider p(launcher);
+    p.order = order;
+    const absl::Status st = RunExpertBatches(p, Phase::kDecode, kLayer, active, launcher);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+    EXPECT_TRUE(p.held.empty());
+    EXPECT_EQ(p.log.back(), "end 2");
+  }
+}
+
+// The real provider, two slabs for four experts per layer, copies on its own
+// thread: every batch must still hold its experts' bytes when it finishes.
+TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
+  constexpr int kLayers = 4, kExperts = 6;
+  FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  auto created = OffloadExpertProvider::Create(src, src.Config(3), src.Plan(1, 2),
+                                               OffloadOptions(), nullptr);
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int step = 0; step < 12; ++step) {
+    for (int layer = 0; layer < kLayers; ++layer) {
+      std::vector<int> all(kExperts);
+      for (int e = 0; e < kExperts; ++e) all[e] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      const std::vector<int> active(all.begin(), all.begin() + 4);
+      FakeLauncher launcher;
+      launcher.finish_on_poll = step % 2 == 0;
+      launcher.on_finish = [&](const std::vector<AcquiredExpert>& batch) {
+        for (const AcquiredExpert& a : batch) {
+          EXPECT_TRUE(src.Holds(a.weights, layer, a.expert))
+              << "layer " << layer << " expert " << a.expert << " step " << step;
+          ++checked;
+        }
+      };
+      const absl::Status st = RunExpertBatches(
+          p, step == 0 ? Phase::kPrefill : Phase::kDecode, layer, active, launcher);
+      ASSERT_TRUE(st.ok()) << st;
+      std::vector<int> ran;
+      for (const auto& b : launcher.Ids()) ran.insert(ran.end(), b.begin(), b.end());
+      std::sort(ran.begin(), ran.end());
+      std::vector<int> want = active;
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(ran, want);
+    }
+  }
+  EXPECT_EQ(checked, 12 * kLayers * 4);
+  std::string why;
+  EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
+}  // namespace
+}  // namespace vismoe
