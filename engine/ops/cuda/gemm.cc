@@ -14,6 +14,7 @@
 #include "engine/ops/cuda/cublas_loader.h"
 #include "engine/ops/cuda/cuda_status.h"
 #include "engine/ops/cuda/pointer_table.h"
+#include "spdlog/spdlog.h"
 
 namespace vismoe::cuda {
 
@@ -41,7 +42,8 @@ Blas::Blas(Blas&& o) noexcept
     : api_(o.api_),
       handle_(std::exchange(o.handle_, nullptr)),
       stream_(std::exchange(o.stream_, nullptr)),
-      pointer_table_(std::move(o.pointer_table_)) {}
+      pointer_table_(std::move(o.pointer_table_)),
+      grouped_(o.grouped_) {}
 Blas& Blas::operator=(Blas&& o) noexcept {
   if (this != &o) {
     if (handle_ != nullptr) api_->destroy(handle_);
@@ -49,6 +51,7 @@ Blas& Blas::operator=(Blas&& o) noexcept {
     handle_ = std::exchange(o.handle_, nullptr);
     stream_ = std::exchange(o.stream_, nullptr);
     pointer_table_ = std::move(o.pointer_table_);
+    grouped_ = o.grouped_;
   }
   return *this;
 }
@@ -137,14 +140,32 @@ absl::Status Blas::Grouped(std::vector<Problem> problems) {
       beta.push_back(0.0f);
       group_size.push_back(1);
     }
-    // The table is rewritten by a kernel on this stream, so the previous
-    // call's GEMMs have read it by then.
-    VISMOE_RETURN_IF_ERROR(WritePointerTable(ptrs, table, stream_));
-    VISMOE_CUBLAS_RETURN_IF_ERROR(api_->gemm_grouped_batched_ex(
-        handle_, trans_a.data(), trans_b.data(), m.data(), n.data(), k.data(), alpha.data(),
-        table, CUDA_R_16BF, lda.data(), table + count, CUDA_R_16BF, ldb.data(), beta.data(),
-        table + 2 * count, CUDA_R_16BF,
-        ldc.data(), static_cast<int>(group_size.size()), group_size.data(), CUBLAS_COMPUTE_32F));
+    if (grouped_) {
+      // The table is rewritten by a kernel on this stream, so the previous
+      // call's GEMMs have read it by then.
+      VISMOE_RETURN_IF_ERROR(WritePointerTable(ptrs, table, stream_));
+      const cublasStatus_t st = api_->gemm_grouped_batched_ex(
+          handle_, trans_a.data(), trans_b.data(), m.data(), n.data(), k.data(), alpha.data(),
+          table, CUDA_R_16BF, lda.data(), table + count, CUDA_R_16BF, ldb.data(), beta.data(),
+          table + 2 * count, CUDA_R_16BF, ldc.data(), static_cast<int>(group_size.size()),
+          group_size.data(), CUBLAS_COMPUTE_32F);
+      if (st == CUBLAS_STATUS_SUCCESS) continue;
+      if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+        return CublasErrorToStatus(st, "cublasGemmGroupedBatchedEx", __FILE__, __LINE__);
+      }
+      // A cuBLAS or device without bf16 grouped GEMMs: same results, one
+      // launch per problem from now on.
+      spdlog::warn("cublasGemmGroupedBatchedEx: not supported here; MoE experts run one GEMM each");
+      grouped_ = false;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    for (size_t i = 0; i < count; ++i) {
+      const Problem& p = problems[begin + i];
+      VISMOE_CUBLAS_RETURN_IF_ERROR(api_->gemm_ex(
+          handle_, p.trans_a, CUBLAS_OP_N, p.m, p.n, p.k, &one, p.a, CUDA_R_16BF, p.lda, p.b,
+          CUDA_R_16BF, p.ldb, &zero, p.c, CUDA_R_16BF, p.ldc, CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT));
+    }
   }
   return absl::OkStatus();
 }

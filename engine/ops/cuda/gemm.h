@@ -101,6 +101,9 @@ class Blas {
 
   // Problems per grouped cuBLAS call (the size of the pointer table).
   static constexpr int kMaxGroupedProblems = 256;
+  // Runs the grouped calls as one GEMM per problem, as happens by itself
+  // (with a warning) when cuBLAS reports the grouped bf16 GEMM unsupported.
+  void DisableGroupedGemm() { grouped_ = false; }
 
  private:
   struct Problem;  // one GEMM of a grouped call (gemm.cc)
@@ -115,6 +118,7 @@ class Blas {
   cublasContext* handle_ = nullptr;
   StreamHandle stream_ = nullptr;
   DeviceBuffer pointer_table_;  // 3 * kMaxGroupedProblems device pointers
+  bool grouped_ = true;         // false: one gemm_ex per problem
 };
 
 }  // namespace vismoe::cuda

@@ -265,6 +265,12 @@ TEST_F(CudaGemmGpuTest, GroupedMoeFusedLayoutMatchesCpu) { RunMoe(*blas_, true, 
 TEST_F(CudaGemmGpuTest, GroupedMoeSeparateLayoutMatchesCpu) { RunMoe(*blas_, false, 1); }
 TEST_F(CudaGemmGpuTest, ScatteredSubsetsFusedLayoutMatchCpu) { RunMoe(*blas_, true, 3); }
 TEST_F(CudaGemmGpuTest, ScatteredSubsetsSeparateLayoutMatchCpu) { RunMoe(*blas_, false, 3); }
+// The per-problem fallback (cuBLAS without bf16 grouped GEMMs).
+TEST_F(CudaGemmGpuTest, UngroupedFallbackMatchesCpu) {
+  blas_->DisableGroupedGemm();
+  RunMoe(*blas_, true, 3);
+  RunMoe(*blas_, false, 1);
+}
 
 // More problems than one grouped call takes (300 experts, separate gate/up:
 // ~400 gate/up GEMMs), row counts 0, 1 and 2 (two shape groups, empty
