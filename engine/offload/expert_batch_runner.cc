@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/core/status_macros.h"
 
 namespace vismoe {
@@ -11,10 +12,21 @@ namespace vismoe {
 absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
                               absl::Span<const int> active, ExpertBatchLauncher& launcher) {
   VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, provider.BeginLayer(phase, layer, active));
-  std::vector<int> declared(active.begin(), active.end());
-  std::sort(declared.begin(), declared.end());
-  std::vector<bool> seen(declared.size(), false);
-
+  // The order must be a permutation of what was declared: checked before
+  // anything is acquired (Ready() and Acquire() require declared experts).
+  {
+    std::vector<int> declared(active.begin(), active.end());
+    std::vector<int> returned = order;
+    std::sort(declared.begin(), declared.end());
+    std::sort(returned.begin(), returned.end());
+    if (returned != declared) {
+      provider.EndLayer(layer);
+      return absl::InternalError(absl::StrCat("expert provider returned [",
+                                              absl::StrJoin(order, ", "), "] for layer ", layer,
+                                              ", which declared [", absl::StrJoin(active, ", "),
+                                              "]"));
+    }
+  }
   struct Launched {
     int expert;
     int ticket;
@@ -48,14 +60,6 @@ absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
   absl::Status status;
   for (size_t i = 0; i < order.size() && status.ok(); ++i) {
     const int e = order[i];
-    const auto it = std::lower_bound(declared.begin(), declared.end(), e);
-    const size_t slot = static_cast<size_t>(it - declared.begin());
-    if (it == declared.end() || *it != e || seen[slot]) {
-      status = absl::InternalError(absl::StrCat(
-          "expert provider returned undeclared or repeated expert ", e, " for layer ", layer));
-      break;
-    }
-    seen[slot] = true;
     status = release_finished(/*wait=*/false);
     if (!status.ok()) break;
     absl::StatusOr<ExpertWeights> weights = provider.Acquire(layer, e);
@@ -84,13 +88,7 @@ absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
   for (const AcquiredExpert& a : batch) provider.Release(layer, a.expert);
   provider.EndLayer(layer);
   if (!status.ok()) return status;
-  if (!drained.ok()) return drained;
-  if (order.size() != active.size()) {
-    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
-                                            " experts for layer ", layer, ", expected ",
-                                            active.size()));
-  }
-  return absl::OkStatus();
+  return drained;
 }
 
 }  // namespace vismoe

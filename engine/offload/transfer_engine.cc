@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
@@ -102,6 +103,11 @@ void TransferEngine::Run() {
     absl::Status copied = absl::OkStatus();
     if (options_.backend != nullptr) {
       copied = options_.backend->Copy(r.dst, r.src, r.bytes);
+      // Cancelled means Cancel/Shutdown to the owner; a backend's own
+      // "cancelled" is a failed copy like any other.
+      if (absl::IsCancelled(copied)) {
+        copied = absl::InternalError(absl::StrCat("copy cancelled by the backend: ", copied.message()));
+      }
     } else {
       std::memcpy(r.dst, r.src, r.bytes);
     }

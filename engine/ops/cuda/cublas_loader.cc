@@ -38,11 +38,13 @@ absl::StatusOr<CublasApi> Load() {
                           resolve("cublasSetWorkspace_v2", &api.set_workspace),
                           resolve("cublasSetAtomicsMode", &api.set_atomics_mode),
                           resolve("cublasGemmEx", &api.gemm_ex),
-                          resolve("cublasGemmGroupedBatchedEx", &api.gemm_grouped_batched_ex),
                           resolve("cublasGetStatusName", &api.status_name),
                           resolve("cublasGetStatusString", &api.status_string)}) {
     if (!st.ok()) return st;
   }
+  // Optional: cuBLAS before 12.5 has no grouped GEMM (Blas then runs one GEMM per problem).
+  api.gemm_grouped_batched_ex = reinterpret_cast<decltype(api.gemm_grouped_batched_ex)>(
+      dlsym(lib, "cublasGemmGroupedBatchedEx"));
   return api;
 }
 

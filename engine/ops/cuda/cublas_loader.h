@@ -35,6 +35,7 @@ struct CublasApi {
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                             int, const void*, void*, cudaDataType, int, cublasComputeType_t,
                             cublasGemmAlgo_t) = nullptr;
+  // Null when the library has none (cuBLAS < 12.5).
   decltype(&cublasGemmGroupedBatchedEx) gemm_grouped_batched_ex = nullptr;
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;

@@ -35,6 +35,7 @@ absl::StatusOr<Blas> Blas::Create(StreamHandle stream, void* workspace, size_t w
       DeviceBuffer::Allocate(3 * kMaxGroupedProblems * sizeof(void*));
   if (!table.ok()) return table.status();
   blas.pointer_table_ = *std::move(table);
+  blas.grouped_ = api.gemm_grouped_batched_ex != nullptr;
   return blas;
 }
 

@@ -177,6 +177,38 @@ TEST(CopyBackendTest, FailedCopiesCompleteWithFalseAreCountedAndLoggedOnce) {
   EXPECT_NE(text.find("fake copy failure"), std::string::npos) << text;
 }
 
+// Cancelled reaches the owner only for Cancel/Shutdown (the offload provider
+// takes it for a shutdown); a backend's own "cancelled" is a failed copy.
+class CancellingCopyBackend final : public CopyBackend {
+ public:
+  absl::Status Copy(void*, const void*, size_t) override {
+    return absl::CancelledError("stream torn down");
+  }
+  const char* name() const override { return "cancelling"; }
+};
+
+TEST(CopyBackendTest, ABackendsCancelledIsAFailureNotACancellation) {
+  CapturedLog log;  // the failure is logged; keep it out of the test output
+  CancellingCopyBackend backend;
+  TransferEngine::Options options;
+  options.backend = &backend;
+  TransferEngine te(options);
+  char src[8] = {}, dst[8] = {};
+  absl::Status got = absl::OkStatus();
+  TransferEngine::Request r;
+  r.src = src;
+  r.dst = dst;
+  r.bytes = sizeof(src);
+  r.on_done = [&](const absl::Status& copied) { got = copied; };
+  te.Submit(std::move(r));
+  te.WaitIdle();
+  EXPECT_FALSE(got.ok());
+  EXPECT_FALSE(absl::IsCancelled(got)) << got;
+  EXPECT_NE(std::string(got.message()).find("stream torn down"), std::string::npos) << got;
+  EXPECT_EQ(te.stats().failed, 1u);
+  EXPECT_EQ(te.stats().cancelled, 0u);
+}
+
 TEST(CopyBackendTest, ThrottleStillBoundsTheRateWithABackend) {
   FakeCopyBackend backend;
   TransferEngine::Options options;

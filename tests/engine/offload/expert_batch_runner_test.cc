@@ -8,6 +8,8 @@
 #include "engine/offload/expert_batch_runner.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/offload/copy_backend.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -270,6 +273,62 @@ TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
   EXPECT_EQ(checked, 12 * kLayers * 4);
   std::string why;
   EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
+// Fails the copies numbered in [fail_from, fail_to) (0-based, in copy order).
+class FlakyCopyBackend final : public CopyBackend {
+ public:
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    const int n = copies.fetch_add(1);
+    if (n >= fail_from.load() && n < fail_to.load()) return absl::InternalError("device lost");
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  const char* name() const override { return "flaky"; }
+  std::atomic<int> copies{0};
+  std::atomic<int> fail_from{0};
+  std::atomic<int> fail_to{0};
+};
+
+// A copy that fails mid-layer: the layer fails with the copy's error (no
+// hang), everything acquired goes back, and the next step runs in full.
+TEST(ExpertBatchRunnerTest, FailedCopyFailsTheLayerAndTheNextStepRuns) {
+  constexpr int kLayers = 3, kExperts = 6;
+  FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  for (int fail_at = 0; fail_at < 4; ++fail_at) {
+    FlakyCopyBackend backend;
+    OffloadDevice device;
+    device.copy = &backend;
+    auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2),
+                                                 OffloadOptions(), nullptr, nullptr, device);
+    ASSERT_TRUE(created.ok()) << created.status();
+    OffloadExpertProvider& p = **created;
+    // The pinned prefix upload was copy 0 (layer 0 is pinned).
+    const int base = backend.copies.load();
+    backend.fail_from = base + fail_at;
+    backend.fail_to = base + fail_at + 1;
+    const std::vector<int> active = {0, 1, 2, 3};
+    FakeLauncher launcher;
+    launcher.finish_on_poll = true;
+    absl::Status st = RunExpertBatches(p, Phase::kDecode, 1, active, launcher);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << fail_at << ": " << st;
+    p.WaitForTransfers();
+    std::string why;
+    EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+
+    FakeLauncher again;
+    again.on_finish = [&](const std::vector<AcquiredExpert>& batch) {
+      for (const AcquiredExpert& a : batch) EXPECT_TRUE(src.Holds(a.weights, 1, a.expert));
+    };
+    st = RunExpertBatches(p, Phase::kDecode, 1, active, again);
+    ASSERT_TRUE(st.ok()) << fail_at << ": " << st;
+    std::vector<int> ran;
+    for (const auto& b : again.Ids()) ran.insert(ran.end(), b.begin(), b.end());
+    std::sort(ran.begin(), ran.end());
+    EXPECT_EQ(ran, active);
+    p.WaitForTransfers();
+    EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+  }
 }
 
 }  // namespace
