@@ -8,8 +8,6 @@
 #include "engine/offload/expert_batch_runner.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -18,11 +16,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/offload/copy_backend.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/offload/fake_expert_source.h"
+#include "tests/engine/offload/flaky_copy_backend.h"
 
 namespace vismoe {
 namespace {
@@ -275,28 +273,13 @@ TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
   EXPECT_TRUE(p.CheckInvariants(&why)) << why;
 }
 
-// Fails the copies numbered in [fail_from, fail_to) (0-based, in copy order).
-class FlakyCopyBackend final : public CopyBackend {
- public:
-  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
-    const int n = copies.fetch_add(1);
-    if (n >= fail_from.load() && n < fail_to.load()) return absl::InternalError("device lost");
-    std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
-  }
-  const char* name() const override { return "flaky"; }
-  std::atomic<int> copies{0};
-  std::atomic<int> fail_from{0};
-  std::atomic<int> fail_to{0};
-};
-
 // A copy that fails mid-layer: the layer fails with the copy's error (no
 // hang), everything acquired goes back, and the next step runs in full.
 TEST(ExpertBatchRunnerTest, FailedCopyFailsTheLayerAndTheNextStepRuns) {
   constexpr int kLayers = 3, kExperts = 6;
   FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
   for (int fail_at = 0; fail_at < 4; ++fail_at) {
-    FlakyCopyBackend backend;
+    testing::FlakyCopyBackend backend;
     OffloadDevice device;
     device.copy = &backend;
     auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2),

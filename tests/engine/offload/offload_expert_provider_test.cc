@@ -7,19 +7,17 @@
 #include "engine/offload/offload_expert_provider.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "engine/offload/copy_backend.h"
 #include "engine/policy/history_expert_predictor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/offload/fake_expert_source.h"
+#include "tests/engine/offload/flaky_copy_backend.h"
 
 namespace vismoe {
 namespace {
@@ -161,24 +159,12 @@ TEST(OffloadExpertProviderTest, ReadyMeansResidentAndCopied) {
   p->EndLayer(1);
 }
 
-// A copy backend that fails while `fail` is set (a device error mid-run).
-class SwitchableCopyBackend final : public CopyBackend {
- public:
-  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
-    if (fail.load()) return absl::InternalError("device lost");
-    std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
-  }
-  const char* name() const override { return "switchable"; }
-  std::atomic<bool> fail{false};
-};
-
 // A failed copy fails the step that needs it with the copy's error (not
 // "cancelled", which would read as a shutdown), frees its slab, and the
 // provider serves the next step once copies work again.
 TEST(OffloadExpertProviderTest, FailedCopyFailsTheStepAndTheNextOneWorks) {
   FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
-  SwitchableCopyBackend backend;
+  testing::FlakyCopyBackend backend;
   OffloadDevice device;
   device.copy = &backend;
   auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2),
@@ -186,7 +172,7 @@ TEST(OffloadExpertProviderTest, FailedCopyFailsTheStepAndTheNextOneWorks) {
   ASSERT_TRUE(created.ok()) << created.status();
   OffloadExpertProvider& p = **created;
   const std::vector<int> e1 = {0, 2};
-  backend.fail = true;
+  backend.FailFromNow(true);
   ASSERT_TRUE(p.BeginLayer(Phase::kPrefill, 1, e1).ok());
   const absl::StatusOr<ExpertWeights> w = p.Acquire(1, 0);
   ASSERT_FALSE(w.ok());
@@ -197,7 +183,7 @@ TEST(OffloadExpertProviderTest, FailedCopyFailsTheStepAndTheNextOneWorks) {
   std::string why;
   EXPECT_TRUE(p.CheckInvariants(&why)) << why;
 
-  backend.fail = false;
+  backend.FailFromNow(false);
   auto order = p.BeginLayer(Phase::kDecode, 1, e1);
   ASSERT_TRUE(order.ok()) << order.status();
   for (int e : *order) {
