@@ -64,47 +64,64 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
         it == plan.offloaded_layer_ids.end() ? plan.offloaded_layer_ids.front() : *it;
   }
 
-  // Host store for the offloaded layers; the pinned prefix is packed through
-  // a second store and copied into the arena once.
+  // Host store for the offloaded layers. The pinned prefix is packed one layer
+  // at a time through a short-lived store and copied into the arena, so host
+  // memory never holds a second copy of every prefix layer at once (a 30B
+  // synthetic checkpoint already fills half the host).
   VISMOE_ASSIGN_OR_RETURN(p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids,
                                                              config.num_experts,
                                                              device.host_allocator,
                                                              device.expert_dtype));
-  std::unique_ptr<HostExpertStore> pinned_store;
-  VISMOE_ASSIGN_OR_RETURN(pinned_store,
-                          HostExpertStore::Create(source, plan.pinned_layer_ids,
-                                                  config.num_experts, nullptr,
-                                                  device.expert_dtype));
+  const std::vector<int>& prefix_layers = plan.pinned_layer_ids;
+  auto pack_layer = [&](int layer) {
+    return HostExpertStore::Create(source, {layer}, config.num_experts, nullptr,
+                                   device.expert_dtype);
+  };
+  std::unique_ptr<HostExpertStore> one;  // the prefix layer being uploaded
+  ExpertFormat pinned_format;
+  if (!prefix_layers.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(one, pack_layer(prefix_layers[0]));
+    pinned_format = one->format();
+  }
   const size_t stride =
-      !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes : pinned_store->format().bytes;
+      !plan.offloaded_layer_ids.empty() ? p->store_->format().bytes : pinned_format.bytes;
   p->stride_ = stride;
-  const int64_t pinned_bytes = static_cast<int64_t>(pinned_store->total_bytes());
+  const int64_t layer_bytes = static_cast<int64_t>(pinned_format.bytes) * config.num_experts;
+  const int64_t pinned_bytes = layer_bytes * static_cast<int64_t>(prefix_layers.size());
   const int64_t slab_bytes = static_cast<int64_t>(stride) * plan.num_slabs;
   VISMOE_ASSIGN_OR_RETURN(
       p->arena_,
       DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
                           device.device_allocator));
   VISMOE_ASSIGN_OR_RETURN(char* prefix, p->arena_->Carve("pinned_prefix", pinned_bytes));
-  if (pinned_bytes > 0) {
-    const void* src = pinned_store->Block(plan.pinned_layer_ids[0], 0);
+  for (size_t i = 0; i < prefix_layers.size(); ++i) {
+    const int layer = prefix_layers[i];
+    if (i > 0) {
+      one.reset();  // before packing the next: one layer in host memory at a time
+      VISMOE_ASSIGN_OR_RETURN(one, pack_layer(layer));
+      if (one->format().bytes != pinned_format.bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", layer, "'s experts differ in layout, dtype or shape from layer ",
+                         prefix_layers[0], "'s"));
+      }
+    }
+    char* dst = prefix + static_cast<int64_t>(i) * layer_bytes;
+    const void* src = one->Block(layer, 0);
     if (device.copy != nullptr) {
-      absl::Status st = device.copy->Copy(prefix, src, static_cast<size_t>(pinned_bytes));
+      absl::Status st = device.copy->Copy(dst, src, static_cast<size_t>(layer_bytes));
       if (!st.ok()) {
         return absl::Status(st.code(),
-                            absl::StrCat("uploading the pinned prefix (", pinned_bytes,
+                            absl::StrCat("uploading pinned layer ", layer, " (", layer_bytes,
                                          " bytes) through ", device.copy->name(), ": ",
                                          st.message()));
       }
     } else {
-      std::memcpy(prefix, src, static_cast<size_t>(pinned_bytes));
+      std::memcpy(dst, src, static_cast<size_t>(layer_bytes));
     }
+    p->pinned_[layer] = dst;
   }
-  for (size_t i = 0; i < plan.pinned_layer_ids.size(); ++i) {
-    p->pinned_[plan.pinned_layer_ids[i]] =
-        prefix + i * pinned_store->format().bytes * config.num_experts;
-  }
-  p->store_format_pinned_ = pinned_store->format();
-  p->pinned_stride_ = pinned_store->format().bytes;
+  p->store_format_pinned_ = pinned_format;
+  p->pinned_stride_ = pinned_format.bytes;
   VISMOE_ASSIGN_OR_RETURN(p->slabs_, p->arena_->Carve("slab_cache", slab_bytes));
   p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
   p->predictor_ = std::move(predictor);

@@ -17,6 +17,8 @@ side in one table.
 Needs torch, transformers and accelerate (present on the GPU machine).
 """
 import argparse
+import contextlib
+import inspect
 import json
 import sys
 import time
@@ -71,15 +73,49 @@ def build_model(shape, dtype):
                            spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
         image_token_id=IMAGE_TOKEN, vision_start_token_id=VISION_START,
         vision_end_token_id=VISION_END, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    model = Qwen3VLMoeForConditionalGeneration._from_config(cfg, dtype=dtype).eval()
-    with torch.no_grad():  # _from_config leaves some tensors uninitialised: fill every one
-        for p in model.parameters():
-            p.normal_(0.0, 0.02)
+    with no_init_weights():  # every parameter is filled below; skip transformers' own pass
+        model = Qwen3VLMoeForConditionalGeneration._from_config(cfg, dtype=dtype).eval()
+    fill_random(model)
+    return model, cfg
+
+
+def no_init_weights():
+    """transformers' switch that skips weight initialisation (moved in 5.x)."""
+    try:
+        from transformers import initialization
+        return initialization.no_init_weights()
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from transformers.modeling_utils import no_init_weights as legacy
+        return legacy()
+    except ImportError:
+        return contextlib.nullcontext()
+
+
+def fill_random(model):
+    """Every parameter from a 64 Mi-element N(0, 0.02) pool at varying offsets (norm weights 1).
+
+    normal_ over 31 B parameters takes minutes on the CPU; copying slices of one
+    pool runs at memory speed, and timing does not depend on the values beyond
+    routing being spread over the experts, which a random router gives.
+    """
+    g = torch.Generator().manual_seed(0)
+    pool_n = 1 << 26
+    pools = {}
+    offset = 0
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.fill_(1.0)
-    return model, cfg
+                continue
+            if p.dtype not in pools:
+                pools[p.dtype] = (torch.randn(2 * pool_n, generator=g) * 0.02).to(p.dtype)
+            pool, flat = pools[p.dtype], p.view(-1)
+            for start in range(0, flat.numel(), pool_n):
+                n = min(pool_n, flat.numel() - start)
+                flat[start:start + n].copy_(pool[offset:offset + n])
+                offset = (offset + 7919) % pool_n
 
 
 def module_bytes(module):
@@ -116,7 +152,7 @@ def build_device_map(model, budget_bytes, reserve_bytes):
                             offloaded_bytes=offloaded)
 
 
-def make_inputs(cfg, images, image_size, prompt_tokens, device):
+def make_inputs(model, images, image_size, prompt_tokens, device):
     g = torch.Generator().manual_seed(1)
     text = torch.randint(1000, 100000, (prompt_tokens,), generator=g)
     grid = image_size // 16
@@ -133,6 +169,10 @@ def make_inputs(cfg, images, image_size, prompt_tokens, device):
         inputs["pixel_values"] = torch.randn(images * grid * grid, patch, generator=g).to(
             device, torch.bfloat16 if device != "cpu" else torch.float32)
         inputs["image_grid_thw"] = torch.tensor([[1, grid, grid]] * images, device=device)
+        # transformers >= 5 takes the M-RoPE token types from the processor
+        # (1 = image token); without them generate() falls back to text positions.
+        if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:
+            inputs["mm_token_type_ids"] = (input_ids == IMAGE_TOKEN).int()
     return inputs
 
 
@@ -153,7 +193,7 @@ def run(args):
     gpu = args.device != "cpu"
     dtype = torch.bfloat16 if gpu else torch.float32
     t0 = time.perf_counter()
-    model, cfg = build_model(args.shape, dtype)
+    model, _ = build_model(args.shape, dtype)
     placement = {}
     if gpu:
         from accelerate import dispatch_model
@@ -167,7 +207,7 @@ def run(args):
     device = "cuda:0" if gpu else "cpu"
     rows = []
     for images in args.images:
-        inputs = make_inputs(cfg, images, args.image_size, args.prompt_tokens, device)
+        inputs = make_inputs(model, images, args.image_size, args.prompt_tokens, device)
         clock = StepClock(sync)
         sync()
         start = time.perf_counter()

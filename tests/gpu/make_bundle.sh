@@ -5,7 +5,7 @@
 # they load that is not part of the base system, CUDA's libcudart included.
 # cuBLAS is dlopen'ed at run time from the GPU machine's own CUDA/PyTorch
 # install (run_bundle.sh finds it). Name .gpu-bundle in the device tool's
-# `carry` and run tests/gpu/run_bundle.sh there.
+# `carry` and run tests/gpu/run_bundle.sh there (its header lists the parts).
 #   tests/gpu/make_bundle.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

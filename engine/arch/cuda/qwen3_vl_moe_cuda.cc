@@ -285,6 +285,7 @@ absl::StatusOr<std::unique_ptr<Qwen3VlMoeCudaModel>> Qwen3VlMoeCudaModel::Create
 absl::StatusOr<std::unique_ptr<KvCache>> Qwen3VlMoeCudaModel::CreateKvCache(
     int64_t capacity) const {
   const TextConfig& c = config_.text;
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // may run on any thread
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvCache> cache,
                           DeviceKvCache::Create(c.num_hidden_layers, capacity,
                                                 int64_t{c.num_key_value_heads} * c.head_dim));
@@ -482,12 +483,15 @@ absl::Status Qwen3VlMoeCudaModel::ForwardLocked(const DecoderInput& input, Devic
           AddRowsAt(s.ds_tmp, s.ds_count, static_cast<int>(h), s.ds_dst, s.hs, n, st));
     }
   }
+  // Logits is the step's first wait on the device, so an asynchronous error
+  // from any layer surfaces there; the cache advances only after it.
+  VISMOE_RETURN_IF_ERROR(Logits(input, s, logits));
   if (compressed) {
     cache->Advance(n_in, input.compress_before_layer, s.n);
   } else {
     cache->Advance(n_in);
   }
-  return Logits(input, s, logits);
+  return absl::OkStatus();
 }
 
 absl::Status Qwen3VlMoeCudaModel::Attention(int layer, Step& s, DeviceKvCache* cache) const {

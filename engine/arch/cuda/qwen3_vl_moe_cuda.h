@@ -128,9 +128,9 @@ class Qwen3VlMoeCudaModel final : public TextDecoder {
   mutable std::mutex mu_;  // serialises Forward: the members below are per step
   mutable Stream stream_;
   mutable std::vector<Event> expert_done_;  // one per expert batch of a layer (tickets)
+  DeviceBuffer blas_workspace_;  // declared before blas_: outlives the handle bound to it
   mutable std::unique_ptr<Blas> blas_;
   mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it
-  DeviceBuffer blas_workspace_;
 };
 
 }  // namespace vismoe::cuda

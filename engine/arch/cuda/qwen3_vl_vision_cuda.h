@@ -128,9 +128,9 @@ class Qwen3VlVisionCudaModel final : public VisionTower {
 
   mutable std::mutex mu_;  // serialises Forward: the members below are per call
   mutable Stream stream_;
+  DeviceBuffer blas_workspace_;  // declared before blas_: outlives the handle bound to it
   mutable std::unique_ptr<Blas> blas_;
   mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it
-  DeviceBuffer blas_workspace_;
 };
 
 }  // namespace vismoe::cuda

@@ -57,8 +57,9 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
     const float m_new = fmaxf(m, s);
     // corr is 0 on the first finite key (m = -inf). While every score so far
     // is -inf (inf inputs), m_new is -inf too and -inf - -inf would be NaN and
-    // poison l/acc for all later keys; the CPU gives such keys weight 0.
-    const bool none_yet = m_new == -INFINITY;
+    // poison l/acc for all later keys; the CPU gives such keys weight 0. A NaN
+    // score (fmaxf skips it) must still poison the row, as on the CPU.
+    const bool none_yet = m_new == -INFINITY && !isnan(s);
     const float corr = none_yet ? 1.0f : expf(m - m_new);
     const float p = none_yet ? 0.0f : expf(s - m_new);
     l = l * corr + p;
@@ -86,17 +87,19 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   __syncthreads();
   float gm = -INFINITY;
   for (int w = 0; w < nwarps; ++w) gm = fmaxf(gm, s_m[w]);
+  // A warp with no visible key has l = 0 and is skipped; NaN (!= 0) is kept
+  // so it reaches the output.
   float gl = 0.0f;
   for (int w = 0; w < nwarps; ++w) {
-    if (s_l[w] > 0.0f) gl += s_l[w] * expf(s_m[w] - gm);
+    if (s_l[w] != 0.0f) gl += s_l[w] * expf(s_m[w] - gm);
   }
   Bf16* oi = out + i * out_stride + static_cast<int64_t>(h) * head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < nwarps; ++w) {
-      if (s_l[w] > 0.0f) o += s_acc[w * head_dim + d] * expf(s_m[w] - gm);
+      if (s_l[w] != 0.0f) o += s_acc[w * head_dim + d] * expf(s_m[w] - gm);
     }
-    StoreBf16(oi, d, gl > 0.0f ? o / gl : 0.0f);
+    StoreBf16(oi, d, gl != 0.0f ? o / gl : 0.0f);
   }
 }
 

@@ -228,6 +228,9 @@ absl::StatusOr<void*> DeviceArena::Allocate(size_t bytes) {
 // ---- Copies --------------------------------------------------------------------
 absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes) {
   VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and our
+  // compute streams are non-blocking, so they would not wait for it.
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   return absl::OkStatus();
 }
 absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes) {

@@ -173,7 +173,8 @@ class DeviceArena {
   size_t high_water_ = 0;
 };
 
-// Copies (synchronous; for set-up and tests, not the hot path).
+// Copies (synchronous; for set-up and tests, not the hot path). CopyToDevice
+// returns once the bytes are on the device, so any stream may read them.
 absl::Status CopyToDevice(void* dst, const void* host_src, size_t bytes);
 absl::Status CopyToHost(void* host_dst, const void* src, size_t bytes);
 // Asynchronous copy on `stream`; the host side must be pinned to overlap.

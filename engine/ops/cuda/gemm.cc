@@ -151,12 +151,17 @@ absl::Status Blas::Grouped(std::vector<Problem> problems) {
           table + 2 * count, CUDA_R_16BF, ldc.data(), static_cast<int>(group_size.size()),
           group_size.data(), CUBLAS_COMPUTE_32F);
       if (st == CUBLAS_STATUS_SUCCESS) continue;
-      if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      // cuBLAS versions differ in how they refuse bf16 grouped GEMMs
+      // (NOT_SUPPORTED, ARCH_MISMATCH, or INVALID_VALUE for the data type);
+      // anything else is an error. A genuinely bad argument fails again below.
+      if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_ARCH_MISMATCH &&
+          st != CUBLAS_STATUS_INVALID_VALUE) {
         return CublasErrorToStatus(st, "cublasGemmGroupedBatchedEx", __FILE__, __LINE__);
       }
       // A cuBLAS or device without bf16 grouped GEMMs: same results, one
       // launch per problem from now on.
-      spdlog::warn("cublasGemmGroupedBatchedEx: not supported here; MoE experts run one GEMM each");
+      spdlog::warn("cublasGemmGroupedBatchedEx: {} here; MoE experts run one GEMM each",
+                   api_->status_name(st));
       grouped_ = false;
     }
     const float one = 1.0f, zero = 0.0f;

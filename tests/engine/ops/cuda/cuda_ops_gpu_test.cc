@@ -14,6 +14,8 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 
 #else
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -41,12 +43,6 @@ using testing::ToF32;
 using testing::Upload;
 
 constexpr float kBf16Tol = 1e-2f;
-
-#define ASSERT_OK(expr)              \
-  do {                               \
-    const absl::Status st_ = (expr); \
-    ASSERT_TRUE(st_.ok()) << st_;    \
-  } while (0)
 
 // Copies n bf16 values back from the device as floats (NaN on failure).
 std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
@@ -116,15 +112,66 @@ TEST(CudaOpsGpuTest, LayerNormMatchesCpu) {
   ExpectClose(DownloadBf16(*dx, kN * kDim), ref, kBf16Tol, kBf16Tol, "layer_norm");
 }
 
+// Positions [3][n] (t, h, w) far apart on every axis: with theta = 5e6 the
+// lowest frequencies turn by ~3e-7 rad per position, so only gaps of ~1e5+
+// make a wrong M-RoPE axis (or section boundary) move an angle by more than
+// the bf16 tolerance. All values stay below 2^24, exact in fp32.
+std::vector<int64_t> MropeTestPositions(int64_t n) {
+  std::vector<int64_t> pos(3 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = 7 * i;                        // t
+    pos[n + i] = 400000 + 9777 * i;        // h
+    pos[2 * n + i] = 1000000 - 41111 * i;  // w
+  }
+  return pos;
+}
+
+constexpr int64_t kRopeTokens = 9;
+
+// Runs anywhere: guards the reference and the test's sensitivity. The CPU
+// table for Qwen3-VL (head_dim 128, theta 5e6, section [24, 20, 20]) feeds
+// frequency j from h at j = 1 mod 3 < 60, from w at j = 2 mod 3 < 60, else
+// from t (transformers' interleaved M-RoPE); and for every j, feeding it from
+// any other axis moves (cos, sin) by >= 0.1 for some token, i.e. |x| * 0.1 on
+// the rotated values, far above the 1e-2 bf16 tolerance.
+TEST(CudaOpsHostTest, MropeReferenceAndTestPositionsSeparateEveryAxis) {
+  constexpr int kHd = 128;
+  constexpr double kTheta = 5000000.0;
+  const std::vector<int64_t> pos = MropeTestPositions(kRopeTokens);
+  std::vector<cpu::RopeTable> axis;  // plain RoPE on each axis alone
+  for (int a = 0; a < 3; ++a) {
+    axis.push_back(cpu::BuildRopeTable(pos.data() + a * kRopeTokens, kRopeTokens, kHd, kTheta, {}));
+  }
+  const cpu::RopeTable mrope =
+      cpu::BuildRopeTable(pos.data(), kRopeTokens, kHd, kTheta, {24, 20, 20});
+  for (int j = 0; j < kHd / 2; ++j) {
+    const int want = j < 60 ? j % 3 : 0;
+    for (int64_t i = 0; i < kRopeTokens; ++i) {
+      for (int64_t at : {i * kHd + j, i * kHd + j + kHd / 2}) {
+        ASSERT_EQ(mrope.cos[at], axis[want].cos[at]) << "frequency " << j << " token " << i;
+        ASSERT_EQ(mrope.sin[at], axis[want].sin[at]) << "frequency " << j << " token " << i;
+      }
+    }
+    for (int a = 0; a < 3; ++a) {
+      for (int b = a + 1; b < 3; ++b) {
+        double chord = 0;
+        for (int64_t i = 0; i < kRopeTokens; ++i) {
+          const int64_t at = i * kHd + j;
+          chord =
+              std::max(chord, std::hypot(static_cast<double>(axis[a].cos[at]) - axis[b].cos[at],
+                                         static_cast<double>(axis[a].sin[at]) - axis[b].sin[at]));
+        }
+        EXPECT_GE(chord, 0.1) << "frequency " << j << " axes " << a << ", " << b;
+      }
+    }
+  }
+}
+
 void CheckRope(int head_dim, int heads, int64_t row_stride, const std::vector<int>& section,
                double theta) {
-  constexpr int64_t kN = 9;
-  std::vector<int64_t> pos(3 * kN);
-  for (int64_t i = 0; i < kN; ++i) {
-    pos[i] = 100 + i;                 // t
-    pos[kN + i] = 100 + (i / 3) * 7;  // h
-    pos[2 * kN + i] = 100 + (i % 3);  // w
-  }
+  constexpr int64_t kN = kRopeTokens;
+  // The model's layout: int64 [3][n] on the device, the host section array.
+  const std::vector<int64_t> pos = MropeTestPositions(kN);
   const auto x = RandomBf16(kN * row_stride, 8, 2.0f);
   std::vector<float> ref = ToF32(x);
   const cpu::RopeTable table = cpu::BuildRopeTable(pos.data(), kN, head_dim, theta, section);
@@ -184,23 +231,47 @@ TEST(CudaOpsArgsTest, RejectBadShapesBeforeLaunching) {
             absl::StatusCode::kInvalidArgument);
 }
 
-void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t nk, bool causal,
-                    int64_t q_pos0) {
-  const int64_t qw = static_cast<int64_t>(heads) * head_dim;
-  const int64_t kvw = static_cast<int64_t>(kv_heads) * head_dim;
-  const auto q = RandomBf16(nq * qw, 10, 1.0f);
-  const auto k = RandomBf16(nk * kvw, 11, 1.0f);
-  const auto v = RandomBf16(nk * kvw, 12, 2.0f);
-  const std::vector<float> qf = ToF32(q), kf = ToF32(k), vf = ToF32(v);
-  std::vector<float> ref(nq * qw);
+// q and k uniform in [-3.5, 3.5]: scores (q . k) / sqrt(head_dim) then have a
+// standard deviation of 3.5^2 / 3 ~ 4 (0.33 with [-1, 1]), so softmax rows are
+// peaked as in trained models: a high-scoring key wrongly let in or masked
+// takes most of the weight, and an error in the scores (scale, kv head, lost
+// precision) is amplified rather than averaged away by near-uniform weights.
+constexpr float kQkScale = 3.5f;
+
+// Dense q [nq, heads * head_dim], k/v [nk, kv_heads * head_dim] as bf16 bits.
+struct AttentionInputs {
+  std::vector<uint16_t> q, k, v;
+};
+
+AttentionInputs RandomAttentionInputs(int64_t nq, int64_t nk, int64_t qw, int64_t kvw,
+                                      uint32_t seed) {
+  return {RandomBf16(nq * qw, seed, kQkScale), RandomBf16(nk * kvw, seed + 1, kQkScale),
+          RandomBf16(nk * kvw, seed + 2, 2.0f)};
+}
+
+// cpu::Attention on the dense fp32 equivalents.
+std::vector<float> CpuAttention(int heads, int kv_heads, int head_dim, const AttentionInputs& in,
+                                int64_t nq, int64_t nk, bool causal, int64_t q_pos0) {
+  const std::vector<float> qf = ToF32(in.q), kf = ToF32(in.k), vf = ToF32(in.v);
+  std::vector<float> ref(nq * heads * head_dim);
   cpu::AttentionShape cs;
   cs.num_heads = heads;
   cs.num_kv_heads = kv_heads;
   cs.head_dim = head_dim;
   cpu::Attention(nullptr, cs, qf.data(), nq, kf.data(), vf.data(), nk, causal, q_pos0, ref.data());
-  auto dq = Upload(q);
-  auto dk = Upload(k);
-  auto dv = Upload(v);
+  return ref;
+}
+
+void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t nk, bool causal,
+                    int64_t q_pos0) {
+  const int64_t qw = static_cast<int64_t>(heads) * head_dim;
+  const int64_t kvw = static_cast<int64_t>(kv_heads) * head_dim;
+  const AttentionInputs in = RandomAttentionInputs(nq, nk, qw, kvw, 10);
+  const std::vector<float> ref =
+      CpuAttention(heads, kv_heads, head_dim, in, nq, nk, causal, q_pos0);
+  auto dq = Upload(in.q);
+  auto dk = Upload(in.k);
+  auto dv = Upload(in.v);
   auto dout = DeviceBuffer::Allocate(nq * qw * 2);
   ASSERT_TRUE(dq.ok() && dk.ok() && dv.ok() && dout.ok());
   AttentionShape gs;
@@ -210,6 +281,49 @@ void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t n
   ASSERT_OK(Attention(gs, dq->as<Bf16>(), nq, dk->as<Bf16>(), dv->as<Bf16>(), nk, causal, q_pos0,
                       dout->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dout, nq * qw), ref, kBf16Tol, kBf16Tol, "attention");
+}
+
+// The strided layouts the models pass (engine/arch/cuda): q is read from
+// fused q|k|v rows of width qd + 2 * kvd. With kv_in_fused (the vision
+// tower) k/v are read from those same rows, kv_row_stride = width; otherwise
+// (the text decoder) k/v come from the KV cache, dense rows of kvd with the n
+// new tokens appended after q_pos0 cached ones, and the queries are at
+// positions q_pos0 .. q_pos0 + n - 1 of nk = q_pos0 + n keys.
+// The reference is cpu::Attention on the dense equivalents.
+void CheckFusedQkvAttention(int heads, int kv_heads, int head_dim, int64_t n, int64_t q_pos0,
+                            bool causal, bool kv_in_fused) {
+  ASSERT_TRUE(!kv_in_fused || q_pos0 == 0) << "fused k/v rows hold only the new tokens";
+  const int64_t qd = static_cast<int64_t>(heads) * head_dim;
+  const int64_t kvd = static_cast<int64_t>(kv_heads) * head_dim;
+  const int64_t width = qd + 2 * kvd;
+  const int64_t nk = q_pos0 + n;
+  const AttentionInputs in = RandomAttentionInputs(n, nk, qd, kvd, 30);
+  const std::vector<float> ref = CpuAttention(heads, kv_heads, head_dim, in, n, nk, causal, q_pos0);
+
+  // Row i of the fused buffer is q[i] | k[q_pos0 + i] | v[q_pos0 + i], as the
+  // QKV projections write it.
+  std::vector<uint16_t> fused(n * width);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(in.q.begin() + i * qd, qd, fused.begin() + i * width);
+    std::copy_n(in.k.begin() + (q_pos0 + i) * kvd, kvd, fused.begin() + i * width + qd);
+    std::copy_n(in.v.begin() + (q_pos0 + i) * kvd, kvd, fused.begin() + i * width + qd + kvd);
+  }
+  auto dfused = Upload(fused);
+  auto dk = Upload(in.k);
+  auto dv = Upload(in.v);
+  auto dout = DeviceBuffer::Allocate(n * qd * 2);
+  ASSERT_TRUE(dfused.ok() && dk.ok() && dv.ok() && dout.ok());
+  AttentionShape gs;
+  gs.num_heads = heads;
+  gs.num_kv_heads = kv_heads;
+  gs.head_dim = head_dim;
+  gs.q_row_stride = width;
+  gs.kv_row_stride = kv_in_fused ? width : kvd;
+  const Bf16* q = dfused->as<Bf16>();
+  const Bf16* k = kv_in_fused ? q + qd : dk->as<Bf16>();
+  const Bf16* v = kv_in_fused ? q + qd + kvd : dv->as<Bf16>();
+  ASSERT_OK(Attention(gs, q, n, k, v, nk, causal, q_pos0, dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, n * qd), ref, kBf16Tol, kBf16Tol, "fused-qkv attention");
 }
 
 TEST(CudaOpsGpuTest, CausalPrefillGqaMatchesCpu) {
@@ -222,6 +336,12 @@ TEST(CudaOpsGpuTest, ChunkedPrefillAfterCachedPrefixMatchesCpu) {
   CheckAttention(32, 4, 128, 16, 80, true, 64);
 }
 
+TEST(CudaOpsGpuTest, CausalMaskHidesKeysAfterTheLastQuery) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  // Keys 48..99 lie after every query position (40..47): all masked.
+  CheckAttention(32, 4, 128, 8, 100, true, 40);
+}
+
 TEST(CudaOpsGpuTest, DecodeOneQueryAgainstCacheMatchesCpu) {
   VISMOE_SKIP_WITHOUT_GPU();
   CheckAttention(32, 4, 128, 1, 300, true, 299);
@@ -230,6 +350,27 @@ TEST(CudaOpsGpuTest, DecodeOneQueryAgainstCacheMatchesCpu) {
 TEST(CudaOpsGpuTest, BidirectionalVisionHeadDim72MatchesCpu) {
   VISMOE_SKIP_WITHOUT_GPU();
   CheckAttention(16, 16, 72, 20, 20, false, 0);
+}
+
+TEST(CudaOpsGpuTest, TextLayoutPrefillAfterCachedPrefixMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  // Qwen3-VL-30B-A3B: q in fused rows of (32 + 2 * 4) * 128, K/V cache rows of
+  // 4 * 128. 19 * 32 query blocks take the 16-warp launch, 40 * 32 the 4-warp one.
+  CheckFusedQkvAttention(32, 4, 128, 19, 45, true, false);
+  CheckFusedQkvAttention(32, 4, 128, 40, 100, true, false);
+}
+
+TEST(CudaOpsGpuTest, TextLayoutDecodeMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckFusedQkvAttention(32, 4, 128, 1, 300, true, false);
+}
+
+TEST(CudaOpsGpuTest, KvReadFromFusedRowsMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  // The vision tower: 16 heads of 72, q|k|v rows of 3 * 1152, bidirectional.
+  CheckFusedQkvAttention(16, 16, 72, 20, 0, false, true);
+  // The API allows it with GQA and causal masking too.
+  CheckFusedQkvAttention(32, 4, 128, 33, 0, true, true);
 }
 
 TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {

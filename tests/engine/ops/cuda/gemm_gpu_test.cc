@@ -37,12 +37,6 @@ using testing::Rms;
 using testing::ToF32;
 using testing::Upload;
 
-#define ASSERT_OK(expr)              \
-  do {                               \
-    const absl::Status st_ = (expr); \
-    ASSERT_TRUE(st_.ok()) << st_;    \
-  } while (0)
-
 std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
   absl::StatusOr<std::vector<uint16_t> > v = Download<uint16_t>(buf, n);
   EXPECT_TRUE(v.ok()) << v.status();

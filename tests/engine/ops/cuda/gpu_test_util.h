@@ -29,6 +29,13 @@ namespace vismoe::cuda::testing {
     if (!vismoe_dev_.ok()) GTEST_SKIP() << vismoe_dev_.status().message(); \
   } while (0)
 
+// Fails the calling test (and returns) when `expr`, an absl::Status, is not OK.
+#define ASSERT_OK(expr)              \
+  do {                               \
+    const absl::Status st_ = (expr); \
+    ASSERT_TRUE(st_.ok()) << st_;    \
+  } while (0)
+
 // Random bf16 values, uniform in [-scale, scale], as raw bits.
 inline std::vector<uint16_t> RandomBf16(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -26,12 +26,6 @@ namespace {
 using testing::Download;
 using testing::Upload;
 
-#define ASSERT_OK(expr)              \
-  do {                               \
-    const absl::Status st_ = (expr); \
-    ASSERT_TRUE(st_.ok()) << st_;    \
-  } while (0)
-
 // Runs on any machine: the host copy of the device RNG.
 TEST(CudaSamplingTest, UniformIsInRangeAndCounterBased) {
   std::set<float> seen;
