@@ -50,8 +50,11 @@ case "$what" in
     for t in .gpu-bundle/bin/*_gpu_test; do
       name=$(basename "$t")
       timeout "$limit" "$t" --gtest_output="json:$work/$name.json" >"$work/$name.log" 2>&1 || rc=1
-      { echo "== $name"; grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$work/$name.log";
-        grep -E '^\[  FAILED  \]' "$work/$name.log" | head -20; } | tee -a "$summary"
+      # Totals, then each failed test once (gtest lists failures twice).
+      { echo "== $name"; grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$work/$name.log";
+        grep -E '^\[  FAILED  \] [A-Za-z]' "$work/$name.log" | sed 's/ ([0-9]* ms)$//' |
+          sort -u | head -20; } |
+        tee -a "$summary"
     done
     ;;
   bench)
