@@ -29,6 +29,7 @@ struct ExpertFormat {
   struct Part {
     size_t offset = 0;
     Shape shape;
+    bool operator==(const Part&) const = default;
   };
   ExpertWeights::Layout layout = ExpertWeights::Layout::kFusedTransposed;
   DType dtype = DType::kBF16;         // of the packed block
@@ -47,6 +48,8 @@ struct ExpertFormat {
   void Pack(const ExpertWeights& w, void* dst) const;
   // Views over a packed block.
   ExpertWeights View(const void* block) const;
+
+  bool operator==(const ExpertFormat&) const = default;
 };
 
 // Host memory source; the CUDA backend supplies a page-locking one.

@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     if (i > 0) {
       one.reset();  // before packing the next: one layer in host memory at a time
       VISMOE_ASSIGN_OR_RETURN(one, pack_layer(layer));
-      if (one->format().bytes != pinned_format.bytes) {
+      if (one->format() != pinned_format) {
         return absl::InvalidArgumentError(
             absl::StrCat("layer ", layer, "'s experts differ in layout, dtype or shape from layer ",
                          prefix_layers[0], "'s"));

@@ -130,6 +130,65 @@ TEST(OffloadExpertProviderTest, PinnedPrefixAndDemandFetch) {
   EXPECT_EQ(sink.slots[static_cast<int>(SlotState::kRequired)], 0);
 }
 
+// The prefix is packed and uploaded one layer at a time (so host memory never
+// holds a second copy of it whole): one copy per layer, each into its own place.
+TEST(OffloadExpertProviderTest, EveryPinnedLayerUploadedIntoItsOwnPlace) {
+  FakeExpertSource src(4, 3, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  testing::FlakyCopyBackend backend;
+  OffloadDevice device;
+  device.copy = &backend;
+  auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(3, 1),
+                                               OffloadOptions(), nullptr, nullptr, device);
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  EXPECT_EQ(backend.copies.load(), 3);
+  for (int layer = 0; layer < 3; ++layer) {
+    const std::vector<int> all = {0, 1, 2};
+    auto order = p.BeginLayer(Phase::kPrefill, layer, all);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int e : *order) {
+      auto w = p.Acquire(layer, e);
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_TRUE(src.Holds(*w, layer, e)) << "layer " << layer << " expert " << e;
+      p.Release(layer, e);
+    }
+    p.EndLayer(layer);
+  }
+  EXPECT_EQ(p.TakeRequestStats().bytes_h2d, 0u);  // all served from the prefix
+}
+
+// A source whose layer 1 reports its experts with other shapes (same bytes).
+class ReshapedLayerSource final : public ExpertProvider {
+ public:
+  explicit ReshapedLayerSource(FakeExpertSource& inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<int>> BeginLayer(Phase ph, int l, absl::Span<const int> e) override {
+    return inner_.BeginLayer(ph, l, e);
+  }
+  absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override {
+    absl::StatusOr<ExpertWeights> w = inner_.Acquire(layer, expert);
+    if (w.ok() && layer == 1) {
+      std::swap(w->gate_up.shape[0], w->gate_up.shape[1]);
+      std::swap(w->down.shape[0], w->down.shape[1]);
+    }
+    return w;
+  }
+  void Release(int l, int e) override { inner_.Release(l, e); }
+  void EndLayer(int l) override { inner_.EndLayer(l); }
+
+ private:
+  FakeExpertSource& inner_;
+};
+
+TEST(OffloadExpertProviderTest, PinnedLayersOfDifferentShapesAreRefused) {
+  FakeExpertSource inner(3, 2, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  ReshapedLayerSource src(inner);
+  auto created = OffloadExpertProvider::Create(src, inner.Config(1), inner.Plan(2, 1),
+                                               OffloadOptions(), nullptr, nullptr);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("layer 1's experts differ"));
+}
+
 // Ready() is the CUDA decoder's hint for launching experts together: true
 // exactly when Acquire would not wait for a copy.
 TEST(OffloadExpertProviderTest, ReadyMeansResidentAndCopied) {
