@@ -55,7 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/runtime/request.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace prometheus {
 class Counter;

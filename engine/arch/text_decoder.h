@@ -1,26 +1,57 @@
-// TextDecoder: what the engine needs from a backend's language model. The CPU
-// reference (Qwen3VlMoeModel) and the CUDA backend
-// (cuda::Qwen3VlMoeCudaModel) implement it; both take the same DecoderInput,
-// get experts from an ExpertProvider and return host fp32 logits, so the
-// engine's sampling, stop handling and observers are backend-independent.
+// TextDecoder: what the engine needs from a language model, and the input of
+// one forward step. The decoder of a family is written once over a backend's
+// DecoderOps (engine/backend/decoder_ops.h), so every backend takes the same
+// DecoderInput, gets experts from an ExpertProvider and returns host fp32
+// logits; the engine's sampling, stop handling and observers are
+// backend-independent.
 // Thread safety: as the implementations say (immutable after Create; one
 // Forward per KV cache at a time).
 #ifndef VISMOE_ENGINE_ARCH_TEXT_DECODER_H_
 #define VISMOE_ENGINE_ARCH_TEXT_DECODER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/backend/kv_cache.h"
+#include "engine/core/phase.h"
+#include "engine/core/routing.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_provider.h"
-#include "engine/runtime/kv_cache.h"
 
 namespace vismoe {
 
-struct DecoderInput;  // engine/arch/qwen3_vl_moe.h
+// The new tokens of one forward step.
+struct DecoderInput {
+  absl::Span<const int> tokens;
+  // Row-major [3][n] (t, h, w) absolute positions of the new tokens. Empty
+  // means text positions cache_length + i on every axis.
+  std::vector<int64_t> positions;
+  // [num_visual, hidden] rows that replace the embeddings of the tokens equal
+  // to image_token_id, in order; num_visual must equal their count.
+  const float* visual_embeds = nullptr;
+  int64_t num_visual = 0;
+  // DeepStack: deepstack[k] [num_visual, hidden] is added to the visual rows
+  // after decoder layer k.
+  std::vector<const float*> deepstack;
+  Phase phase = Phase::kPrefill;
+  // Token compression (VisMMOE 3.2): when set, called once, right before
+  // decoder layer `compress_before_layer` runs (after the pinned prefix), and
+  // returns the rows of the new tokens to keep: strictly ascending, in [0, n),
+  // non-empty. The other rows leave the hidden states; layers >=
+  // compress_before_layer store only the kept rows in their KV cache (the step
+  // ends with KvCache::Advance(n, compress_before_layer, kept)). Kept tokens
+  // keep their positions. With all_logits, logits are those of the kept rows.
+  std::function<absl::StatusOr<std::vector<int64_t>>()> select_kept_rows;
+  int compress_before_layer = 0;
+  bool all_logits = false;             // logits of every new token, else only the last
+  RouterObserver* observer = nullptr;  // optional
+  std::function<bool()> is_cancelled;  // optional; polled between layers
+};
 
 class TextDecoder {
  public:
@@ -30,8 +61,10 @@ class TextDecoder {
   // CUDA, so this can fail).
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
   // Runs the new tokens, appending to `cache` (from this decoder's
-  // CreateKvCache), and writes host logits [tokens or 1, vocab]. The contract
-  // of Qwen3VlMoeModel::Forward.
+  // CreateKvCache), and writes host logits [tokens or 1, vocab]. InvalidArgument
+  // for bad input (token id out of range, visual count mismatch, position
+  // shape), ResourceExhausted when the cache is full, Cancelled when
+  // is_cancelled fired (the cache is then left unchanged in length).
   virtual absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
                                std::vector<float>* logits) const = 0;
   virtual const ModelConfig& config() const = 0;

@@ -18,7 +18,7 @@
 #include "engine/policy/mlp_lookahead.h"
 #include "engine/policy/router_lookahead_predictor.h"
 #include "engine/policy/token_compressor.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe::bench {
 namespace {

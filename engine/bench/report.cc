@@ -14,8 +14,8 @@
 #include "engine/offload/transfer_engine.h"
 
 #ifdef VISMOE_HAVE_CUDA
-#include "engine/ops/cuda/cuda_copy_backend.h"
-#include "engine/ops/cuda/device.h"
+#include "engine/device/cuda/cuda_copy_backend.h"
+#include "engine/device/cuda/device.h"
 #endif
 
 namespace vismoe::bench {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/calibrate/mlp_trainer.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/calibrate/routing_trace.h"

@@ -28,7 +28,7 @@ void PredictorEvaluator::BeginRequest() {
 }
 
 void PredictorEvaluator::OnRouting(Phase phase, int layer, const float* hidden,
-                                   const cpu::RouterResult& routing) {
+                                   const RouterResult& routing) {
   if (layer <= last_layer_) pending_layer_ = -1;  // a new step: no carried prediction
   last_layer_ = layer;
   if (pending_layer_ == layer) Score(phase, layer, routing);
@@ -55,7 +55,7 @@ void PredictorEvaluator::OnVisualSummary(absl::Span<const float> summary) {
   predictor_->OnVisualSummary(summary);
 }
 
-void PredictorEvaluator::Score(Phase phase, int layer, const cpu::RouterResult& r) {
+void PredictorEvaluator::Score(Phase phase, int layer, const RouterResult& r) {
   std::vector<char> active(r.num_experts, 0);
   for (int e : r.experts) {
     if (e >= 0 && e < r.num_experts) active[e] = 1;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/arch/qwen3_vl_moe.h"
-#include "engine/policy/expert_predictor.h"
+#include "engine/core/routing.h"
+#include "engine/offload/expert_predictor.h"
 
 namespace vismoe {
 
@@ -39,7 +39,7 @@ class PredictorEvaluator final : public RouterObserver {
   void BeginRequest();
 
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override;
+                 const RouterResult& routing) override;
   void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override;
   void OnMoeOutput(Phase phase, int layer, const float* out, int64_t n) override;
   void OnVisualSummary(absl::Span<const float> summary) override;
@@ -49,7 +49,7 @@ class PredictorEvaluator final : public RouterObserver {
   const std::vector<RecallTally>& per_layer() const { return per_layer_; }
 
  private:
-  void Score(Phase phase, int layer, const cpu::RouterResult& r);
+  void Score(Phase phase, int layer, const RouterResult& r);
 
   std::unique_ptr<ExpertPredictor> predictor_;
   std::vector<int> moe_layers_;

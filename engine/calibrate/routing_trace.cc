@@ -9,7 +9,7 @@
 namespace vismoe {
 
 void RoutingTraceRecorder::OnRouting(Phase phase, int layer, const float* hidden,
-                                     const cpu::RouterResult& r) {
+                                     const RouterResult& r) {
   if (steps_.empty() || steps_.back().layers.empty() ||
       layer <= steps_.back().layers.back().layer) {
     steps_.push_back(StepRecord{phase, {}});

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/core/routing.h"
 #include "engine/calibrate/mlp_trainer.h"
 
 namespace vismoe {
@@ -35,7 +35,7 @@ class RoutingTraceRecorder final : public RouterObserver {
   // REQUIRES: hidden_size is the MoE input width (TextConfig::hidden_size).
   explicit RoutingTraceRecorder(int hidden_size) : hidden_size_(hidden_size) {}
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override;
+                 const RouterResult& routing) override;
   // Accumulates the MoE output rows per decoder layer (for the router-lookahead
   // default vectors d_l = mean MoE output, paper 004 section 3.2).
   void OnMoeOutput(Phase phase, int layer, const float* out, int64_t n) override;

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
-#include "engine/runtime/request.h"
+#include "engine/model/chat_message.h"
 
 namespace vismoe {
 

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/model/grid_thw.h"
-#include "engine/runtime/request.h"
+#include "engine/model/rgb_image.h"
 
 namespace vismoe {
 

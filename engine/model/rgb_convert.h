@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "engine/runtime/request.h"
+#include "engine/model/rgb_image.h"
 
 namespace vismoe {
 

@@ -1,7 +1,7 @@
 // Synthetic weights: seeded random BF16 tensors for any supported config, so a
 // model of any shape (up to Qwen3-VL-30B-A3B) can be run and measured without
 // its checkpoint. The tensors have exactly the names and shapes the loaders
-// read (Qwen3VlMoeModel, Qwen3VlVisionModel, ResidentExpertProvider), so the
+// read (the tensor list of engine/model/arch_spec.h, ExpectedTensors), so the
 // same bytes move and the same kernels run as with the real weights; only the
 // outputs are meaningless (random routing, random text).
 //
@@ -24,32 +24,13 @@
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 
 namespace vismoe {
 
 inline constexpr float kSyntheticStd = 0.02f;
-
-struct TensorSpec {
-  enum class Init { kNormal, kOnes, kZeros };
-
-  std::string name;
-  DType dtype = DType::kBF16;
-  Shape shape;
-  Init init = Init::kNormal;
-  bool routed_expert = false;  // part of a routed expert (what the offload runtime moves)
-
-  int64_t numel() const;
-  int64_t nbytes() const { return numel() * static_cast<int64_t>(DTypeSize(dtype)); }
-};
-
-// Every tensor the model loaders read for `config` (qwen3_vl_moe: text with
-// fused experts, vision with DeepStack mergers; qwen3_moe: text with
-// per-expert tensors), lm_head unless tied, in a fixed order. InvalidArgument
-// naming the field for a config with a zero/negative size or an unsupported
-// model_type.
-absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config);
 
 // Byte totals of a spec list, computed without allocating anything.
 struct SyntheticSizes {

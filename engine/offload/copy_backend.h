@@ -2,7 +2,7 @@
 // expert block from the host store into the device arena. The CPU backend
 // needs none (the TransferEngine does a memcpy, optionally throttled); the
 // CUDA backend supplies one that issues cudaMemcpyAsync on its own copy
-// stream and waits for that stream only (engine/ops/cuda/cuda_copy_backend.h).
+// stream and waits for that stream only (engine/device/cuda/cuda_copy_backend.h).
 // Header-only so that vismoe_cuda can implement it without linking the engine.
 // Thread safety: Copy() is called from the TransferEngine's one copy thread
 // only; an implementation need not be re-entrant. name() from any thread.

@@ -1,7 +1,7 @@
 // DeviceAllocator: where the DeviceArena's one start-up block comes from.
 // The CPU backend's "device" is host heap memory (HeapDeviceAllocator, the
 // default); the CUDA backend supplies one over cudaMalloc/cudaFree
-// (engine/ops/cuda/cuda_device_allocator.h). Called once at start-up and once
+// (engine/device/cuda/cuda_device_allocator.h). Called once at start-up and once
 // at shutdown, never on the hot path. Header-only interface so that
 // vismoe_cuda can implement it without linking the engine.
 // Thread safety: implementations must allow calls from any thread.

@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/offload/expert_provider.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 

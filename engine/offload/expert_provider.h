@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/core/tensor.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 

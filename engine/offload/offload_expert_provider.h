@@ -52,9 +52,9 @@
 #include "engine/offload/offload_options.h"
 #include "engine/offload/slab_cache.h"
 #include "engine/offload/transfer_engine.h"
-#include "engine/policy/expert_predictor.h"
-#include "engine/runtime/request.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/offload/expert_predictor.h"
+#include "engine/offload/offload_stats.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 

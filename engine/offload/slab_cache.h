@@ -30,7 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 

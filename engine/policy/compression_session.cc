@@ -39,7 +39,7 @@ void CompressionSession::Install(DecoderInput* in) {
 }
 
 void CompressionSession::OnRouting(Phase phase, int layer, const float* hidden,
-                                   const cpu::RouterResult& r) {
+                                   const RouterResult& r) {
   // Rows are still the full prompt before compress_before_layer.
   if (phase == Phase::kPrefill && layer < compress_before_layer_ && compressor_->needs_routing() &&
       r.n == static_cast<int64_t>(tokens_.size())) {

@@ -44,7 +44,7 @@ class CompressionSession final : public RouterObserver {
   void Install(DecoderInput* in);
 
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override;
+                 const RouterResult& routing) override;
   // Passed on to `next` unchanged.
   void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override {
     if (next_ != nullptr) next_->OnPostAttention(phase, layer, residual, n);

@@ -14,11 +14,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/offload_options.h"
-#include "engine/policy/expert_predictor.h"
+#include "engine/offload/expert_predictor.h"
 
 namespace vismoe {
 

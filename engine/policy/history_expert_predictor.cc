@@ -3,7 +3,7 @@
 namespace vismoe {
 
 void HistoryExpertPredictor::OnRouting(Phase /*phase*/, int layer, const float* /*hidden*/,
-                                       const cpu::RouterResult& routing) {
+                                       const RouterResult& routing) {
   seen_.assign(num_experts_, 0);
   for (int e : routing.experts) {
     if (e >= 0 && e < num_experts_) seen_[e] = 1;

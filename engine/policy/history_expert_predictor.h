@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/policy/expert_predictor.h"
+#include "engine/offload/expert_predictor.h"
 #include "engine/policy/history_predictor.h"
 
 namespace vismoe {
@@ -30,7 +30,7 @@ class HistoryExpertPredictor final : public ExpertPredictor {
     return history_.Predict(target, count);
   }
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override;
+                 const RouterResult& routing) override;
 
   // Records that `layer` routed to the distinct `experts` (what OnRouting does
   // with a router result; also for drivers without a forward pass).

@@ -56,7 +56,7 @@ void MlpLookaheadPredictor::OnVisualSummary(absl::Span<const float> summary) {
 }
 
 void MlpLookaheadPredictor::OnRouting(Phase /*phase*/, int layer, const float* hidden,
-                                      const cpu::RouterResult& r) {
+                                      const RouterResult& r) {
   if (layer < 0 || layer >= static_cast<int>(moe_index_.size()) || moe_index_[layer] < 0 ||
       r.num_experts != num_experts_) {
     return;

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/model/model_config.h"
-#include "engine/policy/expert_predictor.h"
+#include "engine/offload/expert_predictor.h"
 #include "engine/policy/mlp_lookahead.h"
 
 namespace vismoe {
@@ -39,7 +39,7 @@ class MlpLookaheadPredictor final : public ExpertPredictor {
   std::vector<std::pair<int, double>> Predict(int target, int count) override;
 
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override;
+                 const RouterResult& routing) override;
   // Ignored unless it has hidden_size values.
   void OnVisualSummary(absl::Span<const float> summary) override;
 

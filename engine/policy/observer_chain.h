@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/core/routing.h"
 
 namespace vismoe {
 
@@ -33,7 +33,7 @@ class ObserverChain final : public RouterObserver {
   }
 
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override {
+                 const RouterResult& routing) override {
     for (RouterObserver* o : observers_) o->OnRouting(phase, layer, hidden, routing);
   }
   void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override {

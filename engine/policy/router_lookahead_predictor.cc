@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/arch/qwen3_vl_moe.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/arch_spec.h"
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rms_norm.h"
@@ -49,17 +49,18 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
   p->router_.resize(c.num_hidden_layers);
   p->norm_.resize(c.num_hidden_layers);
   p->cache_.resize(c.num_hidden_layers);
-  const std::string prefix = Qwen3VlMoeModel::TextPrefix(config);
+  VISMOE_ASSIGN_OR_RETURN(const std::vector<TensorSpec> specs, ExpectedTensors(config));
   int m = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
     p->moe_index_[l] = m++;
-    const std::string lp = absl::StrCat(prefix, "layers.", l, ".");
-    VISMOE_ASSIGN_OR_RETURN(p->router_[l], ReadFloat(checkpoint, lp + "mlp.gate.weight",
-                                                     {c.num_experts, c.hidden_size}));
-    VISMOE_ASSIGN_OR_RETURN(
-        p->norm_[l],
-        ReadFloat(checkpoint, lp + "post_attention_layernorm.weight", {c.hidden_size}));
+    const TensorSpec* router = FindTensor(specs, WeightRole::kRouter, l);
+    const TensorSpec* norm = FindTensor(specs, WeightRole::kPostNorm, l);
+    if (router == nullptr || norm == nullptr) {
+      return absl::InternalError(absl::StrCat("tensor list: layer ", l, " has no router or norm"));
+    }
+    VISMOE_ASSIGN_OR_RETURN(p->router_[l], ReadFloat(checkpoint, router->name, router->shape));
+    VISMOE_ASSIGN_OR_RETURN(p->norm_[l], ReadFloat(checkpoint, norm->name, norm->shape));
   }
   return p;
 }

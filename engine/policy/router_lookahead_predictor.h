@@ -24,7 +24,7 @@
 #include "absl/types/span.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
-#include "engine/policy/expert_predictor.h"
+#include "engine/offload/expert_predictor.h"
 
 namespace vismoe {
 
@@ -48,7 +48,7 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
 
   void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override;
   void OnRouting(Phase /*phase*/, int /*layer*/, const float* /*hidden*/,
-                 const cpu::RouterResult& /*routing*/) override {}
+                 const RouterResult& /*routing*/) override {}
 
  private:
   RouterLookaheadPredictor() = default;

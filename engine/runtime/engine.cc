@@ -16,10 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/arch/text_decoder.h"
-#include "engine/arch/vision_tower.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/vision_tower.h"
+#include "engine/backends/registry.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
@@ -36,24 +37,11 @@
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
 #include "engine/policy/token_compressor.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/backend/kv_cache.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-
-#ifdef VISMOE_HAVE_CUDA
-#include "engine/arch/cuda/qwen3_vl_moe_cuda.h"
-#include "engine/arch/cuda/qwen3_vl_vision_cuda.h"
-#include "engine/ops/cuda/cuda_copy_backend.h"
-#include "engine/ops/cuda/cuda_device_allocator.h"
-#include "engine/ops/cuda/device.h"
-#include "engine/ops/cuda/pinned_host_allocator.h"
-#endif
-
-#ifdef VISMOE_HAVE_CUDA
-#include "engine/ops/cuda/device.h"
-#endif
 
 namespace vismoe {
 
@@ -141,43 +129,6 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
   return mean;
 }
 
-// Which backend runs, and the one start-up line that says why.
-struct BackendChoice {
-  bool cuda = false;
-  std::string line;
-};
-
-// "cpu" runs the CPU reference. "cuda" needs a CUDA build and a usable
-// device, else an error. "auto" takes the device when there is one and
-// otherwise says in one line why the CPU backend runs.
-absl::StatusOr<BackendChoice> ChooseBackend(const std::string& backend) {
-  if (backend != "auto" && backend != "cpu" && backend != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend must be auto, cpu or cuda, got '", backend, "'"));
-  }
-  if (backend == "cpu") return BackendChoice{false, "cpu backend (as asked)"};
-#ifdef VISMOE_HAVE_CUDA
-  absl::StatusOr<cuda::DeviceInfo> device = cuda::ProbeCudaDevice(0);
-  if (device.ok()) {
-    return BackendChoice{true, absl::StrCat("CUDA device ", device->Summary(),
-                                            "; running on the cuda backend")};
-  }
-  if (backend == "cuda") {
-    return absl::Status(device.status().code(),
-                        absl::StrCat("backend 'cuda': ", device.status().message()));
-  }
-  return BackendChoice{false, absl::StrCat("no usable CUDA device (", device.status().message(),
-                                           "); running on the cpu backend")};
-#else
-  if (backend == "cuda") {
-    return absl::UnimplementedError(
-        "backend 'cuda' is not available in this build (built without CUDA); use backend 'cpu' "
-        "or 'auto'");
-  }
-  return BackendChoice{false, "built without CUDA; running on the cpu backend"};
-#endif
-}
-
 // What a request turns into before the model runs.
 struct Prompt {
   std::vector<int> ids;
@@ -211,11 +162,9 @@ class LocalEngine final : public Engine {
   std::unique_ptr<VisionTower> vision_;              // null without vision
   std::unique_ptr<TextDecoder> model_;
   std::unique_ptr<ResidentExpertProvider> experts_;
-  // The CUDA backend's memory and copy path (null on the CPU backend);
+  // The backend's memory and copy path (null members on the CPU backend);
   // declared before offload_, which borrows them, so they outlive it.
-  std::unique_ptr<HostAllocator> host_allocator_;
-  std::unique_ptr<DeviceAllocator> device_allocator_;
-  std::unique_ptr<CopyBackend> copy_backend_;
+  OffloadDeviceParts device_parts_;
   std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
   RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
@@ -233,8 +182,9 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  VISMOE_ASSIGN_OR_RETURN(const BackendChoice backend, ChooseBackend(options.backend));
-  if (options.backend != "cpu") spdlog::info("engine: {}", backend.line);
+  VISMOE_ASSIGN_OR_RETURN(const BackendChoice choice, ChooseBackend(options.backend));
+  if (options.backend != "cpu") spdlog::info("engine: {}", choice.line);
+  const Backend& backend = *choice.backend;
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->options_ = options;
   const std::string& dir = options.model_path;
@@ -251,49 +201,29 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   VISMOE_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::Load(dir));
   VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*e->tokenizer_, e->config_));
   e->template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
+  BackendOptions bo;
+  bo.pool = e->pool_.get();
+  bo.max_tokens_per_step = options.max_context_tokens;
+  // Device memory beyond weights and KV cache (0 on the host); the towers'
+  // weights are already in the plan's resident bytes (every non-expert tensor).
+  int64_t activation_bytes =
+      options.offload.activation_bytes + backend.DecoderActivationBytes(e->config_, bo);
   if (e->config_.has_vision) {
     VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
     e->preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
-    if (!backend.cuda) {  // the CUDA tower is created with the decoder below
-      VISMOE_ASSIGN_OR_RETURN(
-          e->vision_, Qwen3VlVisionModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
-    }
+    VISMOE_ASSIGN_OR_RETURN(e->vision_,
+                            backend.CreateVisionTower(e->config_, *e->checkpoint_, bo));
+    activation_bytes += e->vision_->device_scratch_bytes();
   }
-  int64_t activation_bytes = options.offload.activation_bytes;
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderOps> ops,
+                          backend.CreateDecoderOps(e->config_, *e->checkpoint_, bo));
+  VISMOE_ASSIGN_OR_RETURN(e->model_, Qwen3VlMoeModel::Create(e->config_, std::move(ops)));
+  VISMOE_ASSIGN_OR_RETURN(e->device_parts_, backend.CreateOffloadDevice(bo));
   OffloadDevice device;
-  if (backend.cuda) {
-#ifdef VISMOE_HAVE_CUDA
-    cuda::Qwen3VlMoeCudaModel::Options co;
-    co.max_tokens_per_step = options.max_context_tokens;
-    VISMOE_ASSIGN_OR_RETURN(e->model_,
-                            cuda::Qwen3VlMoeCudaModel::Create(e->config_, *e->checkpoint_, co));
-    activation_bytes +=
-        cuda::Qwen3VlMoeCudaModel::ActivationBytes(e->config_, options.max_context_tokens);
-    if (e->config_.has_vision) {
-      // A prompt holds at most max_context_tokens visual tokens, each merge^2 patches.
-      const int64_t merge = e->config_.vision.spatial_merge_size;
-      cuda::Qwen3VlVisionCudaModel::Options vo;
-      vo.max_patches = merge * merge * int64_t{options.max_context_tokens};
-      VISMOE_ASSIGN_OR_RETURN(
-          std::unique_ptr<cuda::Qwen3VlVisionCudaModel> vision,
-          cuda::Qwen3VlVisionCudaModel::Create(e->config_, *e->checkpoint_, vo));
-      // Scratch and cuBLAS workspace; its weights are already in the plan's
-      // resident bytes (every non-expert tensor).
-      activation_bytes += vision->device_bytes() - vision->weight_bytes();
-      e->vision_ = std::move(vision);
-    }
-    VISMOE_ASSIGN_OR_RETURN(e->copy_backend_, cuda::CudaCopyBackend::Create(0));
-    e->host_allocator_ = std::make_unique<cuda::PinnedHostAllocator>();
-    e->device_allocator_ = std::make_unique<cuda::CudaDeviceAllocator>(0);
-    device.host_allocator = e->host_allocator_.get();
-    device.device_allocator = e->device_allocator_.get();
-    device.copy = e->copy_backend_.get();
-    device.expert_dtype = DType::kBF16;  // the CUDA decoder's experts are bf16 whatever the file holds
-#endif
-  } else {
-    VISMOE_ASSIGN_OR_RETURN(e->model_,
-                            Qwen3VlMoeModel::Create(e->config_, *e->checkpoint_, e->pool_.get()));
-  }
+  device.host_allocator = e->device_parts_.host_allocator.get();
+  device.device_allocator = e->device_parts_.device_allocator.get();
+  device.copy = e->device_parts_.copy.get();
+  device.expert_dtype = e->device_parts_.expert_dtype;
   VISMOE_ASSIGN_OR_RETURN(e->experts_,
                           ResidentExpertProvider::Create(*e->checkpoint_, e->config_.text,
                                                          Qwen3VlMoeModel::TextPrefix(e->config_)));
@@ -321,9 +251,9 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
       std::unique_ptr<ExpertPredictor> predictor,
       MakeExpertPredictor(options.offload.prefetch, e->config_, *e->checkpoint_, options.offload,
                           profile.has_value() ? &*profile : nullptr));
-  // The CUDA decoder reads experts from device memory only, so it always runs
-  // behind the offload provider; without a budget, one that holds every expert.
-  if (options.gpu_memory_budget_bytes > 0 || backend.cuda) {
+  // A decoder that reads experts from device memory only always runs behind
+  // the offload provider; without a budget, one that holds every expert.
+  if (options.gpu_memory_budget_bytes > 0 || backend.experts_in_device_memory()) {
     const std::string prefix = Qwen3VlMoeModel::TextPrefix(e->config_);
     VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
                             MeasureModelSizes(*e->checkpoint_, e->config_.text, prefix));

@@ -17,7 +17,7 @@
 #include "engine/offload/offload_options.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/request.h"
-#include "engine/runtime/stats_sink.h"
+#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 

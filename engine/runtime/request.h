@@ -8,28 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/chat_message.h"
+#include "engine/model/rgb_image.h"
+#include "engine/offload/offload_stats.h"
+
 namespace vismoe {
-
-// A decoded image: 8-bit RGB, row-major, height * width * 3 bytes.
-struct RgbImage {
-  int width = 0;
-  int height = 0;
-  std::vector<uint8_t> pixels;
-};
-
-// One ordered part of a chat message: text, or a reference to an image of the
-// request (index into GenerateRequest::images).
-struct ContentPart {
-  enum class Kind { kText, kImage };
-  Kind kind = Kind::kText;
-  std::string text;
-  int image_index = -1;
-};
-
-struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::vector<ContentPart> content;
-};
 
 struct SamplingParams {
   int max_new_tokens = 128;
@@ -58,18 +41,6 @@ struct GenerateRequest {
 
 enum class FinishReason { kEos, kLength, kStopString, kCancelled };
 const char* FinishReasonName(FinishReason r);
-
-// Offload counters of one request (the per-request slice of StatsSink).
-struct OffloadStats {
-  uint64_t cache_queries = 0;
-  uint64_t cache_hits = 0;
-  uint64_t prefetch_needed = 0;    // activated experts outside the pinned prefix
-  uint64_t prefetch_recalled = 0;  // of those, resident or in flight when needed
-  uint64_t prefetch_issued = 0;
-  uint64_t prefetch_used = 0;
-  uint64_t bytes_h2d = 0;
-  double stall_seconds = 0;
-};
 
 struct RequestUsage {
   int prompt_tokens = 0;

@@ -1,7 +1,7 @@
 #include "tests/testing/cuda_device.h"
 
 #ifdef VISMOE_HAVE_CUDA
-#include "engine/ops/cuda/device.h"
+#include "engine/device/cuda/device.h"
 #endif
 
 namespace vismoe::testing {

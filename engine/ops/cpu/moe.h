@@ -7,21 +7,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/routing.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/offload/expert_provider.h"
 
 namespace vismoe::cpu {
-
-// Routing of n tokens over E experts, top_k per token.
-struct RouterResult {
-  int64_t n = 0;
-  int num_experts = 0;
-  int top_k = 0;
-  std::vector<float> logits;   // [n, E]: x . W_g^T
-  std::vector<int> experts;    // [n, top_k], by decreasing probability
-  std::vector<float> weights;  // [n, top_k], combine weights
-};
 
 // logits = x W_g^T (x [n, hidden], W_g [E, hidden]); p = softmax(logits) in
 // fp32; top_k largest p per token (ties: lower expert index first); weights =

@@ -1,5 +1,5 @@
 #include "engine/ops/cuda/activations.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 
 namespace vismoe::cuda {

@@ -1,6 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/ops/cuda/attention.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 
 namespace vismoe::cuda {

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops/cuda/attention_saliency.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 
 namespace vismoe::cuda {

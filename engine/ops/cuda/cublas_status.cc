@@ -3,7 +3,7 @@
 // cannot occur, but the message then still carries the number.
 #include "absl/strings/str_cat.h"
 #include "engine/ops/cuda/cublas_loader.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 
 namespace vismoe::cuda {
 

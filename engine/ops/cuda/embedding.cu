@@ -1,4 +1,4 @@
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/embedding.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 

@@ -12,7 +12,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/cublas_loader.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/pointer_table.h"
 #include "spdlog/spdlog.h"
 

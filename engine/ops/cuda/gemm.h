@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/ops/cuda/device.h"
+#include "engine/device/cuda/device.h"
 #include "engine/ops/cuda/types.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*

@@ -1,5 +1,5 @@
 #include "absl/strings/str_cat.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 #include "engine/ops/cuda/moe_router.h"
 

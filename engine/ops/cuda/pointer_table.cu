@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/pointer_table.h"
 
 namespace vismoe::cuda {

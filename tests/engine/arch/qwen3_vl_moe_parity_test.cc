@@ -10,7 +10,7 @@
 
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/arch/qwen3_vl_vision.h"
+#include "engine/backends/cpu/qwen3_vl_vision.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
@@ -209,7 +209,7 @@ TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
 class RecordingObserver : public RouterObserver {
  public:
   void OnRouting(Phase phase, int layer, const float* hidden,
-                 const cpu::RouterResult& routing) override {
+                 const RouterResult& routing) override {
     layers.push_back(layer);
     phases.push_back(phase);
     EXPECT_NE(hidden, nullptr);
@@ -217,7 +217,7 @@ class RecordingObserver : public RouterObserver {
   }
   std::vector<int> layers;
   std::vector<Phase> phases;
-  cpu::RouterResult last;
+  RouterResult last;
 };
 
 TEST(Qwen3VlMoeModelTest, RouterObserverSeesEveryMoeLayer) {
@@ -235,7 +235,7 @@ TEST(Qwen3VlMoeModelTest, RouterObserverSeesEveryMoeLayer) {
   EXPECT_EQ(logits.size(), static_cast<size_t>(m.config.text.vocab_size));  // last row only
   EXPECT_EQ(obs.layers, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(obs.phases[0], Phase::kPrefill);
-  const cpu::RouterResult& r = obs.last;
+  const RouterResult& r = obs.last;
   EXPECT_EQ(r.n, 5);
   EXPECT_EQ(r.top_k, m.config.text.num_experts_per_tok);
   EXPECT_EQ(r.logits.size(), static_cast<size_t>(5 * m.config.text.num_experts));

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/model/model_config.h"
 #include "gmock/gmock.h"

@@ -29,7 +29,7 @@ class FixedPredictor final : public ExpertPredictor {
     out.resize(std::min<size_t>(out.size(), count));
     return out;
   }
-  void OnRouting(Phase, int, const float*, const cpu::RouterResult&) override { ++c_->routing; }
+  void OnRouting(Phase, int, const float*, const RouterResult&) override { ++c_->routing; }
   void OnPostAttention(Phase, int, const float*, int64_t) override { ++c_->post_attention; }
   void OnMoeOutput(Phase, int, const float*, int64_t) override { ++c_->moe_output; }
   void OnVisualSummary(absl::Span<const float>) override { ++c_->summary; }
@@ -39,8 +39,8 @@ class FixedPredictor final : public ExpertPredictor {
 };
 
 // One token routed to `experts` (top_k = experts.size()) among 8.
-cpu::RouterResult Routed(std::vector<int> experts) {
-  cpu::RouterResult r;
+RouterResult Routed(std::vector<int> experts) {
+  RouterResult r;
   r.n = 1;
   r.num_experts = 8;
   r.top_k = static_cast<int>(experts.size());

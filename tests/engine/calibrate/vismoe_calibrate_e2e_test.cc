@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/model/model_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -362,7 +362,7 @@ class ScriptedPredictor final : public ExpertPredictor {
     if (static_cast<int>(out.size()) > count) out.resize(count);
     return out;
   }
-  void OnRouting(Phase, int, const float*, const cpu::RouterResult&) override {}
+  void OnRouting(Phase, int, const float*, const RouterResult&) override {}
   int requests = 0;
 
  private:

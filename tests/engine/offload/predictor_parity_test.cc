@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/offload/offload_expert_provider.h"
@@ -194,7 +194,7 @@ absl::StatusOr<GenerateResult> Generate(Engine& engine, bool image, bool compres
 // Counts what the engine feeds a caller's observer.
 class CountingObserver final : public RouterObserver {
  public:
-  void OnRouting(Phase, int, const float*, const cpu::RouterResult&) override { ++routings; }
+  void OnRouting(Phase, int, const float*, const RouterResult&) override { ++routings; }
   void OnPostAttention(Phase, int, const float*, int64_t) override { ++residuals; }
   void OnMoeOutput(Phase, int, const float*, int64_t) override { ++outputs; }
   void OnVisualSummary(absl::Span<const float> s) override { summaries.push_back(s.size()); }

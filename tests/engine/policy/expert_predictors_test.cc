@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/calibrate/calibration_profile.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -88,7 +88,7 @@ class RouterChecker final : public RouterObserver {
  public:
   RouterChecker(ExpertPredictor* p, const TextConfig& c) : p_(p), c_(c) {}
   void OnRouting(Phase phase, int layer, const float* /*hidden*/,
-                 const cpu::RouterResult& r) override {
+                 const RouterResult& r) override {
     const int k = r.top_k, e = r.num_experts;
     // Aimed at the observed layer: the real routing (decode: exactly its top-k
     // in order; prefill: the mean top-k-masked probability per expert).
@@ -221,7 +221,7 @@ MlpLookahead RandomMlp(int in, int experts, uint64_t seed) {
 class MlpTap final : public RouterObserver {
  public:
   explicit MlpTap(const MlpLookaheadPredictor* p) : p_(p) {}
-  void OnRouting(Phase, int, const float*, const cpu::RouterResult&) override {
+  void OnRouting(Phase, int, const float*, const RouterResult&) override {
     x.push_back(p_->last_features());
     y.push_back(p_->last_output());
   }
@@ -260,7 +260,7 @@ TEST(MlpLookaheadPredictorTest, MatchesCalibrationFeaturesAndOutput) {
   (*p)->BeginRequest();
   std::vector<float> visual(c.hidden_size, 0.25f);
   (*p)->OnVisualSummary(visual);
-  cpu::RouterResult r;
+  RouterResult r;
   r.n = 1;
   r.num_experts = c.num_experts;
   r.top_k = 2;
@@ -295,7 +295,7 @@ TEST(MlpLookaheadPredictorTest, MatchesCalibrationFeaturesAndOutput) {
 TEST(HistoryExpertPredictorTest, ObservesDistinctRoutedExperts) {
   HistoryExpertPredictor h(2, 8, 0.5);
   EXPECT_STREQ(h.name(), "history");
-  cpu::RouterResult r;
+  RouterResult r;
   r.n = 2;
   r.num_experts = 8;
   r.top_k = 2;

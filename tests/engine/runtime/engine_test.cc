@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/kv_cache.h"
+#include "engine/backend/kv_cache.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
 #include "gmock/gmock.h"

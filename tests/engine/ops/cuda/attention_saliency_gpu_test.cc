@@ -18,7 +18,7 @@ TEST(AttentionSaliencyTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without C
 
 #include "engine/ops/cpu/attention.h"
 #include "engine/ops/cuda/attention_saliency.h"
-#include "engine/ops/cuda/device.h"
+#include "engine/device/cuda/device.h"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 
 namespace vismoe::cuda {

@@ -16,7 +16,7 @@ TEST(CublasLoaderTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 #include <string>
 
 #include "engine/ops/cuda/cublas_loader.h"
-#include "engine/ops/cuda/cuda_status.h"
+#include "engine/device/cuda/cuda_status.h"
 
 namespace vismoe::cuda {
 namespace {

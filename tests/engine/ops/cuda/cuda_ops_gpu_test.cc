@@ -385,7 +385,7 @@ TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
   for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
   const TensorView gate{eye.data(), DType::kF32, {kE, kE}};
   for (bool renorm : {true, false}) {
-    cpu::RouterResult ref;
+    RouterResult ref;
     cpu::Route(nullptr, logits.data(), kN, kE, gate, kK, renorm, &ref);
     auto dl = Upload(logits);
     auto de = DeviceBuffer::Allocate(kN * kK * sizeof(int32_t));

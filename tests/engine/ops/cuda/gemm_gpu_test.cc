@@ -131,7 +131,7 @@ void RunMoe(Blas& blas, bool fused_layout, int batches) {
   const auto x = RandomBf16(kN * kH, 40, 1.0f);
   const auto router_w = RandomBf16(kE * kH, 41, 0.2f);
   const std::vector<float> xf = ToF32(x);
-  cpu::RouterResult route;
+  RouterResult route;
   cpu::Route(nullptr, xf.data(), kN, kH, Bf16View(router_w, {kE, kH}), kK, true, &route);
 
   // Per-expert weights in the requested layout.

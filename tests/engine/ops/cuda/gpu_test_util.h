@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
-#include "engine/ops/cuda/device.h"
+#include "engine/device/cuda/device.h"
 #include "gtest/gtest.h"
 
 namespace vismoe::cuda::testing {

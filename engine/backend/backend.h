@@ -1,0 +1,79 @@
+// Backend: one compute backend (cpu, cuda) as the engine sees it -- whether it
+// can run on this machine, and the pieces of a model it builds: the decoder's
+// ops, the vision tower, the offload device (host and device memory, copies)
+// and the device memory those need beyond weights and KV cache. Backends are
+// found by name in the registry (engine/backends/registry.h), so the engine
+// names no backend and compiles no #ifdef.
+//
+// Thread safety: implementations are stateless; every method may be called
+// from any thread.
+#ifndef VISMOE_ENGINE_BACKEND_BACKEND_H_
+#define VISMOE_ENGINE_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/decoder_ops.h"
+#include "engine/backend/vision_tower.h"
+#include "engine/core/dtype.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/copy_backend.h"
+#include "engine/offload/device_allocator.h"
+#include "engine/offload/host_expert_store.h"
+
+namespace vismoe {
+
+struct BackendOptions {
+  ThreadPool* pool = nullptr;  // the CPU backend's kernels (not owned; null = caller thread)
+  int device = 0;              // device ordinal (cuda)
+  // The most tokens one decoder step carries, and so the most visual tokens
+  // of a prompt: sizes device scratch (cuda).
+  int64_t max_tokens_per_step = 4096;
+};
+
+// What the offload runtime moves experts with on this backend. Null members
+// mean host memory and memcpy (the CPU backend).
+struct OffloadDeviceParts {
+  std::unique_ptr<HostAllocator> host_allocator;
+  std::unique_ptr<DeviceAllocator> device_allocator;
+  std::unique_ptr<CopyBackend> copy;
+  // The dtype the decoder reads experts in; unset = as the checkpoint stores them.
+  std::optional<DType> expert_dtype;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda".
+  virtual const char* name() const = 0;
+  // A one-line description of the device this backend would run on, or why
+  // it cannot run here (Unavailable / Unimplemented, naming the cause).
+  virtual absl::StatusOr<std::string> Probe() const = 0;
+  // True when the decoder reads experts from device memory only, so it runs
+  // behind the offload provider even without a memory budget.
+  virtual bool experts_in_device_memory() const = 0;
+
+  virtual absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
+      const ModelConfig& config, const Checkpoint& checkpoint,
+      const BackendOptions& options) const = 0;
+  // REQUIRES: config.has_vision.
+  virtual absl::StatusOr<std::unique_ptr<VisionTower>> CreateVisionTower(
+      const ModelConfig& config, const Checkpoint& checkpoint,
+      const BackendOptions& options) const = 0;
+  virtual absl::StatusOr<OffloadDeviceParts> CreateOffloadDevice(
+      const BackendOptions& options) const = 0;
+  // Device bytes the decoder allocates beyond its weights and KV cache (the
+  // memory plan's activation reservation); 0 on the host.
+  virtual int64_t DecoderActivationBytes(const ModelConfig& config,
+                                         const BackendOptions& options) const = 0;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_BACKEND_BACKEND_H_

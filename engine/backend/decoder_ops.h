@@ -1,0 +1,110 @@
+// DecoderOps: the operations a backend provides to run a MoE text decoder.
+//
+// The decoder loop (positions, visual scatter, token compression, DeepStack,
+// observers, the KV cache protocol) is written once, in engine/arch, over
+// these ops; each backend (engine/backends/cpu, engine/backends/cuda)
+// implements them on its own memory. A forward step's activations live in a
+// DecoderStep the backend creates: the residual stream `hs`, the normed block
+// input `x` and the MoE output `y`, each [n, hidden] in the backend's memory
+// and precision. The ops are coarse (a whole attention block, a whole MoE
+// block) so that a backend can fuse inside them (the CUDA attention folds the
+// residual add into the o_proj GEMM).
+//
+// Exactness: the CPU backend is the fp32 reference and matches transformers;
+// other backends are compared against it op by op
+// (tests/engine/backend/backend_ops_test.cc) and end to end.
+//
+// Thread safety: DecoderOps is immutable after creation; BeginStep may be
+// called from several threads with different KV caches (a backend that cannot
+// run steps concurrently serialises them for the life of the DecoderStep). A
+// DecoderStep is used by one thread.
+// Ownership: a DecoderStep borrows its KvCache, its input's buffers and the
+// DecoderOps that made it; all must outlive it.
+#ifndef VISMOE_ENGINE_BACKEND_DECODER_OPS_H_
+#define VISMOE_ENGINE_BACKEND_DECODER_OPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/backend/kv_cache.h"
+#include "engine/core/phase.h"
+#include "engine/core/routing.h"
+#include "engine/offload/expert_provider.h"
+
+namespace vismoe {
+
+// What a step starts from, validated by the decoder loop.
+struct StepInput {
+  absl::Span<const int> tokens;           // ids in [0, vocab)
+  absl::Span<const int64_t> positions;    // [3][n] (t, h, w) absolute positions
+  absl::Span<const int64_t> visual_rows;  // rows whose embedding is replaced, ascending
+  const float* visual_embeds = nullptr;   // [visual_rows.size(), hidden], or null
+  // DeepStack: deepstack[k] [visual_rows.size(), hidden] (or null) is added to
+  // the visual rows after decoder layer k.
+  absl::Span<const float* const> deepstack;
+};
+
+// The two RMSNorms of a decoder layer: x = RMSNorm(hs) * w.
+enum class NormSite { kInput, kPostAttention };
+
+// Host fp32 copies of a step's activations, for observers.
+enum class StepRows { kResidual, kNormed, kMoeOutput };
+
+class DecoderStep {
+ public:
+  virtual ~DecoderStep() = default;
+
+  // Keeps rows `kept` (strictly ascending, validated) of every activation;
+  // `positions` [3][kept] and `visual_rows` (the new row of each visual token,
+  // -1 once dropped) are the decoder's remapped host values.
+  virtual absl::Status KeepRows(absl::Span<const int64_t> kept, absl::Span<const int64_t> positions,
+                                absl::Span<const int64_t> visual_rows) = 0;
+  virtual absl::Status Norm(int layer, NormSite site) = 0;
+  // hs += o_proj(attention(RoPE(q_norm(q)), RoPE(k_norm(k)), v)) of x; writes
+  // the step's rows of `layer` into the KV cache (at layer_length(layer)).
+  virtual absl::Status Attention(int layer) = 0;
+  // Runs `layer`'s router on x: the top-k ids always, the combine weights and
+  // logits too when `with_scores` (observers need them; the ids suffice for
+  // the experts, whose weights a backend may keep in its own memory).
+  virtual absl::Status Route(int layer, bool with_scores, RouterResult* routing) = 0;
+  // y = sum over each token's top-k of weight * expert(x), experts from the
+  // provider (BeginLayer .. EndLayer), summed in a fixed order so the result
+  // does not depend on the order the provider hands them out.
+  // REQUIRES: `routing` from this step's Route(layer) with ids in [0, E).
+  virtual absl::Status Experts(int layer, Phase phase, const RouterResult& routing,
+                               ExpertProvider* experts) = 0;
+  virtual absl::Status AddMoeOutput() = 0;       // hs += y
+  virtual absl::Status DenseMlp(int layer) = 0;  // hs += down(silu(gate(x)) * up(x))
+  // Adds DeepStack feature `layer` to the visual rows still in the step.
+  virtual absl::Status AddDeepStack(int layer) = 0;
+  // Final norm and LM head of the last row (or every row): host fp32 logits
+  // [rows, vocab]. A backend surfaces its asynchronous errors here at the latest.
+  virtual absl::Status Logits(bool all_rows, std::vector<float>* logits) = 0;
+  // [n, hidden] host fp32 rows of an activation, valid until the next op.
+  virtual absl::StatusOr<const float*> HostRows(StepRows which) = 0;
+};
+
+class DecoderOps {
+ public:
+  virtual ~DecoderOps() = default;
+
+  // "cpu" or "cuda".
+  virtual const char* name() const = 0;
+  // InvalidArgument when one step of `tokens` rows exceeds what the backend
+  // was sized for (checked before anything else about the step).
+  virtual absl::Status CheckStepSize(int64_t /*tokens*/) const { return absl::OkStatus(); }
+  // A KV cache of `capacity` tokens in the backend's memory.
+  virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
+  // Starts a step of input.tokens.size() rows on `cache` (from CreateKvCache):
+  // hs = the token embeddings with the visual rows replaced.
+  virtual absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
+                                                                 KvCache* cache) const = 0;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_BACKEND_DECODER_OPS_H_

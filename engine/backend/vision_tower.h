@@ -1,0 +1,55 @@
+// VisionTower: the interface the engine runs images through, implemented by
+// the CPU reference (Qwen3VlVisionModel, engine/backends/cpu) and the CUDA
+// tower (cuda::Qwen3VlVisionCudaModel, engine/backends/cuda). Both take host
+// fp32 patches and return the same host fp32 VisionOutput, so the engine can
+// use either interchangeably.
+//
+// Thread safety: Forward() may be called from several threads (the CPU tower
+// runs them concurrently, the CUDA tower serialises them).
+// Ownership: implementations own or borrow their weights as documented there.
+#ifndef VISMOE_ENGINE_BACKEND_VISION_TOWER_H_
+#define VISMOE_ENGINE_BACKEND_VISION_TOWER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/model/grid_thw.h"
+
+namespace vismoe {
+
+struct VisionOutput {
+  int64_t num_tokens = 0;  // merged tokens over all images
+  int64_t out_hidden = 0;
+  std::vector<int64_t> tokens_per_image;      // in input order
+  std::vector<float> embeds;                  // [num_tokens, out_hidden]
+  std::vector<std::vector<float>> deepstack;  // one per deepstack index, [num_tokens, out_hidden]
+  // [num_tokens]: mean over the token's patches of the attention they receive;
+  // a frame's patches sum to 1, so a frame's tokens sum to 1 / merge^2.
+  std::vector<float> saliency;
+};
+
+class VisionTower {
+ public:
+  virtual ~VisionTower() = default;
+
+  // Columns of one patch row: in_channels * temporal_patch_size * patch_size^2.
+  virtual int64_t patch_dim() const = 0;
+
+  // patches: the images' patch rows concatenated in order, [sum num_patches,
+  // patch_dim]. InvalidArgument when the size does not match the grids or a
+  // grid is not divisible by the merge size (implementations may add limits).
+  virtual absl::StatusOr<VisionOutput> Forward(absl::Span<const float> patches,
+                                               absl::Span<const GridThw> grids) const = 0;
+
+  // "cpu" or "cuda".
+  virtual const char* backend() const = 0;
+  // Device bytes the tower holds beyond its weights (scratch, workspaces),
+  // for the memory plan's activation reservation; 0 on the host.
+  virtual int64_t device_scratch_bytes() const { return 0; }
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_BACKEND_VISION_TOWER_H_

@@ -1,0 +1,34 @@
+#include "engine/backends/cpu/cpu_backend.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backends/cpu/cpu_decoder_ops.h"
+#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe::cpu {
+
+absl::StatusOr<std::string> CpuBackend::Probe() const {
+  return absl::StrCat("CPU, ", std::thread::hardware_concurrency(), " hardware threads");
+}
+
+absl::StatusOr<std::unique_ptr<DecoderOps>> CpuBackend::CreateDecoderOps(
+    const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CpuDecoderOps> ops,
+                          CpuDecoderOps::Create(config, checkpoint, options.pool));
+  return std::unique_ptr<DecoderOps>(std::move(ops));
+}
+
+absl::StatusOr<std::unique_ptr<VisionTower>> CpuBackend::CreateVisionTower(
+    const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VlVisionModel> tower,
+                          Qwen3VlVisionModel::Create(config, checkpoint, options.pool));
+  return std::unique_ptr<VisionTower>(std::move(tower));
+}
+
+absl::StatusOr<OffloadDeviceParts> CpuBackend::CreateOffloadDevice(const BackendOptions&) const {
+  return OffloadDeviceParts{};  // host memory and memcpy
+}
+
+}  // namespace vismoe::cpu

@@ -1,0 +1,288 @@
+#include "engine/backends/cpu/cpu_decoder_ops.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/dtype.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/cpu/activations.h"
+#include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/linear.h"
+#include "engine/ops/cpu/moe.h"
+#include "engine/ops/cpu/rms_norm.h"
+#include "engine/ops/cpu/rope.h"
+
+namespace vismoe::cpu {
+namespace {
+
+const TensorView* Bias(const TensorView& b) { return b.empty() ? nullptr : &b; }
+
+// One forward step on host fp32 rows.
+class CpuDecoderStep final : public DecoderStep {
+ public:
+  CpuDecoderStep(const CpuDecoderOps& ops, KvCache* cache, const StepInput& in)
+      : ops_(ops),
+        c_(ops.config().text),
+        cache_(cache),
+        n_(static_cast<int64_t>(in.tokens.size())),
+        h_(c_.hidden_size),
+        visual_rows_(in.visual_rows.begin(), in.visual_rows.end()),
+        deepstack_(in.deepstack.begin(), in.deepstack.end()) {
+    Embed(in);
+    SetPositions(in.positions);
+    x_.resize(n_ * h_);
+  }
+
+  absl::Status KeepRows(absl::Span<const int64_t> kept, absl::Span<const int64_t> positions,
+                        absl::Span<const int64_t> visual_rows) override;
+  absl::Status Norm(int layer, NormSite site) override;
+  absl::Status Attention(int layer) override;
+  absl::Status Route(int layer, bool with_scores, RouterResult* routing) override;
+  absl::Status Experts(int layer, Phase phase, const RouterResult& routing,
+                       ExpertProvider* experts) override;
+  absl::Status AddMoeOutput() override { return AddY(); }
+  absl::Status DenseMlp(int layer) override;
+  absl::Status AddDeepStack(int layer) override;
+  absl::Status Logits(bool all_rows, std::vector<float>* logits) override;
+  absl::StatusOr<const float*> HostRows(StepRows which) override;
+
+ private:
+  void Embed(const StepInput& in);
+  void SetPositions(absl::Span<const int64_t> positions) {
+    rope_ = BuildRopeTable(positions.data(), n_, c_.head_dim, c_.rope_theta, c_.mrope_section);
+  }
+  absl::Status AddY() {
+    for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
+    return absl::OkStatus();
+  }
+  // Sums the (token, slot) outputs per token in ascending expert order.
+  void CombineSlots(const RouterResult& r, const std::vector<float>& slot_out);
+
+  const CpuDecoderOps& ops_;
+  const TextConfig& c_;
+  KvCache* cache_;
+  int64_t n_;  // rows in flight; shrinks when tokens are compressed away
+  const int64_t h_;
+  std::vector<float> hs_, x_, y_;
+  RopeTable rope_;
+  std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
+  std::vector<const float*> deepstack_;
+};
+
+void CpuDecoderStep::Embed(const StepInput& in) {
+  const TensorView& embed = ops_.weights().embed;
+  hs_.resize(n_ * h_);
+  size_t v = 0;  // next visual row
+  for (int64_t t = 0; t < n_; ++t) {
+    if (in.visual_embeds != nullptr && v < in.visual_rows.size() && in.visual_rows[v] == t) {
+      std::copy_n(in.visual_embeds + v * h_, h_, hs_.data() + t * h_);
+      ++v;
+      continue;
+    }
+    const TensorView row = embed.Row(in.tokens[t]);
+    ToFloat(row.dtype, row.data, h_, hs_.data() + t * h_);
+  }
+}
+
+absl::Status CpuDecoderStep::KeepRows(absl::Span<const int64_t> kept,
+                                      absl::Span<const int64_t> positions,
+                                      absl::Span<const int64_t> visual_rows) {
+  const int64_t m = static_cast<int64_t>(kept.size());
+  std::vector<float> new_hs(m * h_);
+  for (int64_t i = 0; i < m; ++i)
+    std::copy_n(hs_.data() + kept[i] * h_, h_, new_hs.data() + i * h_);
+  hs_ = std::move(new_hs);
+  n_ = m;
+  visual_rows_.assign(visual_rows.begin(), visual_rows.end());
+  SetPositions(positions);
+  x_.resize(n_ * h_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::Norm(int layer, NormSite site) {
+  const DecoderLayerWeights& w = ops_.weights().layers[layer];
+  const TensorView& g = site == NormSite::kInput ? w.input_norm : w.post_norm;
+  RmsNorm(ops_.pool(), hs_.data(), n_, h_, g, c_.rms_norm_eps, x_.data());
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::Attention(int layer) {
+  const DecoderLayerWeights& w = ops_.weights().layers[layer];
+  ThreadPool* pool = ops_.pool();
+  const int64_t n = n_, h = h_, hd = c_.head_dim;
+  const int64_t qd = int64_t{c_.num_attention_heads} * hd,
+                kvd = int64_t{c_.num_key_value_heads} * hd;
+  std::vector<float> q(n * qd), k(n * kvd), v(n * kvd);
+  Linear(pool, x_.data(), n, h, w.q, Bias(w.q_bias), q.data());
+  Linear(pool, x_.data(), n, h, w.k, Bias(w.k_bias), k.data());
+  Linear(pool, x_.data(), n, h, w.v, Bias(w.v_bias), v.data());
+  // Per-head RMSNorm (weight [head_dim]) before the rotary embedding.
+  RmsNorm(pool, q.data(), n * c_.num_attention_heads, hd, w.q_norm, c_.rms_norm_eps, q.data());
+  RmsNorm(pool, k.data(), n * c_.num_key_value_heads, hd, w.k_norm, c_.rms_norm_eps, k.data());
+  ApplyRope(pool, rope_, q.data(), n, c_.num_attention_heads, c_.head_dim, qd);
+  ApplyRope(pool, rope_, k.data(), n, c_.num_key_value_heads, c_.head_dim, kvd);
+  const int64_t start = cache_->layer_length(layer);
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(k.data() + t * kvd, kvd, cache_->KeyRow(layer, start + t));
+    std::copy_n(v.data() + t * kvd, kvd, cache_->ValueRow(layer, start + t));
+  }
+  std::vector<float> attn(n * qd);
+  AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim, qd, kvd};
+  cpu::Attention(pool, shape, q.data(), n, cache_->Keys(layer), cache_->Values(layer), start + n,
+                 /*causal=*/true, /*q_pos0=*/start, attn.data());
+  y_.resize(n * h);
+  Linear(pool, attn.data(), n, qd, w.o, Bias(w.o_bias), y_.data());
+  return AddY();
+}
+
+absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult* routing) {
+  const DecoderLayerWeights& w = ops_.weights().layers[layer];
+  cpu::Route(ops_.pool(), x_.data(), n_, h_, w.router, c_.num_experts_per_tok,
+             ops_.weights().spec.renormalize_topk, routing);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
+                                     ExpertProvider* experts) {
+  const int64_t n = n_, h = h_;
+  const int k = r.top_k;
+  std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
+  for (int64_t t = 0; t < n; ++t) {
+    for (int j = 0; j < k; ++j) routed[r.experts[t * k + j]].push_back({t, j});
+  }
+  std::vector<int> active;
+  for (int e = 0; e < c_.num_experts; ++e) {
+    if (!routed[e].empty()) active.push_back(e);
+  }
+  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, experts->BeginLayer(phase, layer, active));
+  std::vector<float> slot_out(static_cast<size_t>(n) * k * h);
+  std::vector<float> xs, ys;
+  for (int e : order) {
+    if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
+      experts->EndLayer(layer);
+      return absl::InternalError(
+          absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
+    }
+    const auto& tok = routed[e];
+    const int64_t m = static_cast<int64_t>(tok.size());
+    xs.resize(m * h);
+    ys.resize(m * h);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs.data() + i * h);
+    auto weights = experts->Acquire(layer, e);
+    if (!weights.ok()) {
+      experts->EndLayer(layer);
+      return weights.status();
+    }
+    ExpertForward(ops_.pool(), *weights, xs.data(), m, h, c_.moe_intermediate_size, ys.data());
+    experts->Release(layer, e);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t t = tok[i].first;
+      const int j = tok[i].second;
+      const float wt = r.weights[t * k + j];
+      float* o = slot_out.data() + (t * k + j) * h;
+      const float* yr = ys.data() + i * h;
+      for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
+    }
+  }
+  experts->EndLayer(layer);
+  if (order.size() != active.size()) {
+    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
+                                            " experts for layer ", layer, ", expected ",
+                                            active.size()));
+  }
+  CombineSlots(r, slot_out);
+  return absl::OkStatus();
+}
+
+void CpuDecoderStep::CombineSlots(const RouterResult& r, const std::vector<float>& slot_out) {
+  const int k = r.top_k;
+  y_.assign(n_ * h_, 0.0f);
+  std::vector<int> slots(k);
+  for (int64_t t = 0; t < n_; ++t) {
+    for (int j = 0; j < k; ++j) slots[j] = j;
+    std::sort(slots.begin(), slots.end(),
+              [&](int a, int b) { return r.experts[t * k + a] < r.experts[t * k + b]; });
+    float* o = y_.data() + t * h_;
+    for (int j : slots) {
+      const float* so = slot_out.data() + (t * k + j) * h_;
+      for (int64_t d = 0; d < h_; ++d) o[d] += so[d];
+    }
+  }
+}
+
+absl::Status CpuDecoderStep::DenseMlp(int layer) {
+  const DecoderLayerWeights& w = ops_.weights().layers[layer];
+  ThreadPool* pool = ops_.pool();
+  const int64_t in = c_.intermediate_size;
+  std::vector<float> gate(n_ * in), up(n_ * in);
+  Linear(pool, x_.data(), n_, h_, w.gate_proj, nullptr, gate.data());
+  Linear(pool, x_.data(), n_, h_, w.up_proj, nullptr, up.data());
+  SiluMul(gate.data(), up.data(), n_ * in, gate.data());
+  y_.resize(n_ * h_);
+  Linear(pool, gate.data(), n_, in, w.down_proj, nullptr, y_.data());
+  return AddY();
+}
+
+absl::Status CpuDecoderStep::AddDeepStack(int layer) {
+  if (layer >= static_cast<int>(deepstack_.size()) || deepstack_[layer] == nullptr) {
+    return absl::OkStatus();
+  }
+  const float* ds = deepstack_[layer];
+  for (size_t i = 0; i < visual_rows_.size(); ++i) {
+    if (visual_rows_[i] < 0) continue;  // compressed away
+    float* row = hs_.data() + visual_rows_[i] * h_;
+    for (int64_t d = 0; d < h_; ++d) row[d] += ds[i * h_ + d];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
+  const TextWeights& w = ops_.weights();
+  const int64_t first = all_rows ? 0 : n_ - 1;
+  const int64_t rows = n_ - first;
+  std::vector<float> normed(rows * h_);
+  RmsNorm(ops_.pool(), hs_.data() + first * h_, rows, h_, w.final_norm, c_.rms_norm_eps,
+          normed.data());
+  logits->resize(rows * c_.vocab_size);
+  Linear(ops_.pool(), normed.data(), rows, h_, w.lm_head, nullptr, logits->data());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> CpuDecoderStep::HostRows(StepRows which) {
+  switch (which) {
+    case StepRows::kResidual:
+      return hs_.data();
+    case StepRows::kNormed:
+      return x_.data();
+    case StepRows::kMoeOutput:
+      return y_.data();
+  }
+  return absl::InvalidArgumentError("HostRows: unknown activation");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuDecoderOps>> CpuDecoderOps::Create(const ModelConfig& config,
+                                                                     const Checkpoint& checkpoint,
+                                                                     ThreadPool* pool) {
+  VISMOE_ASSIGN_OR_RETURN(TextWeights weights, TextWeights::Load(config, checkpoint));
+  return std::unique_ptr<CpuDecoderOps>(new CpuDecoderOps(config, std::move(weights), pool));
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> CpuDecoderOps::CreateKvCache(int64_t capacity) const {
+  const TextConfig& c = config_.text;
+  return std::make_unique<KvCache>(c.num_hidden_layers, capacity,
+                                   int64_t{c.num_key_value_heads} * c.head_dim);
+}
+
+absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(const StepInput& input,
+                                                                      KvCache* cache) const {
+  if (cache == nullptr || !cache->has_host_rows()) {
+    return absl::InvalidArgumentError("CPU step: the KV cache must hold host rows");
+  }
+  return std::unique_ptr<DecoderStep>(new CpuDecoderStep(*this, cache, input));
+}
+
+}  // namespace vismoe::cpu

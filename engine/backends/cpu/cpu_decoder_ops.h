@@ -1,0 +1,56 @@
+// CpuDecoderOps: the DecoderOps of the CPU reference backend. fp32 activations
+// and KV cache, weights read as stored (BF16/F16/F32 views into the
+// checkpoint) by the engine/ops/cpu kernels. This is the exact path: it
+// matches transformers, and every other backend is compared against it.
+//
+// MoE: each (token, top-k slot) output is kept apart and the slots are summed
+// per token in ascending expert order afterwards -- the order transformers
+// accumulates in, independent of the order the provider hands experts out --
+// so every memory budget gives bit-identical logits.
+//
+// Thread safety: immutable after Create(); steps may run concurrently on
+// different KV caches (each step's kernels use the shared pool).
+// Ownership: the weight views point into the Checkpoint, which must outlive
+// the ops; the pool is not owned (null = the calling thread only).
+#ifndef VISMOE_ENGINE_BACKENDS_CPU_CPU_DECODER_OPS_H_
+#define VISMOE_ENGINE_BACKENDS_CPU_CPU_DECODER_OPS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/decoder_ops.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/text_weights.h"
+
+namespace vismoe::cpu {
+
+class CpuDecoderOps final : public DecoderOps {
+ public:
+  // Loads and shape-checks every text weight (errors name the tensor).
+  static absl::StatusOr<std::unique_ptr<CpuDecoderOps>> Create(const ModelConfig& config,
+                                                               const Checkpoint& checkpoint,
+                                                               ThreadPool* pool);
+
+  const char* name() const override { return "cpu"; }
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
+  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
+                                                         KvCache* cache) const override;
+
+  const ModelConfig& config() const { return config_; }
+  const TextWeights& weights() const { return weights_; }
+  ThreadPool* pool() const { return pool_; }
+
+ private:
+  CpuDecoderOps(const ModelConfig& config, TextWeights weights, ThreadPool* pool)
+      : config_(config), weights_(std::move(weights)), pool_(pool) {}
+
+  ModelConfig config_;
+  TextWeights weights_;
+  ThreadPool* pool_;
+};
+
+}  // namespace vismoe::cpu
+
+#endif  // VISMOE_ENGINE_BACKENDS_CPU_CPU_DECODER_OPS_H_

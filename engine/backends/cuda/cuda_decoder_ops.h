@@ -1,0 +1,125 @@
+// CudaDecoderOps: the DecoderOps of the CUDA backend -- the computation of the
+// CPU reference (engine/backends/cpu/cpu_decoder_ops.h) with bf16 activations
+// and fp32 accumulation, every op an engine/ops/cuda kernel or a cuBLAS GEMM
+// on one compute stream.
+//
+// Memory (DESIGN.md): every non-expert text weight (TextWeights) is converted
+// to bf16 and uploaded once at Create (the resident region); the per-step
+// scratch (hidden states, q/k/v, the permuted MoE rows, logits) is one device
+// arena sized for Options::max_tokens_per_step and reset at each step, so a
+// step never allocates; the KV cache is a DeviceKvCache. Experts come from the
+// ExpertProvider and must be device-resident bf16 (the OffloadExpertProvider
+// built with the CUDA allocators and copy backend: pinned prefix + slabs).
+//
+// MoE per layer: router GEMM (fp32 logits) -> top-k on device -> one small
+// device-to-host copy of the routing (the provider and the observers run on
+// the host) -> tokens permuted so each expert's rows are contiguous -> the
+// experts through RunExpertBatches (engine/offload/expert_batch_runner.h):
+// acquired in the provider's order and launched in batches -- one grouped
+// GEMM for gate_up, SwiGLU, one grouped GEMM for down -- as soon as the next
+// expert is not Ready(), so with everything resident a layer's experts are
+// three launches and compute overlaps the copies still in flight; a slab is
+// released only after an event recorded behind its batch has completed (the
+// provider may hand a released slab to the next copy) -> weighted sum per
+// token in slot order.
+//
+// Differences from the CPU reference, by design: bf16 activations and KV cache
+// (transformers on a GPU runs bf16 too), slot-order instead of expert-order
+// summation of the top-k outputs; attention_bias checkpoints are refused.
+// Thread safety: immutable after Create(); steps are serialised (one stream,
+// one scratch arena): a DecoderStep holds the ops' lock for its life.
+// Ownership: owns its device weights, scratch, stream, events and cuBLAS
+// handle; the Checkpoint is read only during Create.
+#ifndef VISMOE_ENGINE_BACKENDS_CUDA_CUDA_DECODER_OPS_H_
+#define VISMOE_ENGINE_BACKENDS_CUDA_CUDA_DECODER_OPS_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/decoder_ops.h"
+#include "engine/device/cuda/device.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/ops/cuda/gemm.h"
+#include "engine/ops/cuda/types.h"
+
+namespace vismoe::cuda {
+
+class CudaDecoderOps final : public DecoderOps {
+ public:
+  struct Options {
+    int device = 0;
+    // The most tokens one step may carry (the prefill of the longest
+    // prompt): sizes the scratch arena.
+    int64_t max_tokens_per_step = 4096;
+  };
+
+  // Checks the config, uploads the weights (errors name the tensor), creates
+  // the stream, events, cuBLAS handle and scratch. kUnavailable without a
+  // device; kResourceExhausted when the device cannot hold them.
+  static absl::StatusOr<std::unique_ptr<CudaDecoderOps>> Create(const ModelConfig& config,
+                                                                const Checkpoint& checkpoint,
+                                                                const Options& options);
+  CudaDecoderOps(const CudaDecoderOps&) = delete;
+  CudaDecoderOps& operator=(const CudaDecoderOps&) = delete;
+  ~CudaDecoderOps() override;
+
+  // Device bytes of the per-step scratch for `max_tokens` tokens.
+  static int64_t ScratchBytes(const ModelConfig& config, int64_t max_tokens);
+  // Everything the decoder allocates on the device beyond its weights and KV
+  // cache: the scratch, the cuBLAS workspace and the grouped-GEMM pointer
+  // table (the memory plan's activation reservation).
+  static int64_t ActivationBytes(const ModelConfig& config, int64_t max_tokens);
+
+  const char* name() const override { return "cuda"; }
+  // InvalidArgument over Options::max_tokens_per_step.
+  absl::Status CheckStepSize(int64_t tokens) const override;
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
+  // Also InvalidArgument when `cache` is not a DeviceKvCache or the step has
+  // more DeepStack features than the config declares.
+  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
+                                                         KvCache* cache) const override;
+
+  int64_t weight_bytes() const { return static_cast<int64_t>(weights_.size()); }
+  int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.capacity()); }
+
+ private:
+  friend class CudaDecoderStep;
+  struct Layer {
+    const Bf16* input_norm = nullptr;
+    const Bf16* post_norm = nullptr;
+    const Bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+    const Bf16 *q_norm = nullptr, *k_norm = nullptr;
+    const Bf16* router = nullptr;
+    const Bf16 *gate_proj = nullptr, *up_proj = nullptr, *down_proj = nullptr;
+  };
+
+  CudaDecoderOps() = default;
+  absl::Status UploadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+
+  ModelConfig config_;
+  bool renormalize_topk_ = true;
+  int device_ = 0;
+  int64_t max_tokens_ = 0;
+  DeviceBuffer weights_;  // every non-expert text tensor, bf16
+  const Bf16* embed_ = nullptr;
+  const Bf16* final_norm_ = nullptr;
+  const Bf16* lm_head_ = nullptr;
+  const float* inv_freq_ = nullptr;  // [head_dim / 2], inside weights_
+  std::vector<Layer> layers_;
+  std::vector<int> mrope_section_;  // 3 entries, or empty (plain RoPE)
+
+  mutable std::mutex mu_;  // held by the live DecoderStep: the members below are per step
+  mutable Stream stream_;
+  mutable std::vector<Event> expert_done_;  // one per expert batch of a layer (tickets)
+  DeviceBuffer blas_workspace_;  // declared before blas_: outlives the handle bound to it
+  mutable std::unique_ptr<Blas> blas_;
+  mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it
+};
+
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_ENGINE_BACKENDS_CUDA_CUDA_DECODER_OPS_H_

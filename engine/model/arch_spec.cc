@@ -1,0 +1,252 @@
+#include "engine/model/arch_spec.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+namespace {
+
+// The family table: one row per supported model_type.
+struct FamilyRow {
+  std::string_view model_type;
+  ModelFamily family;
+  std::string_view text_prefix;
+  std::string_view vision_prefix;
+  ExpertStorage expert_storage;
+  // transformers' Qwen3-VL-MoE router renormalises whatever norm_topk_prob says.
+  bool always_renormalize;
+};
+constexpr FamilyRow kFamilies[] = {
+    {"qwen3_vl_moe", ModelFamily::kQwen3VlMoe, "model.language_model.", "model.visual.",
+     ExpertStorage::kFused, true},
+    {"qwen3_moe", ModelFamily::kQwen3Moe, "model.", "", ExpertStorage::kPerExpert, false},
+};
+
+absl::Status Positive(const char* field, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " must be > 0, got ", value));
+}
+
+absl::Status CheckText(const TextConfig& t) {
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.hidden_size", t.hidden_size));
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.num_hidden_layers", t.num_hidden_layers));
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.num_attention_heads", t.num_attention_heads));
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.num_key_value_heads", t.num_key_value_heads));
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.head_dim", t.head_dim));
+  VISMOE_RETURN_IF_ERROR(Positive("text_config.vocab_size", t.vocab_size));
+  bool any_moe = false, any_dense = false;
+  for (int l = 0; l < t.num_hidden_layers; ++l) (t.IsMoeLayer(l) ? any_moe : any_dense) = true;
+  if (any_moe) {
+    VISMOE_RETURN_IF_ERROR(Positive("text_config.num_experts", t.num_experts));
+    VISMOE_RETURN_IF_ERROR(Positive("text_config.moe_intermediate_size", t.moe_intermediate_size));
+    if (t.num_experts_per_tok < 1 || t.num_experts_per_tok > t.num_experts) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("text_config.num_experts_per_tok must be in [1, ", t.num_experts, "], got ",
+                       t.num_experts_per_tok));
+    }
+  }
+  if (any_dense) {
+    VISMOE_RETURN_IF_ERROR(Positive("text_config.intermediate_size", t.intermediate_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckVision(const VisionConfig& v) {
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.depth", v.depth));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.hidden_size", v.hidden_size));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.num_heads", v.num_heads));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.intermediate_size", v.intermediate_size));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.in_channels", v.in_channels));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.patch_size", v.patch_size));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.temporal_patch_size", v.temporal_patch_size));
+  VISMOE_RETURN_IF_ERROR(Positive("vision_config.spatial_merge_size", v.spatial_merge_size));
+  VISMOE_RETURN_IF_ERROR(
+      Positive("vision_config.num_position_embeddings", v.num_position_embeddings));
+  return Positive("vision_config.out_hidden_size", v.out_hidden_size);
+}
+
+// Appends specs; a small builder so the lists below read like a checkpoint listing.
+class SpecList {
+ public:
+  using Init = TensorSpec::Init;
+  TensorSpec& Add(std::string name, Shape shape, WeightRole role, int layer = -1,
+                  Init init = Init::kNormal) {
+    TensorSpec s;
+    s.name = std::move(name);
+    s.shape = std::move(shape);
+    s.role = role;
+    s.layer = layer;
+    s.init = init;
+    specs_.push_back(std::move(s));
+    return specs_.back();
+  }
+  void Ones(std::string name, Shape shape, WeightRole role, int layer = -1) {
+    Add(std::move(name), std::move(shape), role, layer, Init::kOnes);
+  }
+  void Zeros(std::string name, Shape shape, WeightRole role = WeightRole::kVision) {
+    Add(std::move(name), std::move(shape), role, -1, Init::kZeros);
+  }
+  std::vector<TensorSpec> Take() { return std::move(specs_); }
+
+ private:
+  std::vector<TensorSpec> specs_;
+};
+
+void AddAttention(const TextConfig& c, const std::string& lp, int l, SpecList* out) {
+  using R = WeightRole;
+  const std::string ap = lp + "self_attn.";
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t qd = int64_t{c.num_attention_heads} * hd, kvd = int64_t{c.num_key_value_heads} * hd;
+  out->Add(ap + "q_proj.weight", {qd, h}, R::kQ, l);
+  out->Add(ap + "k_proj.weight", {kvd, h}, R::kK, l);
+  out->Add(ap + "v_proj.weight", {kvd, h}, R::kV, l);
+  out->Add(ap + "o_proj.weight", {h, qd}, R::kO, l);
+  if (c.attention_bias) {
+    out->Add(ap + "q_proj.bias", {qd}, R::kQBias, l);
+    out->Add(ap + "k_proj.bias", {kvd}, R::kKBias, l);
+    out->Add(ap + "v_proj.bias", {kvd}, R::kVBias, l);
+    out->Add(ap + "o_proj.bias", {h}, R::kOBias, l);
+  }
+  out->Ones(ap + "q_norm.weight", {hd}, R::kQNorm, l);
+  out->Ones(ap + "k_norm.weight", {hd}, R::kKNorm, l);
+}
+
+void AddExperts(const ArchSpec& spec, const TextConfig& c, int l, SpecList* out) {
+  using R = WeightRole;
+  const int64_t h = c.hidden_size, e = c.num_experts, i = c.moe_intermediate_size;
+  const std::string xp = spec.ExpertPrefix(l);
+  if (spec.expert_storage == ExpertStorage::kFused) {
+    out->Add(xp + "gate_up_proj", {e, h, 2 * i}, R::kExpertsGateUp, l).routed_expert = true;
+    out->Add(xp + "down_proj", {e, i, h}, R::kExpertsDown, l).routed_expert = true;
+    return;
+  }
+  for (int x = 0; x < e; ++x) {
+    const std::string eb = absl::StrCat(xp, x, ".");
+    for (auto [name, shape, role] : {std::tuple{"gate_proj.weight", Shape{i, h}, R::kExpertGate},
+                                     std::tuple{"up_proj.weight", Shape{i, h}, R::kExpertUp},
+                                     std::tuple{"down_proj.weight", Shape{h, i}, R::kExpertDown}}) {
+      TensorSpec& s = out->Add(eb + name, shape, role, l);
+      s.expert = x;
+      s.routed_expert = true;
+    }
+  }
+}
+
+void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
+  using R = WeightRole;
+  const std::string& p = spec.text_prefix;
+  const int64_t h = c.hidden_size;
+  out->Add(p + "embed_tokens.weight", {c.vocab_size, h}, R::kEmbed);
+  out->Ones(p + "norm.weight", {h}, R::kFinalNorm);
+  if (!c.tie_word_embeddings) out->Add(std::string(kLmHeadName), {c.vocab_size, h}, R::kLmHead);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string lp = absl::StrCat(p, "layers.", l, ".");
+    out->Ones(lp + "input_layernorm.weight", {h}, R::kInputNorm, l);
+    out->Ones(lp + "post_attention_layernorm.weight", {h}, R::kPostNorm, l);
+    AddAttention(c, lp, l, out);
+    if (!c.IsMoeLayer(l)) {
+      const int64_t in = c.intermediate_size;
+      out->Add(lp + "mlp.gate_proj.weight", {in, h}, R::kMlpGate, l);
+      out->Add(lp + "mlp.up_proj.weight", {in, h}, R::kMlpUp, l);
+      out->Add(lp + "mlp.down_proj.weight", {h, in}, R::kMlpDown, l);
+      continue;
+    }
+    out->Add(lp + "mlp.gate.weight", {c.num_experts, h}, R::kRouter, l);
+    AddExperts(spec, c, l, out);
+  }
+}
+
+void AddVision(const std::string& p, const VisionConfig& vc, SpecList* out) {
+  const WeightRole v = WeightRole::kVision;
+  const int64_t hd = vc.hidden_size, inter = vc.intermediate_size;
+  const int64_t mh = hd * vc.spatial_merge_size * vc.spatial_merge_size;
+  const int64_t o = vc.out_hidden_size;
+  out->Add(p + "patch_embed.proj.weight",
+           {hd, vc.in_channels, vc.temporal_patch_size, vc.patch_size, vc.patch_size}, v);
+  out->Add(p + "patch_embed.proj.bias", {hd}, v);
+  out->Add(p + "pos_embed.weight", {vc.num_position_embeddings, hd}, v);
+  for (int b = 0; b < vc.depth; ++b) {
+    const std::string bp = absl::StrCat(p, "blocks.", b, ".");
+    out->Ones(bp + "norm1.weight", {hd}, v);
+    out->Zeros(bp + "norm1.bias", {hd});
+    out->Ones(bp + "norm2.weight", {hd}, v);
+    out->Zeros(bp + "norm2.bias", {hd});
+    out->Add(bp + "attn.qkv.weight", {3 * hd, hd}, v);
+    out->Add(bp + "attn.qkv.bias", {3 * hd}, v);
+    out->Add(bp + "attn.proj.weight", {hd, hd}, v);
+    out->Add(bp + "attn.proj.bias", {hd}, v);
+    out->Add(bp + "mlp.linear_fc1.weight", {inter, hd}, v);
+    out->Add(bp + "mlp.linear_fc1.bias", {inter}, v);
+    out->Add(bp + "mlp.linear_fc2.weight", {hd, inter}, v);
+    out->Add(bp + "mlp.linear_fc2.bias", {hd}, v);
+  }
+  auto merger = [&](const std::string& mp, int64_t norm_dim) {
+    out->Ones(mp + "norm.weight", {norm_dim}, v);
+    out->Zeros(mp + "norm.bias", {norm_dim});
+    out->Add(mp + "linear_fc1.weight", {mh, mh}, v);
+    out->Add(mp + "linear_fc1.bias", {mh}, v);
+    out->Add(mp + "linear_fc2.weight", {o, mh}, v);
+    out->Add(mp + "linear_fc2.bias", {o}, v);
+  };
+  merger(p + "merger.", hd);
+  for (size_t k = 0; k < vc.deepstack_visual_indexes.size(); ++k) {
+    merger(absl::StrCat(p, "deepstack_merger_list.", k, "."), mh);
+  }
+}
+
+}  // namespace
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string SupportedModelTypes() {
+  std::vector<std::string> names;
+  for (const FamilyRow& f : kFamilies) names.emplace_back(f.model_type);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
+  for (const FamilyRow& f : kFamilies) {
+    if (config.model_type != f.model_type) continue;
+    ArchSpec s;
+    s.family = f.family;
+    s.text_prefix = std::string(f.text_prefix);
+    s.vision_prefix = config.has_vision ? std::string(f.vision_prefix) : "";
+    s.expert_storage = f.expert_storage;
+    s.renormalize_topk = f.always_renormalize || config.text.norm_topk_prob;
+    return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model_type '", config.model_type, "' is not supported (", SupportedModelTypes(), ")"));
+}
+
+std::string ArchSpec::ExpertPrefix(int layer) const {
+  return absl::StrCat(text_prefix, "layers.", layer, ".mlp.experts.");
+}
+
+absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config) {
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  VISMOE_RETURN_IF_ERROR(CheckText(config.text));
+  SpecList list;
+  AddText(spec, config.text, &list);
+  if (config.has_vision) {
+    VISMOE_RETURN_IF_ERROR(CheckVision(config.vision));
+    AddVision(spec.vision_prefix, config.vision, &list);
+  }
+  return list.Take();
+}
+
+const TensorSpec* FindTensor(const std::vector<TensorSpec>& specs, WeightRole role, int layer) {
+  for (const TensorSpec& s : specs) {
+    if (s.role == role && s.layer == layer) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace vismoe

@@ -1,0 +1,129 @@
+// ArchSpec: what one model family's checkpoint holds, written once.
+//
+// Every place that needs a tensor name, a shape, a layer kind or a family quirk
+// reads it from here: the text weight loader (engine/model/text_weights.h,
+// shared by every backend), the expert providers and memory plan (the routed
+// expert tensors), the vision towers and the synthetic weights. Adding a
+// weight or a layer kind touches this file (and the backend op that computes
+// with it); adding a family adds one row to the family table in arch_spec.cc
+// and its tensor list.
+//
+// Families (model_type in config.json):
+//   qwen3_vl_moe  Qwen3-VL-MoE: text under "model.language_model.", routed
+//                 experts fused as published (gate_up_proj [E,H,2I], down_proj
+//                 [E,I,H]), the router always renormalises its top-k, a vision
+//                 tower under "model.visual." with DeepStack mergers.
+//   qwen3_moe     Qwen3-MoE text: under "model.", experts one tensor each
+//                 (experts.N.{gate,up,down}_proj.weight), top-k renormalised
+//                 only with norm_topk_prob.
+// Layer kinds come from the config: a decoder layer is MoE unless it is in
+// mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
+//
+// Thread safety: plain values and free functions.
+#ifndef VISMOE_ENGINE_MODEL_ARCH_SPEC_H_
+#define VISMOE_ENGINE_MODEL_ARCH_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/dtype.h"
+#include "engine/core/tensor.h"
+#include "engine/model/model_config.h"
+
+namespace vismoe {
+
+enum class ModelFamily { kQwen3VlMoe, kQwen3Moe };
+
+// How a MoE layer's routed experts are stored in the checkpoint.
+enum class ExpertStorage {
+  kFused,      // P layers.N.mlp.experts.gate_up_proj [E,H,2I] and down_proj [E,I,H]
+  kPerExpert,  // P layers.N.mlp.experts.E.{gate,up}_proj.weight [I,H], down_proj.weight [H,I]
+};
+
+// What a tensor is to the model (the loaders dispatch on it).
+enum class WeightRole {
+  kEmbed,
+  kFinalNorm,
+  kLmHead,
+  // Per decoder layer.
+  kInputNorm,
+  kPostNorm,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kQBias,
+  kKBias,
+  kVBias,
+  kOBias,
+  kQNorm,
+  kKNorm,
+  kRouter,  // MoE layers
+  kMlpGate,
+  kMlpUp,
+  kMlpDown,  // dense (mlp_only) layers
+  kExpertsGateUp,
+  kExpertsDown,  // routed experts, kFused (all experts of a layer)
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,  // routed experts, kPerExpert (one expert)
+  kVision,      // the vision tower's tensors (read by name)
+};
+
+// One tensor of the model.
+struct TensorSpec {
+  enum class Init { kNormal, kOnes, kZeros };  // synthetic weights' fill
+
+  std::string name;
+  DType dtype = DType::kBF16;  // synthetic weights' dtype (files may hold BF16/F16/F32)
+  Shape shape;
+  Init init = Init::kNormal;
+  WeightRole role = WeightRole::kVision;
+  int layer = -1;              // decoder layer of per-layer text tensors, else -1
+  int expert = -1;             // kPerExpert expert tensors, else -1
+  bool routed_expert = false;  // part of a routed expert (what the offload runtime moves)
+
+  int64_t numel() const;
+  int64_t nbytes() const { return numel() * static_cast<int64_t>(DTypeSize(dtype)); }
+};
+
+struct ArchSpec {
+  ModelFamily family = ModelFamily::kQwen3VlMoe;
+  std::string text_prefix;    // where the text weights live ("model.language_model.")
+  std::string vision_prefix;  // "model.visual.", or empty without a vision tower
+  ExpertStorage expert_storage = ExpertStorage::kFused;
+  // The router renormalises the top-k probabilities to sum to 1.
+  bool renormalize_topk = true;
+
+  // The spec of `config`'s family. InvalidArgument naming the model_type when
+  // it is not supported.
+  static absl::StatusOr<ArchSpec> For(const ModelConfig& config);
+
+  // "<text_prefix>layers.<layer>.mlp.experts.": every routed expert tensor of
+  // the layer starts with it.
+  std::string ExpertPrefix(int layer) const;
+};
+
+// The output projection. A tied checkpoint (tie_word_embeddings) may omit it:
+// the embedding is the projection then (ExpectedTensors lists it only untied).
+inline constexpr char kLmHeadName[] = "lm_head.weight";
+
+// The supported model_types, for messages: "qwen3_vl_moe, qwen3_moe".
+std::string SupportedModelTypes();
+
+// Every tensor of `config`'s model in a fixed order: text (embedding, final
+// norm, lm_head unless tied, then layer by layer), then the vision tower's.
+// Shapes follow the config. InvalidArgument naming the field for a config
+// with a zero/negative size or an unsupported model_type.
+absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config);
+
+// The entry of `specs` with `role` at decoder `layer` (-1 for model-wide
+// tensors); null when there is none (e.g. a router of a dense layer).
+const TensorSpec* FindTensor(const std::vector<TensorSpec>& specs, WeightRole role, int layer = -1);
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_MODEL_ARCH_SPEC_H_

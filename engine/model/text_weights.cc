@@ -1,0 +1,95 @@
+#include "engine/model/text_weights.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+namespace {
+
+// Where a per-layer tensor of `role` goes; null for roles this struct does not hold.
+TensorView* LayerSlot(DecoderLayerWeights& w, WeightRole role) {
+  switch (role) {
+    case WeightRole::kInputNorm:
+      return &w.input_norm;
+    case WeightRole::kPostNorm:
+      return &w.post_norm;
+    case WeightRole::kQ:
+      return &w.q;
+    case WeightRole::kK:
+      return &w.k;
+    case WeightRole::kV:
+      return &w.v;
+    case WeightRole::kO:
+      return &w.o;
+    case WeightRole::kQBias:
+      return &w.q_bias;
+    case WeightRole::kKBias:
+      return &w.k_bias;
+    case WeightRole::kVBias:
+      return &w.v_bias;
+    case WeightRole::kOBias:
+      return &w.o_bias;
+    case WeightRole::kQNorm:
+      return &w.q_norm;
+    case WeightRole::kKNorm:
+      return &w.k_norm;
+    case WeightRole::kRouter:
+      return &w.router;
+    case WeightRole::kMlpGate:
+      return &w.gate_proj;
+    case WeightRole::kMlpUp:
+      return &w.up_proj;
+    case WeightRole::kMlpDown:
+      return &w.down_proj;
+    default:
+      return nullptr;
+  }
+}
+
+TensorView* Slot(TextWeights& w, const TensorSpec& s) {
+  switch (s.role) {
+    case WeightRole::kEmbed:
+      return &w.embed;
+    case WeightRole::kFinalNorm:
+      return &w.final_norm;
+    case WeightRole::kLmHead:
+      return &w.lm_head;
+    default:
+      return s.layer >= 0 && s.layer < static_cast<int>(w.layers.size())
+                 ? LayerSlot(w.layers[s.layer], s.role)
+                 : nullptr;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
+                                              const Checkpoint& checkpoint) {
+  TextWeights w;
+  VISMOE_ASSIGN_OR_RETURN(w.spec, ArchSpec::For(config));
+  VISMOE_ASSIGN_OR_RETURN(const std::vector<TensorSpec> specs, ExpectedTensors(config));
+  w.layers.resize(config.text.num_hidden_layers);
+  for (int l = 0; l < config.text.num_hidden_layers; ++l) {
+    w.layers[l].moe = config.text.IsMoeLayer(l);
+  }
+  for (const TensorSpec& s : specs) {
+    if (s.routed_expert || s.role == WeightRole::kVision) continue;
+    TensorView* slot = Slot(w, s);
+    if (slot == nullptr) {
+      return absl::InternalError(absl::StrCat("tensor list: no slot for ", s.name));
+    }
+    VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.Get(s.name, s.shape));
+  }
+  if (w.lm_head.empty()) {  // tied: a checkpoint may still carry the projection
+    const TextConfig& c = config.text;
+    if (checkpoint.Has(kLmHeadName)) {
+      VISMOE_ASSIGN_OR_RETURN(w.lm_head,
+                              checkpoint.Get(kLmHeadName, {c.vocab_size, c.hidden_size}));
+    } else {
+      w.lm_head = w.embed;
+    }
+  }
+  return w;
+}
+
+}  // namespace vismoe

@@ -1,0 +1,47 @@
+// TextWeights: the text decoder's non-expert tensors of a checkpoint, as views,
+// found through the family's tensor list (engine/model/arch_spec.h) and
+// shape-checked. Every backend loads its decoder from this one struct: the CPU
+// backend computes on the views, the CUDA backend converts and uploads them.
+// Routed experts are not here: they reach the decoder through an
+// ExpertProvider (engine/offload/expert_provider.h).
+//
+// Thread safety: plain views. Ownership: the views point into the Checkpoint,
+// which must outlive them.
+#ifndef VISMOE_ENGINE_MODEL_TEXT_WEIGHTS_H_
+#define VISMOE_ENGINE_MODEL_TEXT_WEIGHTS_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
+#include "engine/model/arch_spec.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+
+namespace vismoe {
+
+struct DecoderLayerWeights {
+  TensorView input_norm, post_norm;
+  TensorView q, k, v, o;
+  TensorView q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
+  TensorView q_norm, k_norm;
+  bool moe = false;
+  TensorView router;                         // [E, H], MoE layers
+  TensorView gate_proj, up_proj, down_proj;  // dense (mlp_only) layers
+};
+
+struct TextWeights {
+  ArchSpec spec;
+  TensorView embed;       // [vocab, H]
+  TensorView final_norm;  // [H]
+  TensorView lm_head;     // [vocab, H]; the embedding when tied and absent
+  std::vector<DecoderLayerWeights> layers;
+
+  // Reads every non-expert text tensor ExpectedTensors(config) lists. Errors
+  // name the tensor (missing, wrong shape) or the config field.
+  static absl::StatusOr<TextWeights> Load(const ModelConfig& config, const Checkpoint& checkpoint);
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_MODEL_TEXT_WEIGHTS_H_

@@ -1,0 +1,24 @@
+// OffloadStats: the offload counters of one request (the per-request slice of
+// StatsSink), as the expert providers count them.
+#ifndef VISMOE_ENGINE_OFFLOAD_OFFLOAD_STATS_H_
+#define VISMOE_ENGINE_OFFLOAD_OFFLOAD_STATS_H_
+
+#include <cstdint>
+
+namespace vismoe {
+
+// Offload counters of one request (the per-request slice of StatsSink).
+struct OffloadStats {
+  uint64_t cache_queries = 0;
+  uint64_t cache_hits = 0;
+  uint64_t prefetch_needed = 0;    // activated experts outside the pinned prefix
+  uint64_t prefetch_recalled = 0;  // of those, resident or in flight when needed
+  uint64_t prefetch_issued = 0;
+  uint64_t prefetch_used = 0;
+  uint64_t bytes_h2d = 0;
+  double stall_seconds = 0;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_OFFLOAD_OFFLOAD_STATS_H_

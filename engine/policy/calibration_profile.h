@@ -1,0 +1,75 @@
+// CalibrationProfile: what `vismoe-calibrate` learns offline and the server
+// loads at start-up (VisMMOE 3.3-3.4): the trained mlp-lookahead predictor,
+// the router-lookahead default vectors d_l (paper 004, section 3.2), the Eq. 10
+// prefix-depth costs with the L_pinned chosen for a budget, and the held-out
+// Hot Recall@B of every predictor (for the record).
+//
+// On disk: a JSON file (readable metadata, numbers, and the name of its
+// tensor file) plus a safetensors file beside it with the F32 tensors
+// ("mlp.*" as MlpLookahead::Save writes them, "router_lookahead.default_vectors"
+// [num_layers, hidden]). Load validates everything and names the field at fault.
+// JSON layout: {"format": "vismoe-calibration-profile", "version": 1,
+// "tensor_file": "<name>.safetensors" (relative to the JSON's directory),
+// "model": {model_type, num_layers, num_experts, hidden_size, has_vision},
+// "predictor": {window, gamma, prefetch_count}, "pinned": {l_semantic, cost,
+// budget_bytes, chosen_pinned_layers}, "mlp": {present, bn_eps, ...},
+// "router_lookahead": {default_vectors: bool}, "hot_recall": {name: value}}.
+// The MLP shares the profile's tensor file (MlpLookahead::Tensors/FromFile).
+// Thread safety: plain value.
+#ifndef VISMOE_ENGINE_POLICY_CALIBRATION_PROFILE_H_
+#define VISMOE_ENGINE_POLICY_CALIBRATION_PROFILE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/policy/mlp_lookahead.h"
+
+namespace vismoe {
+
+struct CalibrationProfile {
+  // The model it was calibrated on (checked against the served one).
+  std::string model_type;
+  int num_layers = 0;   // decoder layers
+  int num_experts = 0;  // per MoE layer
+  int hidden_size = 0;
+  bool has_vision = false;
+
+  // Predictor settings it was trained / evaluated with (Eq. 9, Hot Recall@B).
+  int window = 5;
+  float gamma = 0.8f;
+  int prefetch_count = 20;  // B
+
+  // Eq. 10: costs per prefix depth, and the depth chosen for budget_bytes.
+  PinnedPrefixProfile pinned;
+  int64_t budget_bytes = 0;
+  int chosen_pinned_layers = -1;
+
+  // Trained mlp-lookahead (absent when too few samples were recorded).
+  std::optional<MlpLookahead> mlp;
+  // Router-lookahead d_l: mean MoE output per decoder layer, [num_layers *
+  // hidden_size] (rows of dense layers are zero); empty = no default vectors.
+  std::vector<float> default_vectors;
+
+  // Held-out Hot Recall@B per predictor name ("random", "history",
+  // "router-lookahead", "mlp-lookahead"), for reports.
+  std::map<std::string, double> hot_recall;
+
+  // Writes `json_path` and its tensor file (json_path with ".json" replaced
+  // by ".safetensors", or with ".safetensors" appended).
+  absl::Status Save(const std::string& json_path) const;
+  // NotFound / InvalidArgument naming the file and field.
+  static absl::StatusOr<CalibrationProfile> Load(const std::string& json_path);
+  // FailedPrecondition naming the first field that differs from `config`.
+  absl::Status CheckMatches(const ModelConfig& config) const;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_POLICY_CALIBRATION_PROFILE_H_

@@ -1,0 +1,291 @@
+// Label gpu: the decoder over CudaDecoderOps against the CPU reference on the tiny
+// Qwen3-VL-MoE fixture. Logits agree within a bf16-scaled tolerance; greedy
+// tokens are equal, or -- where bf16 rounding flips a near-tie -- the CPU's
+// logit margin between the two choices at the first divergence is below that
+// tolerance. Experts come through the offload provider on the CUDA copy path,
+// from everything pinned down to one slab (which exercises slab reuse behind
+// the compute stream). Skips without a device.
+#include "gtest/gtest.h"
+
+#ifndef VISMOE_HAVE_CUDA
+
+TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#else
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/backends/cuda/cuda_decoder_ops.h"
+#include "engine/arch/mrope_positions.h"
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/core/dtype.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/safetensors_file.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "engine/device/cuda/cuda_copy_backend.h"
+#include "engine/device/cuda/cuda_device_allocator.h"
+#include "engine/device/cuda/pinned_host_allocator.h"
+#include "engine/runtime/engine.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/ops/cuda/gpu_test_util.h"
+#include "tests/testing/greedy_decode.h"
+#include "tests/testing/image_request.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe::cuda {
+namespace {
+
+constexpr int kDecodeSteps = 8;
+// bf16 keeps 8 significant bits; a few layers of bf16 activations on the tiny
+// model stay within a few percent of the logit range.
+constexpr float kRelTol = 0.04f;
+
+// Compares two greedy runs step by step up to their first divergence.
+void ExpectGreedyAgrees(const std::vector<std::vector<float>>& cpu,
+                        const std::vector<int>& cpu_tokens,
+                        const std::vector<std::vector<float>>& gpu,
+                        const std::vector<int>& gpu_tokens, int vocab) {
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t step = 0; step < cpu.size(); ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ASSERT_EQ(cpu[step].size(), gpu[step].size());
+    const float tol = kRelTol * testing::MaxAbs(cpu[step]);
+    float worst = 0;
+    for (size_t i = 0; i < cpu[step].size(); ++i) {
+      worst = std::max(worst, std::fabs(cpu[step][i] - gpu[step][i]));
+    }
+    EXPECT_LE(worst, tol) << "max |logit diff| " << worst << " vs tolerance " << tol;
+    if (step >= cpu_tokens.size()) break;
+    if (cpu_tokens[step] != gpu_tokens[step]) {
+      // A flipped near-tie: the CPU's own margin between the two must be small.
+      const float* last = cpu[step].data() + cpu[step].size() - vocab;
+      const float margin = last[cpu_tokens[step]] - last[gpu_tokens[step]];
+      EXPECT_LE(margin, tol) << "cpu token " << cpu_tokens[step] << ", cuda token "
+                             << gpu_tokens[step] << ": cpu margin " << margin;
+      return;  // the sequences differ from here on
+    }
+  }
+}
+
+class CudaDecoderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    VISMOE_SKIP_WITHOUT_GPU();
+    const std::string dir = vismoe::testing::TinyModelDir();
+    auto config = ModelConfig::Load(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = *std::move(ckpt);
+    prefix_ = Qwen3VlMoeModel::TextPrefix(config_);
+    auto resident = ResidentExpertProvider::Create(*ckpt_, config_.text, prefix_);
+    ASSERT_TRUE(resident.ok()) << resident.status();
+    resident_ = *std::move(resident);
+    auto cpu = Qwen3VlMoeModel::Create(config_, *ckpt_, &pool_);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    cpu_ = *std::move(cpu);
+    CudaDecoderOps::Options o;
+    o.max_tokens_per_step = 512;
+    auto ops = CudaDecoderOps::Create(config_, *ckpt_, o);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    auto gpu = Qwen3VlMoeModel::Create(config_, *std::move(ops));
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = *std::move(gpu);
+    auto copy = CudaCopyBackend::Create(0);
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    copy_ = *std::move(copy);
+  }
+
+  int NumMoeLayers() const {
+    int m = 0;
+    for (int l = 0; l < config_.text.num_hidden_layers; ++l) m += config_.text.IsMoeLayer(l);
+    return m;
+  }
+
+  // An offload provider on the CUDA copy path with `pinned` MoE layers and
+  // `slabs` slabs (-1 = every offloaded expert).
+  std::unique_ptr<OffloadExpertProvider> DeviceProvider(int pinned, int slabs,
+                                                        const std::string& prefetch) {
+    auto sizes = MeasureModelSizes(*ckpt_, config_.text, prefix_);
+    EXPECT_TRUE(sizes.ok()) << sizes.status();
+    if (!sizes.ok()) return nullptr;
+    const int e = config_.text.num_experts;
+    if (slabs < 0) slabs = (NumMoeLayers() - pinned) * e;
+    MemoryPlanOptions po;
+    po.pinned_layers = pinned;
+    po.budget_bytes =
+        sizes->resident_bytes + (static_cast<int64_t>(pinned) * e + slabs) * sizes->expert_bytes;
+    auto plan = MakeMemoryPlan(*sizes, po);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return nullptr;
+    OffloadOptions oo;
+    oo.prefetch = prefetch;
+    OffloadDevice device;
+    device.host_allocator = &host_alloc_;
+    device.device_allocator = &device_alloc_;
+    device.copy = copy_.get();
+    device.expert_dtype = DType::kBF16;  // as the engine sets it: the fixture may be F16/F32
+    std::unique_ptr<ExpertPredictor> none;
+    auto p = OffloadExpertProvider::Create(*resident_, config_.text, *plan, oo, nullptr,
+                                           std::move(none), device);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  }
+
+  ModelConfig config_;
+  std::string prefix_;
+  ThreadPool pool_{2};
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<ResidentExpertProvider> resident_;
+  std::unique_ptr<Qwen3VlMoeModel> cpu_;
+  std::unique_ptr<Qwen3VlMoeModel> gpu_;  // over CudaDecoderOps
+  PinnedHostAllocator host_alloc_;
+  CudaDeviceAllocator device_alloc_{0};
+  std::unique_ptr<CudaCopyBackend> copy_;
+};
+
+TEST_F(CudaDecoderTest, TextCasesMatchTheCpuReferenceForEveryPlacement) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  const int vocab = config_.text.vocab_size;
+  struct Variant {
+    int pinned, slabs;
+  };
+  for (const Variant& v :
+       {Variant{NumMoeLayers(), 0}, Variant{0, 1}, Variant{1, 3}, Variant{0, -1}}) {
+    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs);
+    auto device = DeviceProvider(v.pinned, v.slabs, "none");
+    ASSERT_NE(device, nullptr);
+    for (const auto& c : cases) {
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+      std::vector<int> cpu_tokens, gpu_tokens;
+      auto cpu = vismoe::testing::GreedyLogits(*cpu_, resident_.get(), ids, kDecodeSteps, nullptr,
+                                               &cpu_tokens);
+      auto gpu = vismoe::testing::GreedyLogits(*gpu_, device.get(), ids, kDecodeSteps, nullptr,
+                                               &gpu_tokens);
+      ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab);
+    }
+    std::string why;
+    EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+  }
+}
+
+TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
+  const std::string gold = vismoe::testing::FixturesDir() + "/golden";
+  std::ifstream in(gold + "/mm_cases.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json cases = nlohmann::json::parse(ss.str(), nullptr, false);
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  auto vision = Qwen3VlVisionModel::Create(config_, *ckpt_, &pool_);
+  ASSERT_TRUE(vision.ok()) << vision.status();
+  auto pixels = SafetensorsFile::Open(gold + "/pixel_values.safetensors");
+  ASSERT_TRUE(pixels.ok()) << pixels.status();
+  auto device = DeviceProvider(1, 2, "none");
+  ASSERT_NE(device, nullptr);
+  const int vocab = config_.text.vocab_size;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+    std::vector<GridThw> grids;
+    for (const auto& g : c["image_grid_thw"]) grids.push_back({g[0], g[1], g[2]});
+    std::vector<float> patches;
+    for (const auto& img : c["image_names"]) {
+      auto pv = (*pixels)->Get(img.get<std::string>());
+      ASSERT_TRUE(pv.ok()) << pv.status();
+      const size_t old = patches.size();
+      patches.resize(old + pv->numel());
+      ToFloat(pv->dtype, pv->data, pv->numel(), patches.data() + old);
+    }
+    auto pos = ComputeMropePositions(ids, grids, config_);
+    ASSERT_TRUE(pos.ok()) << pos.status();
+    auto vis = (*vision)->Forward(patches, grids);
+    ASSERT_TRUE(vis.ok()) << vis.status();
+    DecoderInput input;
+    input.tokens = ids;
+    input.positions = pos->positions;
+    input.visual_embeds = vis->embeds.data();
+    input.num_visual = vis->num_tokens;
+    for (const auto& ds : vis->deepstack) input.deepstack.push_back(ds.data());
+    input.all_logits = true;
+    std::vector<float> cpu_logits, gpu_logits;
+    auto cpu_cache = cpu_->CreateKvCache(static_cast<int64_t>(ids.size()));
+    auto gpu_cache = gpu_->CreateKvCache(static_cast<int64_t>(ids.size()));
+    ASSERT_TRUE(cpu_cache.ok() && gpu_cache.ok());
+    ASSERT_TRUE(cpu_->Forward(input, cpu_cache->get(), resident_.get(), &cpu_logits).ok());
+    absl::Status st = gpu_->Forward(input, gpu_cache->get(), device.get(), &gpu_logits);
+    ASSERT_TRUE(st.ok()) << st;
+    auto argmax_last = [vocab](const std::vector<float>& l) {
+      return static_cast<int>(std::max_element(l.end() - vocab, l.end()) - (l.end() - vocab));
+    };
+    ExpectGreedyAgrees({cpu_logits}, {argmax_last(cpu_logits)}, {gpu_logits},
+                       {argmax_last(gpu_logits)}, vocab);
+  }
+}
+
+TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
+  auto device = DeviceProvider(1, 2, "none");
+  ASSERT_NE(device, nullptr);
+  std::vector<float> logits;
+  const std::vector<int> ids = {1, 2, 3};
+  DecoderInput in;
+  in.tokens = ids;
+  auto host_cache = cpu_->NewKvCache(8);  // not a device cache: refused
+  EXPECT_EQ(gpu_->Forward(in, host_cache.get(), device.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto cache = gpu_->CreateKvCache(8);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::vector<int> bad = {1, config_.text.vocab_size};
+  DecoderInput bad_in;
+  bad_in.tokens = bad;
+  EXPECT_EQ(gpu_->Forward(bad_in, cache->get(), device.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<int> many(600, 1);  // over max_tokens_per_step
+  DecoderInput big;
+  big.tokens = many;
+  EXPECT_EQ(gpu_->Forward(big, cache->get(), device.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(gpu_->Forward(in, cache->get(), device.get(), &logits).ok());
+  EXPECT_EQ((*cache)->length(), 3);
+  EXPECT_EQ(logits.size(), static_cast<size_t>(config_.text.vocab_size));
+}
+
+GenerateRequest ImageRequest() { return vismoe::testing::PatternImageRequest(4); }
+
+// Through the public Engine API, offloading with token compression on: the
+// CUDA engine drops visual tokens and still answers.
+TEST(CudaEngineTest, CompressedOffloadedImageRequestRuns) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  EngineOptions o;
+  o.model_path = vismoe::testing::TinyModelDir();
+  o.backend = "cuda";
+  o.max_context_tokens = 512;
+  o.gpu_memory_budget_bytes = 64 << 20;
+  o.offload.pinned_layers = 1;
+  o.offload.prefetch = "history";
+  o.compression.kind = "affinity";
+  o.compression.beta = 0.5;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().backend, "cuda");
+  auto res = (*engine)->Generate(ImageRequest(), {});
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->token_ids.size(), 4u);
+  EXPECT_LT(res->usage.visual_tokens_after, res->usage.visual_tokens_before);
+  EXPECT_GT(res->offload.cache_queries, 0u);
+}
+
+}  // namespace
+}  // namespace vismoe::cuda
+
+#endif  // VISMOE_HAVE_CUDA

@@ -1,0 +1,229 @@
+// CalibrationProfile: Save/Load round trip (JSON + tensor file), errors that
+// name the file and field (missing file, corrupt JSON, bad values, wrong
+// tensor shapes), and CheckMatches against the tiny fixture's config.
+#include "engine/policy/calibration_profile.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/calibrate/mlp_trainer.h"
+#include "engine/core/tensor.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors_writer.h"
+#include "engine/policy/lookahead_features.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CalibrationProfileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(testing::BinaryDir()) / "calibration_profile_test";
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    json_ = (dir_ / "profile.json").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A profile that fits the tiny fixture (4 layers, 16 experts, hidden 128, vision).
+  static CalibrationProfile TinyProfile(bool with_mlp) {
+    CalibrationProfile p;
+    p.model_type = "qwen3_vl_moe";
+    p.num_layers = 4;
+    p.num_experts = 16;
+    p.hidden_size = 128;
+    p.has_vision = true;
+    p.window = 3;
+    p.gamma = 0.5f;
+    p.prefetch_count = 4;
+    p.pinned.l_semantic = 1;
+    p.pinned.cost = {3.5, 2.0, 1.25};
+    p.budget_bytes = 123456789;
+    p.chosen_pinned_layers = 2;
+    p.default_vectors.resize(4 * 128);
+    for (size_t i = 0; i < p.default_vectors.size(); ++i) p.default_vectors[i] = 0.01f * i;
+    p.hot_recall = {{"random", 0.25}, {"mlp-lookahead", 0.6}};
+    if (with_mlp) {
+      const int width = LookaheadFeatureWidth(16, 128, true);
+      std::vector<LookaheadSample> s(6);
+      for (int i = 0; i < 6; ++i) {
+        s[i].x.assign(width, 0.1f * i);
+        s[i].target.assign(16, i % 2 ? 1.0f : 0.0f);
+      }
+      MlpTrainOptions opt;
+      opt.hidden1 = 8;
+      opt.hidden2 = 4;
+      opt.epochs = 2;
+      auto mlp = TrainMlpLookahead(s, opt);
+      EXPECT_TRUE(mlp.ok()) << mlp.status();
+      if (mlp.ok()) p.mlp = std::move(*mlp);
+    }
+    return p;
+  }
+
+  std::string ReadJson() const {
+    std::ifstream in(json_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  void WriteJson(const std::string& text) const { std::ofstream(json_) << text; }
+  // Replaces the first occurrence of `from` in the saved JSON.
+  void EditJson(const std::string& from, const std::string& to) const {
+    std::string text = ReadJson();
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    WriteJson(text);
+  }
+
+  std::filesystem::path dir_;
+  std::string json_;
+};
+
+TEST_F(CalibrationProfileTest, RoundTrips) {
+  const CalibrationProfile p = TinyProfile(/*with_mlp=*/true);
+  ASSERT_TRUE(p.mlp.has_value());
+  ASSERT_TRUE(p.Save(json_).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "profile.safetensors"));
+  auto back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->model_type, p.model_type);
+  EXPECT_EQ(back->num_layers, 4);
+  EXPECT_EQ(back->num_experts, 16);
+  EXPECT_EQ(back->hidden_size, 128);
+  EXPECT_TRUE(back->has_vision);
+  EXPECT_EQ(back->window, 3);
+  EXPECT_FLOAT_EQ(back->gamma, 0.5f);
+  EXPECT_EQ(back->prefetch_count, 4);
+  EXPECT_EQ(back->pinned.l_semantic, 1);
+  EXPECT_EQ(back->pinned.cost, p.pinned.cost);
+  EXPECT_EQ(back->budget_bytes, 123456789);
+  EXPECT_EQ(back->chosen_pinned_layers, 2);
+  EXPECT_EQ(back->default_vectors, p.default_vectors);
+  EXPECT_EQ(back->hot_recall, p.hot_recall);
+  ASSERT_TRUE(back->mlp.has_value());
+  const std::vector<float> x(p.mlp->input_dim(), 0.3f);
+  EXPECT_EQ(back->mlp->Predict(x), p.mlp->Predict(x));
+  EXPECT_FLOAT_EQ(back->mlp->weights().bn_eps, p.mlp->weights().bn_eps);
+}
+
+TEST_F(CalibrationProfileTest, RoundTripsWithoutMlpOrVectors) {
+  CalibrationProfile p = TinyProfile(/*with_mlp=*/false);
+  p.default_vectors.clear();
+  p.pinned.cost.clear();
+  const std::string path = (dir_ / "bare").string();  // no .json suffix
+  ASSERT_TRUE(p.Save(path).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "bare.safetensors"));
+  auto back = CalibrationProfile::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->mlp.has_value());
+  EXPECT_TRUE(back->default_vectors.empty());
+  EXPECT_TRUE(back->pinned.cost.empty());
+}
+
+TEST_F(CalibrationProfileTest, MissingFileIsNotFound) {
+  auto p = CalibrationProfile::Load(json_);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(p.status().message(), HasSubstr(json_));
+  // JSON present, tensor file gone.
+  ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+  std::filesystem::remove(dir_ / "profile.safetensors");
+  p = CalibrationProfile::Load(json_);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(p.status().message(), HasSubstr("tensor_file"));
+}
+
+TEST_F(CalibrationProfileTest, CorruptJsonIsInvalid) {
+  WriteJson("{\"format\": \"vismoe-calibration-profile\", ");
+  auto p = CalibrationProfile::Load(json_);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr(json_));
+  WriteJson("[1, 2]");
+  EXPECT_EQ(CalibrationProfile::Load(json_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CalibrationProfileTest, BadFieldsAreNamed) {
+  struct Case {
+    std::string from, to, field;
+  };
+  const std::vector<Case> cases = {
+      {"\"num_experts\": 16", "\"num_experts\": \"16\"", "model.num_experts"},
+      {"\"num_layers\": 4", "\"num_layers\": 0", "model.num_layers"},
+      {"\"gamma\": 0.5", "\"gamma\": 1.5", "predictor.gamma"},
+      {"\"prefetch_count\": 4", "\"prefetch_count\": 17", "predictor.prefetch_count"},
+      {"\"chosen_pinned_layers\": 2", "\"chosen_pinned_layers\": 9", "pinned.chosen_pinned_layers"},
+      {"3.5,", "-1.0,", "pinned.cost[0]"},
+      {"\"random\": 0.25", "\"random\": 2", "hot_recall.random"},
+      {"\"has_vision\": true", "\"has_vision\": 1", "model.has_vision"},
+      {"\"window\": 3", "\"windows\": 3", "predictor.window"},
+      {"\"version\": 1", "\"version\": 7", "version"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+    EditJson(c.from, c.to);
+    auto p = CalibrationProfile::Load(json_);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(p.status().message(), HasSubstr("'" + c.field + "'"));
+    EXPECT_THAT(p.status().message(), HasSubstr(json_));
+  }
+}
+
+TEST_F(CalibrationProfileTest, WrongTensorShapesAreRejected) {
+  // Default vectors of the wrong shape.
+  ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+  std::vector<float> dv(3 * 128);
+  ASSERT_TRUE(WriteSafetensors((dir_ / "profile.safetensors").string(),
+                               {{"router_lookahead.default_vectors",
+                                 TensorView{dv.data(), DType::kF32, {3, 128}}}})
+                  .ok());
+  auto p = CalibrationProfile::Load(json_);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("router_lookahead.default_vectors"));
+  EXPECT_THAT(p.status().message(), HasSubstr("[3, 128]"));
+
+  // An MLP whose width does not fit the model's feature width.
+  CalibrationProfile q = TinyProfile(true);
+  q.num_experts = 8;
+  q.prefetch_count = 4;
+  ASSERT_TRUE(q.Save(json_).ok());
+  p = CalibrationProfile::Load(json_);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(p.status().message(), HasSubstr("mlp"));
+
+  // Save refuses default vectors of the wrong length.
+  CalibrationProfile r = TinyProfile(false);
+  r.default_vectors.resize(5);
+  EXPECT_EQ(r.Save(json_).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CalibrationProfileTest, CheckMatchesTinyFixture) {
+  auto config = ModelConfig::Load(testing::TinyModelDir());
+  ASSERT_TRUE(config.ok()) << config.status();
+  CalibrationProfile p = TinyProfile(false);
+  EXPECT_TRUE(p.CheckMatches(*config).ok()) << p.CheckMatches(*config);
+  p.num_experts = 32;
+  absl::Status st = p.CheckMatches(*config);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("num_experts"));
+  p = TinyProfile(false);
+  p.model_type = "qwen3_moe";
+  EXPECT_THAT(p.CheckMatches(*config).message(), HasSubstr("model_type"));
+  p = TinyProfile(false);
+  p.hidden_size = 64;
+  EXPECT_THAT(p.CheckMatches(*config).message(), HasSubstr("hidden_size"));
+  p = TinyProfile(false);
+  p.num_layers = 5;
+  EXPECT_THAT(p.CheckMatches(*config).message(), HasSubstr("num_layers"));
+}
+
+}  // namespace
+}  // namespace vismoe
