@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/model/rgb_convert.h"
+#include "engine/api/image.h"
 #include "server/image_header.h"
 
 namespace vismoe::server {

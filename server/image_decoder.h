@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/core/thread_pool.h"
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe::server {
 

@@ -23,7 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/image_decoder.h"
 #include "server/request_validator.h"

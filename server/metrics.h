@@ -54,8 +54,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/runtime/request.h"
-#include "engine/core/stats_sink.h"
+#include "engine/api/request.h"
+#include "engine/api/stats_sink.h"
 
 namespace prometheus {
 class Counter;

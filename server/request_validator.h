@@ -16,8 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/runtime/engine.h"
-#include "engine/runtime/request.h"
+#include "engine/api/engine.h"
+#include "engine/api/request.h"
 #include "server/image_decoder.h"
 #include "vismoe/v1/inference.pb.h"
 

@@ -27,8 +27,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/runtime/engine.h"
-#include "engine/runtime/request.h"
+#include "engine/api/engine.h"
+#include "engine/api/request.h"
 
 namespace vismoe {
 class ServerMetrics;

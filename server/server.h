@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "server/image_decoder.h"
 #include "server/inference_service.h"

@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "engine/bench/request_set.h"
 #include "engine/bench/run_summary.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace vismoe::bench {

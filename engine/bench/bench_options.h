@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 
 namespace vismoe::bench {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe::bench {
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/bench/request_set.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace vismoe::bench {

@@ -20,7 +20,7 @@
 #include "engine/offload/memory_plan.h"
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace vismoe {

@@ -30,7 +30,7 @@
 #include "engine/calibrate/mlp_trainer.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/calibrate/routing_trace.h"
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe {
 

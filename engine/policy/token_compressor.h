@@ -20,19 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/policy/token_compressor_options.h"
 
 namespace vismoe {
 
-struct TokenCompressorOptions {
-  std::string kind = "none";  // none | random | saliency | affinity
-  double beta = 0.5;          // keep ratio, in (0, 1]
-  // Salient-core ratio of Algorithm 1, in [0, beta]. The paper calls it "a
-  // small salient ratio" without a number; 0.1 (a fifth of the default keep
-  // budget) is our choice.
-  double alpha = 0.1;
-  double lambda = 2.0;  // working-set weight of Eq. 4 (the paper's fixed value)
-  uint64_t seed = 0;    // random kind only
-};
 
 // The visual tokens of one image as the compressor sees them.
 struct CompressionInput {

@@ -3,7 +3,7 @@
 // VisionTower). Tokenizer, image preprocessing, sampling and the policies run
 // on the host either way; on CUDA the decoder's experts always come through
 // the offload provider (a plan that pins every MoE layer when no budget is given).
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 
 #include <algorithm>
 #include <chrono>

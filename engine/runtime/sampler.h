@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe {
 

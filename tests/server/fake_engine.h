@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 
 namespace vismoe::testing {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe::testing {
 

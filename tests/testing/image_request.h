@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "engine/runtime/request.h"
+#include "engine/api/request.h"
 
 namespace vismoe::testing {
 

@@ -44,7 +44,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/ops/cuda/gemm.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

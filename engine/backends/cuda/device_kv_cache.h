@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/device/cuda/device.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 #include "engine/backend/kv_cache.h"
 
 namespace vismoe::cuda {

@@ -47,7 +47,7 @@
 #include "engine/model/model_config.h"
 #include "engine/device/cuda/device.h"
 #include "engine/ops/cuda/gemm.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

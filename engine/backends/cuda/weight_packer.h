@@ -11,7 +11,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/device/cuda/device.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "engine/offload/copy_backend.h"
 #include "engine/device/cuda/device.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

@@ -23,7 +23,7 @@
 
 #include "absl/status/status.h"
 #include "engine/ops/cuda/attention.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

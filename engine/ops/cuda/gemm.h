@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/device/cuda/device.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda::detail {
 

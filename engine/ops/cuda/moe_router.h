@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

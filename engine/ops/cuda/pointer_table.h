@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "engine/ops/cuda/types.h"
+#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 

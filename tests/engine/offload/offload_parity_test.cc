@@ -13,7 +13,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "engine/runtime/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

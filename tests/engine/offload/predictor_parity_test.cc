@@ -20,7 +20,7 @@
 #include "engine/offload/resident_expert_provider.h"
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/lookahead_features.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "engine/runtime/sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

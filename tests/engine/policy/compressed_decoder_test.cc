@@ -10,7 +10,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/resident_expert_provider.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/image_request.h"

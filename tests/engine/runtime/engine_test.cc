@@ -1,6 +1,6 @@
 // Engine on the tiny Qwen3-VL-MoE fixture: greedy output equals transformers'
 // greedy tokens, and the stop / cancel / validation paths behave.
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"

@@ -34,7 +34,7 @@ TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA
 #include "engine/device/cuda/cuda_copy_backend.h"
 #include "engine/device/cuda/cuda_device_allocator.h"
 #include "engine/device/cuda/pinned_host_allocator.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 #include "tests/testing/greedy_decode.h"

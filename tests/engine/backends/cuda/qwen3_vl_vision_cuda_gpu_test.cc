@@ -28,7 +28,7 @@ TEST(Qwen3VlVisionCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without C
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
-#include "engine/runtime/engine.h"
+#include "engine/api/engine.h"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 #include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"

@@ -1,12 +1,14 @@
-// Engine: the public API of engine/. Loads one model and runs requests on it.
+// Engine: the public API of engine/ (with engine/api/request.h and
+// engine/api/stats_sink.h, the only engine headers the server includes).
+// Loads one model and runs requests on it.
 //
 // Thread safety: Generate() may be called from several threads; until batched
 // decoding lands, calls are serialised internally (one sequence at a time).
 // Ownership: the engine owns its model, weights (mmapped or synthetic), device memory plan
 // and thread pool. The StatsSink in the options is not owned and must outlive
 // the engine.
-#ifndef VISMOE_ENGINE_RUNTIME_ENGINE_H_
-#define VISMOE_ENGINE_RUNTIME_ENGINE_H_
+#ifndef VISMOE_ENGINE_API_ENGINE_H_
+#define VISMOE_ENGINE_API_ENGINE_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,14 +16,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/api/request.h"
+#include "engine/api/stats_sink.h"
+#include "engine/core/routing.h"
 #include "engine/offload/offload_options.h"
-#include "engine/policy/token_compressor.h"
-#include "engine/runtime/request.h"
-#include "engine/core/stats_sink.h"
+#include "engine/policy/token_compressor_options.h"
 
 namespace vismoe {
-
-class RouterObserver;  // engine/arch/qwen3_vl_moe.h
 
 struct EngineOptions {
   std::string model_path;        // Hugging Face checkpoint directory
@@ -100,4 +101,4 @@ class Engine {
 
 }  // namespace vismoe
 
-#endif  // VISMOE_ENGINE_RUNTIME_ENGINE_H_
+#endif  // VISMOE_ENGINE_API_ENGINE_H_

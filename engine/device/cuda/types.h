@@ -5,8 +5,8 @@
 //   StreamHandle a cudaStream_t (nullptr = the legacy default stream).
 // All pointers passed to kernels in engine/ops/cuda are device pointers unless
 // a parameter says "host".
-#ifndef VISMOE_ENGINE_OPS_CUDA_TYPES_H_
-#define VISMOE_ENGINE_OPS_CUDA_TYPES_H_
+#ifndef VISMOE_ENGINE_DEVICE_CUDA_TYPES_H_
+#define VISMOE_ENGINE_DEVICE_CUDA_TYPES_H_
 
 #include <cstdint>
 
@@ -21,4 +21,4 @@ using EventHandle = CUevent_st*;
 
 }  // namespace vismoe::cuda
 
-#endif  // VISMOE_ENGINE_OPS_CUDA_TYPES_H_
+#endif  // VISMOE_ENGINE_DEVICE_CUDA_TYPES_H_

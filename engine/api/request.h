@@ -1,7 +1,7 @@
 // Plain data types of the engine's public API: what a caller submits and what
 // it gets back. No gRPC types here; server/ translates its protos into these.
-#ifndef VISMOE_ENGINE_RUNTIME_REQUEST_H_
-#define VISMOE_ENGINE_RUNTIME_REQUEST_H_
+#ifndef VISMOE_ENGINE_API_REQUEST_H_
+#define VISMOE_ENGINE_API_REQUEST_H_
 
 #include <cstdint>
 #include <optional>
@@ -72,4 +72,4 @@ struct TokenDelta {
 
 }  // namespace vismoe
 
-#endif  // VISMOE_ENGINE_RUNTIME_REQUEST_H_
+#endif  // VISMOE_ENGINE_API_REQUEST_H_
