@@ -1,0 +1,634 @@
+// Every op of DecoderOps, on every compiled backend that can run here, over a
+// table of models and step shapes (llama.cpp's test-backend-ops, our way).
+// The CPU backend is checked against a plain double-precision reference
+// written here from the math (llm.c's habit: a textbook loop beside each fast
+// kernel); every other backend is checked against the CPU backend with a
+// bf16-scaled tolerance. Ops run in the order the decoder runs them and each
+// op's output is compared right after it; Experts takes the backend's own
+// routing, so a near-tie in the router cannot make the MoE comparison fail.
+// A backend whose probe fails here (cuda without a GPU) is reported as skipped.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backends/registry.h"
+#include "engine/core/dtype.h"
+#include "engine/model/arch_spec.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/model/synthetic_weights.h"
+#include "engine/model/text_weights.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+// ---- The models of the table ------------------------------------------------
+
+struct Model {
+  std::string name;
+  ModelConfig config;
+  std::unique_ptr<Checkpoint> ckpt;
+};
+
+ModelConfig Load(const std::string& dir) {
+  auto c = ModelConfig::Load(dir);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+// The two fixtures as published (VL: M-RoPE, fused bf16 experts, DeepStack;
+// text: plain RoPE, per-expert f16) and a synthetic variant with the branches
+// no fixture has (a dense layer, attention biases, tied embeddings).
+std::vector<Model> Models() {
+  std::vector<Model> out;
+  for (const char* name : {"tiny-qwen3-vl-moe", "tiny-qwen3-moe"}) {
+    const std::string dir = testing::FixturesDir() + "/" + name;
+    auto ckpt = Checkpoint::Open(dir);
+    EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+    if (ckpt.ok()) out.push_back({name, Load(dir), *std::move(ckpt)});
+  }
+  ModelConfig dense = Load(testing::FixturesDir() + "/tiny-qwen3-moe");
+  dense.text.mlp_only_layers = {0};
+  dense.text.attention_bias = true;
+  dense.text.tie_word_embeddings = true;
+  auto ckpt = SynthesizeCheckpoint(dense, 7, nullptr, "synthetic:dense");
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (ckpt.ok()) out.push_back({"synthetic-dense-bias-tied", dense, *std::move(ckpt)});
+  return out;
+}
+
+// ---- The reference ----------------------------------------------------------
+
+std::vector<double> AsDouble(const TensorView& t) {
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  ToFloat(t.dtype, t.data, f.size(), f.data());
+  return std::vector<double>(f.begin(), f.end());
+}
+
+// y[n, out] = x[n, in] . W[out, in]^T (+ b).
+std::vector<double> MatMulT(const std::vector<double>& x, int64_t n, int64_t in,
+                            const TensorView& w, const TensorView& b) {
+  const std::vector<double> wd = AsDouble(w);
+  const int64_t out = w.shape[0];
+  const std::vector<double> bd = b.empty() ? std::vector<double>(out, 0.0) : AsDouble(b);
+  std::vector<double> y(n * out);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bd[o];
+      for (int64_t k = 0; k < in; ++k) s += x[i * in + k] * wd[o * in + k];
+      y[i * out + o] = s;
+    }
+  }
+  return y;
+}
+
+void RmsNormRows(std::vector<double>& x, int64_t rows, int64_t dim, const TensorView& g, double eps,
+                 int64_t stride, int64_t offset) {
+  const std::vector<double> gd = AsDouble(g);
+  for (int64_t r = 0; r < rows; ++r) {
+    double* v = x.data() + r * stride + offset;
+    double ss = 0;
+    for (int64_t d = 0; d < dim; ++d) ss += v[d] * v[d];
+    const double inv = 1.0 / std::sqrt(ss / dim + eps);
+    for (int64_t d = 0; d < dim; ++d) v[d] = v[d] * inv * gd[d];
+  }
+}
+
+double Silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// The math of one decoder step, in double, over the same TextWeights.
+class ReferenceStep {
+ public:
+  ReferenceStep(const ModelConfig& config, const TextWeights& w,
+                std::vector<std::vector<double>>* k_cache,
+                std::vector<std::vector<double>>* v_cache, int64_t cache_len)
+      : c_(config.text), w_(w), k_(k_cache), v_(v_cache), start_(cache_len) {}
+
+  void Begin(const std::vector<int>& ids, const std::vector<int64_t>& positions) {
+    n_ = static_cast<int64_t>(ids.size());
+    const int64_t h = c_.hidden_size;
+    hs_.assign(n_ * h, 0.0);
+    for (int64_t t = 0; t < n_; ++t) {
+      std::vector<float> row(h);
+      const TensorView e = w_.embed.Row(ids[t]);
+      ToFloat(e.dtype, e.data, h, row.data());
+      std::copy(row.begin(), row.end(), hs_.begin() + t * h);
+    }
+    positions_ = positions;
+  }
+  // Visual rows take `embeds` [rows, hidden] in order.
+  void ReplaceRows(const std::vector<int64_t>& rows, const std::vector<float>& embeds) {
+    const int64_t h = c_.hidden_size;
+    visual_rows_ = rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::copy(embeds.begin() + i * h, embeds.begin() + (i + 1) * h, hs_.begin() + rows[i] * h);
+    }
+  }
+  void AddDeepStack(const std::vector<float>& feature) {
+    const int64_t h = c_.hidden_size;
+    for (size_t i = 0; i < visual_rows_.size(); ++i) {
+      if (visual_rows_[i] < 0) continue;
+      for (int64_t d = 0; d < h; ++d) hs_[visual_rows_[i] * h + d] += feature[i * h + d];
+    }
+  }
+  void KeepRows(const std::vector<int64_t>& kept, const std::vector<int64_t>& positions,
+                const std::vector<int64_t>& visual_rows) {
+    const int64_t h = c_.hidden_size;
+    std::vector<double> hs(kept.size() * h);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      std::copy(hs_.begin() + kept[i] * h, hs_.begin() + (kept[i] + 1) * h, hs.begin() + i * h);
+    }
+    hs_ = std::move(hs);
+    n_ = static_cast<int64_t>(kept.size());
+    positions_ = positions;
+    visual_rows_ = visual_rows;
+  }
+  void Norm(int layer, NormSite site) {
+    const DecoderLayerWeights& l = w_.layers[layer];
+    x_ = hs_;
+    RmsNormRows(x_, n_, c_.hidden_size, site == NormSite::kInput ? l.input_norm : l.post_norm,
+                c_.rms_norm_eps, c_.hidden_size, 0);
+  }
+  void Attention(int layer);
+  // y = the MoE of x with the given routing (ids and combine weights).
+  void Experts(int layer, const RouterResult& r, ExpertProvider* experts);
+  // Softmax top-k of the router on x: probabilities and ids.
+  std::vector<double> RouterProbs(int layer) const;
+  void AddY() {
+    for (size_t i = 0; i < hs_.size(); ++i) hs_[i] += y_[i];
+  }
+  void DenseMlp(int layer) {
+    const DecoderLayerWeights& l = w_.layers[layer];
+    const int64_t h = c_.hidden_size, in = c_.intermediate_size;
+    std::vector<double> g = MatMulT(x_, n_, h, l.gate_proj, {});
+    const std::vector<double> u = MatMulT(x_, n_, h, l.up_proj, {});
+    for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
+    y_ = MatMulT(g, n_, in, l.down_proj, {});
+    AddY();
+  }
+  std::vector<double> Logits() const {
+    const int64_t h = c_.hidden_size;
+    std::vector<double> last(hs_.end() - h, hs_.end());
+    RmsNormRows(last, 1, h, w_.final_norm, c_.rms_norm_eps, h, 0);
+    return MatMulT(last, 1, h, w_.lm_head, {});
+  }
+  const std::vector<double>& hs() const { return hs_; }
+  const std::vector<double>& x() const { return x_; }
+  const std::vector<double>& y() const { return y_; }
+
+ private:
+  void Rope(std::vector<double>& v, int heads, int64_t stride) const;
+
+  const TextConfig& c_;
+  const TextWeights& w_;
+  std::vector<std::vector<double>>* k_;  // per layer, [tokens, kv_heads * head_dim]
+  std::vector<std::vector<double>>* v_;
+  int64_t start_ = 0;
+  int64_t n_ = 0;
+  std::vector<int64_t> positions_;    // [3][n]
+  std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
+  std::vector<double> hs_, x_, y_;
+};
+
+// rotate_half RoPE; interleaved M-RoPE picks the h axis for j % 3 == 1 below
+// 3 * section[1] and the w axis for j % 3 == 2 below 3 * section[2].
+void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride) const {
+  const int hd = c_.head_dim, half = hd / 2;
+  for (int64_t t = 0; t < n_; ++t) {
+    for (int j = 0; j < half; ++j) {
+      int axis = 0;
+      if (!c_.mrope_section.empty()) {
+        if (j % 3 == 1 && j < 3 * c_.mrope_section[1]) axis = 1;
+        if (j % 3 == 2 && j < 3 * c_.mrope_section[2]) axis = 2;
+      }
+      const float inv_freq = static_cast<float>(1.0 / std::pow(c_.rope_theta, 2.0 * j / hd));
+      const float angle = static_cast<float>(positions_[axis * n_ + t]) * inv_freq;
+      const double cs = std::cos(static_cast<double>(angle));
+      const double sn = std::sin(static_cast<double>(angle));
+      for (int hh = 0; hh < heads; ++hh) {
+        double* p = v.data() + t * stride + hh * hd;
+        const double a = p[j], b = p[j + half];
+        p[j] = a * cs - b * sn;
+        p[j + half] = b * cs + a * sn;
+      }
+    }
+  }
+}
+
+void ReferenceStep::Attention(int layer) {
+  const DecoderLayerWeights& l = w_.layers[layer];
+  const int64_t h = c_.hidden_size, hd = c_.head_dim;
+  const int nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+  const int64_t qd = nh * hd, kvd = nkv * hd;
+  std::vector<double> q = MatMulT(x_, n_, h, l.q, l.q_bias);
+  std::vector<double> k = MatMulT(x_, n_, h, l.k, l.k_bias);
+  const std::vector<double> v = MatMulT(x_, n_, h, l.v, l.v_bias);
+  RmsNormRows(q, n_ * nh, hd, l.q_norm, c_.rms_norm_eps, hd, 0);
+  RmsNormRows(k, n_ * nkv, hd, l.k_norm, c_.rms_norm_eps, hd, 0);
+  Rope(q, nh, qd);
+  Rope(k, nkv, kvd);
+  std::vector<double>& kc = (*k_)[layer];
+  std::vector<double>& vc = (*v_)[layer];
+  kc.insert(kc.end(), k.begin(), k.end());
+  vc.insert(vc.end(), v.begin(), v.end());
+  std::vector<double> attn(n_ * qd, 0.0);
+  for (int64_t t = 0; t < n_; ++t) {
+    const int64_t keys = start_ + t + 1;  // causal
+    for (int hh = 0; hh < nh; ++hh) {
+      const int kvh = hh / (nh / nkv);
+      std::vector<double> s(keys);
+      for (int64_t j = 0; j < keys; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < hd; ++e) d += q[t * qd + hh * hd + e] * kc[j * kvd + kvh * hd + e];
+        s[j] = d / std::sqrt(static_cast<double>(hd));
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double z = 0;
+      for (double& e : s) z += (e = std::exp(e - mx));
+      for (int64_t j = 0; j < keys; ++j) {
+        for (int64_t e = 0; e < hd; ++e) {
+          attn[t * qd + hh * hd + e] += s[j] / z * vc[j * kvd + kvh * hd + e];
+        }
+      }
+    }
+  }
+  y_ = MatMulT(attn, n_, qd, l.o, l.o_bias);
+  AddY();
+}
+
+std::vector<double> ReferenceStep::RouterProbs(int layer) const {
+  const int64_t e = c_.num_experts;
+  std::vector<double> p = MatMulT(x_, n_, c_.hidden_size, w_.layers[layer].router, {});
+  for (int64_t t = 0; t < n_; ++t) {
+    double* r = p.data() + t * e;
+    const double mx = *std::max_element(r, r + e);
+    double z = 0;
+    for (int64_t i = 0; i < e; ++i) z += (r[i] = std::exp(r[i] - mx));
+    for (int64_t i = 0; i < e; ++i) r[i] /= z;
+  }
+  return p;
+}
+
+void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* experts) {
+  const int64_t h = c_.hidden_size, in = c_.moe_intermediate_size;
+  std::vector<int> active;
+  for (int id : r.experts) active.push_back(id);
+  std::sort(active.begin(), active.end());
+  active.erase(std::unique(active.begin(), active.end()), active.end());
+  ASSERT_TRUE(experts->BeginLayer(Phase::kPrefill, layer, active).ok());
+  y_.assign(n_ * h, 0.0);
+  for (int e : active) {
+    auto w = experts->Acquire(layer, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const bool fused = w->layout == ExpertWeights::Layout::kFusedTransposed;
+    const std::vector<double> gu = fused ? AsDouble(w->gate_up) : std::vector<double>();
+    const std::vector<double> g = fused ? std::vector<double>() : AsDouble(w->gate);
+    const std::vector<double> u = fused ? std::vector<double>() : AsDouble(w->up);
+    const std::vector<double> d = AsDouble(w->down);
+    experts->Release(layer, e);
+    for (int64_t t = 0; t < n_; ++t) {
+      for (int j = 0; j < r.top_k; ++j) {
+        if (r.experts[t * r.top_k + j] != e) continue;
+        std::vector<double> act(in);
+        for (int64_t i = 0; i < in; ++i) {
+          double a = 0, b = 0;
+          for (int64_t k = 0; k < h; ++k) {
+            const double xv = x_[t * h + k];
+            a += xv * (fused ? gu[k * 2 * in + i] : g[i * h + k]);
+            b += xv * (fused ? gu[k * 2 * in + in + i] : u[i * h + k]);
+          }
+          act[i] = Silu(a) * b;
+        }
+        const double wt = r.weights[t * r.top_k + j];
+        for (int64_t o = 0; o < h; ++o) {
+          double s = 0;
+          for (int64_t i = 0; i < in; ++i) s += act[i] * (fused ? d[i * h + o] : d[o * in + i]);
+          y_[t * h + o] += wt * s;
+        }
+      }
+    }
+  }
+  experts->EndLayer(layer);
+}
+
+// ---- Comparison -------------------------------------------------------------
+
+// Max |a - b| against tol * max(1, max |b|).
+void ExpectClose(const float* got, const std::vector<double>& want, double rel,
+                 const std::string& what) {
+  double scale = 1.0, worst = 0.0;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  size_t at = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (d > worst) worst = d, at = i;
+  }
+  EXPECT_LE(worst, rel * scale) << what << ": max |diff| " << worst << " at " << at << " (got "
+                                << got[at] << ", want " << want[at] << "), scale " << scale;
+}
+
+// ---- The table ----------------------------------------------------------------
+
+struct Shape {
+  int64_t prefix;  // tokens already in the KV cache
+  int64_t n;       // tokens of the step under test
+  // Rows 2 .. n-3 are visual (embeddings replaced, DeepStack added, distinct
+  // t/h/w positions), and before layer 1 every other visual row is dropped
+  // (KeepRows). Models with a vision tower only.
+  bool visual = false;
+};
+const Shape kShapes[] = {{0, 1}, {0, 7}, {5, 1}, {3, 19}, {0, 16, true}, {4, 23, true}};
+
+std::vector<int> Tokens(int64_t n, int vocab, int64_t salt) {
+  std::vector<int> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int>((37 * (i + salt) + 11) % (vocab - 64));
+  return ids;
+}
+
+// Deterministic values in [-scale, scale).
+std::vector<float> Pattern(int64_t count, int64_t salt, float scale) {
+  std::vector<float> v(count);
+  for (int64_t i = 0; i < count; ++i) {
+    v[i] = scale * (static_cast<float>((i * 7919 + salt * 104729) % 2001) / 1000.0f - 1.0f);
+  }
+  return v;
+}
+
+// The visual part of a step: which rows, their embeddings, DeepStack
+// features, positions that differ per axis, and what compression keeps.
+struct VisualStep {
+  std::vector<int64_t> rows;
+  std::vector<float> embeds;
+  std::vector<std::vector<float>> deepstack;
+  std::vector<const float*> deepstack_ptrs;
+  std::vector<int64_t> positions;  // [3][n]
+  std::vector<int64_t> kept;
+  std::vector<int64_t> kept_positions;    // [3][kept]
+  std::vector<int64_t> kept_visual_rows;  // new row of each visual token, -1 if dropped
+};
+
+VisualStep MakeVisual(const ModelConfig& config, int64_t start, int64_t n) {
+  const int64_t h = config.text.hidden_size;
+  VisualStep v;
+  for (int64_t r = 2; r < n - 2; ++r) v.rows.push_back(r);
+  const int64_t nv = static_cast<int64_t>(v.rows.size());
+  v.embeds = Pattern(nv * h, 1, 0.5f);
+  for (size_t k = 0; k < config.vision.deepstack_visual_indexes.size(); ++k) {
+    v.deepstack.push_back(Pattern(nv * h, 2 + static_cast<int64_t>(k), 0.25f));
+  }
+  for (const auto& d : v.deepstack) v.deepstack_ptrs.push_back(d.data());
+  v.positions.resize(3 * n);
+  for (int64_t t = 0; t < n; ++t) {
+    const bool vis = t >= 2 && t < n - 2;
+    const int64_t i = t - 2;
+    v.positions[t] = start + (vis ? 2 : t);
+    v.positions[n + t] = start + (vis ? 2 + i / 4 : t);
+    v.positions[2 * n + t] = start + (vis ? 2 + i % 4 : t);
+  }
+  std::vector<int64_t> new_row(n, -1);
+  for (int64_t t = 0; t < n; ++t) {
+    const bool vis = t >= 2 && t < n - 2;
+    if (vis && (t - 2) % 2 == 1) continue;  // drop every other visual row
+    new_row[t] = static_cast<int64_t>(v.kept.size());
+    v.kept.push_back(t);
+  }
+  const int64_t m = static_cast<int64_t>(v.kept.size());
+  v.kept_positions.resize(3 * m);
+  for (int a = 0; a < 3; ++a) {
+    for (int64_t i = 0; i < m; ++i) v.kept_positions[a * m + i] = v.positions[a * n + v.kept[i]];
+  }
+  for (int64_t r : v.rows) v.kept_visual_rows.push_back(new_row[r]);
+  return v;
+}
+
+std::vector<int64_t> TextPositions(int64_t start, int64_t n) {
+  std::vector<int64_t> p(3 * n);
+  for (int a = 0; a < 3; ++a) std::iota(p.begin() + a * n, p.begin() + (a + 1) * n, start);
+  return p;
+}
+
+// Experts in the memory the backend reads them from: the checkpoint's views
+// on the host, or every expert pinned in device memory.
+struct Experts {
+  std::unique_ptr<ResidentExpertProvider> resident;
+  OffloadDeviceParts parts;
+  std::unique_ptr<OffloadExpertProvider> device;
+  ExpertProvider* get() {
+    if (device != nullptr) return device.get();
+    return resident.get();
+  }
+};
+
+Experts MakeExperts(const Backend& backend, const Model& m) {
+  Experts x;
+  const std::string prefix = ArchSpec::For(m.config)->text_prefix;
+  auto resident = ResidentExpertProvider::Create(*m.ckpt, m.config.text, prefix);
+  EXPECT_TRUE(resident.ok()) << resident.status();
+  if (!resident.ok()) return x;
+  x.resident = *std::move(resident);
+  if (!backend.experts_in_device_memory()) return x;
+  auto parts = backend.CreateOffloadDevice(BackendOptions{});
+  auto sizes = MeasureModelSizes(*m.ckpt, m.config.text, prefix);
+  EXPECT_TRUE(parts.ok() && sizes.ok());
+  if (!parts.ok() || !sizes.ok()) return x;
+  x.parts = *std::move(parts);
+  MemoryPlanOptions po;
+  po.pinned_layers = static_cast<int>(sizes->moe_layers.size());
+  po.budget_bytes = sizes->resident_bytes + sizes->expert_bytes * sizes->num_experts *
+                                                static_cast<int64_t>(sizes->moe_layers.size());
+  auto plan = MakeMemoryPlan(*sizes, po);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return x;
+  OffloadDevice d{x.parts.host_allocator.get(), x.parts.device_allocator.get(), x.parts.copy.get(),
+                  x.parts.expert_dtype};
+  auto p = OffloadExpertProvider::Create(*x.resident, m.config.text, *plan, OffloadOptions(),
+                                         nullptr, nullptr, d);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (p.ok()) x.device = *std::move(p);
+  return x;
+}
+
+// Runs `ops` and the reference side by side on one shape, comparing each op.
+class OpRunner {
+ public:
+  OpRunner(const Model& m, DecoderOps& ops, ExpertProvider* experts, double rel)
+      : m_(m), c_(m.config.text), ops_(ops), experts_(experts), rel_(rel) {
+    auto w = TextWeights::Load(m.config, *m.ckpt);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (w.ok()) weights_ = std::make_unique<TextWeights>(*std::move(w));
+    k_.resize(c_.num_hidden_layers);
+    v_.resize(c_.num_hidden_layers);
+  }
+
+  void Run(const Shape& shape);
+
+ private:
+  void Step(DecoderStep& step, ReferenceStep& ref, int64_t n, bool compare,
+            const VisualStep* visual);
+  void AddDeepStack(DecoderStep& step, ReferenceStep& ref, int layer, const VisualStep* visual);
+  void Compare(DecoderStep& step, StepRows rows, const std::vector<double>& want,
+               const std::string& what) {
+    if (!compare_) return;
+    auto got = step.HostRows(rows);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, want, rel_, what);
+  }
+
+  const Model& m_;
+  const TextConfig& c_;
+  DecoderOps& ops_;
+  ExpertProvider* experts_;
+  const double rel_;
+  std::unique_ptr<TextWeights> weights_;
+  std::vector<std::vector<double>> k_, v_;
+  bool compare_ = false;
+};
+
+void OpRunner::Step(DecoderStep& step, ReferenceStep& ref, int64_t n, bool compare,
+                    const VisualStep* visual) {
+  compare_ = compare;
+  Compare(step, StepRows::kResidual, ref.hs(), "embedding");
+  for (int l = 0; l < c_.num_hidden_layers; ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    if (visual != nullptr && l == 1) {
+      ASSERT_TRUE(
+          step.KeepRows(visual->kept, visual->kept_positions, visual->kept_visual_rows).ok());
+      ref.KeepRows(visual->kept, visual->kept_positions, visual->kept_visual_rows);
+      n = static_cast<int64_t>(visual->kept.size());
+      Compare(step, StepRows::kResidual, ref.hs(), "keep rows");
+    }
+    ASSERT_TRUE(step.Norm(l, NormSite::kInput).ok());
+    ref.Norm(l, NormSite::kInput);
+    Compare(step, StepRows::kNormed, ref.x(), "input norm");
+    ASSERT_TRUE(step.Attention(l).ok());
+    ref.Attention(l);
+    Compare(step, StepRows::kResidual, ref.hs(), "attention");
+    ASSERT_TRUE(step.Norm(l, NormSite::kPostAttention).ok());
+    ref.Norm(l, NormSite::kPostAttention);
+    Compare(step, StepRows::kNormed, ref.x(), "post-attention norm");
+    if (!c_.IsMoeLayer(l)) {
+      ASSERT_TRUE(step.DenseMlp(l).ok());
+      ref.DenseMlp(l);
+      Compare(step, StepRows::kResidual, ref.hs(), "dense MLP");
+      AddDeepStack(step, ref, l, visual);
+      continue;
+    }
+    RouterResult r;
+    ASSERT_TRUE(step.Route(l, /*with_scores=*/true, &r).ok());
+    ASSERT_EQ(r.experts.size(), static_cast<size_t>(n * c_.num_experts_per_tok));
+    if (compare) {
+      const std::vector<double> p = ref.RouterProbs(l);
+      for (int64_t t = 0; t < n; ++t) {
+        // The chosen experts hold the top-k probabilities (up to a near-tie).
+        std::vector<double> row(p.begin() + t * c_.num_experts,
+                                p.begin() + (t + 1) * c_.num_experts);
+        std::vector<double> sorted = row;
+        std::sort(sorted.rbegin(), sorted.rend());
+        for (int j = 0; j < r.top_k; ++j) {
+          EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * sorted[0] + rel_)
+              << "token " << t << " slot " << j;
+        }
+      }
+    }
+    ASSERT_TRUE(step.Experts(l, Phase::kPrefill, r, experts_).ok());
+    ref.Experts(l, r, experts_);
+    Compare(step, StepRows::kMoeOutput, ref.y(), "experts");
+    ASSERT_TRUE(step.AddMoeOutput().ok());
+    ref.AddY();
+    Compare(step, StepRows::kResidual, ref.hs(), "MoE residual add");
+    AddDeepStack(step, ref, l, visual);
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(step.Logits(/*all_rows=*/false, &logits).ok());
+  ASSERT_EQ(logits.size(), static_cast<size_t>(c_.vocab_size));
+  if (compare) ExpectClose(logits.data(), ref.Logits(), rel_, "logits");
+}
+
+void OpRunner::AddDeepStack(DecoderStep& step, ReferenceStep& ref, int layer,
+                            const VisualStep* visual) {
+  if (visual == nullptr || layer >= static_cast<int>(visual->deepstack.size())) return;
+  ASSERT_TRUE(step.AddDeepStack(layer).ok());
+  ref.AddDeepStack(visual->deepstack[layer]);
+  Compare(step, StepRows::kResidual, ref.hs(), "DeepStack");
+}
+
+void OpRunner::Run(const Shape& shape) {
+  auto cache = ops_.CreateKvCache(shape.prefix + shape.n);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  int64_t done = 0;
+  for (const auto& [n, compare] : {std::pair{shape.prefix, false}, std::pair{shape.n, true}}) {
+    if (n == 0) continue;
+    const std::vector<int> ids = Tokens(n, c_.vocab_size, done);
+    const bool visual = compare && shape.visual;
+    const VisualStep vis = visual ? MakeVisual(m_.config, done, n) : VisualStep();
+    const std::vector<int64_t> pos = visual ? vis.positions : TextPositions(done, n);
+    StepInput in;
+    in.tokens = ids;
+    in.positions = pos;
+    if (visual) {
+      in.visual_rows = vis.rows;
+      in.visual_embeds = vis.embeds.data();
+      in.deepstack = vis.deepstack_ptrs;
+    }
+    auto step = ops_.BeginStep(in, cache->get());
+    ASSERT_TRUE(step.ok()) << step.status();
+    ReferenceStep ref(m_.config, *weights_, &k_, &v_, done);
+    ref.Begin(ids, pos);
+    if (visual) ref.ReplaceRows(vis.rows, vis.embeds);
+    Step(**step, ref, n, compare, visual ? &vis : nullptr);
+    (*cache)->Advance(n);
+    done += n;
+  }
+}
+
+class BackendOpsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendOpsTest, EveryOpMatchesTheReference) {
+  const Backend* backend = nullptr;
+  for (const Backend* b : RegisteredBackends()) {
+    if (GetParam() == b->name()) backend = b;
+  }
+  if (backend == nullptr) GTEST_SKIP() << "backend " << GetParam() << " is not compiled in";
+  auto probe = backend->Probe();
+  if (!probe.ok())
+    GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << probe.status();
+  const bool cpu = GetParam() == "cpu";
+  // fp32 kernels against double; bf16 activations against the fp32 CPU backend.
+  const double rel = cpu ? 2e-4 : 4e-2;
+  for (Model& m : Models()) {
+    SCOPED_TRACE(m.name);
+    BackendOptions bo;
+    bo.max_tokens_per_step = 64;
+    auto ops = backend->CreateDecoderOps(m.config, *m.ckpt, bo);
+    if (!cpu && m.config.text.attention_bias) {
+      EXPECT_FALSE(ops.ok()) << "attention_bias is refused off the CPU";
+      continue;
+    }
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    Experts experts = MakeExperts(*backend, m);
+    ASSERT_NE(experts.get(), nullptr);
+    for (const Shape& s : kShapes) {
+      if (s.visual && !m.config.has_vision) continue;
+      SCOPED_TRACE(::testing::Message()
+                   << "prefix " << s.prefix << ", n " << s.n << (s.visual ? ", visual" : ""));
+      OpRunner runner(m, **ops, experts.get(), rel);
+      runner.Run(s);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace vismoe
