@@ -4,33 +4,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/policy_names.h"
 
 namespace vismoe::server {
 namespace {
 
-constexpr std::array<absl::string_view, 4> kTokenCompressors = {"none", "random", "saliency",
-                                                                "affinity"};
-constexpr std::array<absl::string_view, 4> kExpertPredictors = {
-    "none", "history", "router-lookahead", "mlp-lookahead"};
-
-template <size_t N>
-absl::Status Check(absl::string_view field, absl::string_view name,
-                   const std::array<absl::string_view, N>& valid) {
-  for (absl::string_view v : valid) {
-    if (v == name) return absl::OkStatus();
-  }
+template <typename Kind>
+absl::Status Check(absl::string_view field, absl::string_view name) {
+  if (PolicyFromName<Kind>(name).has_value()) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown ", field, " \"", name, "\"; valid: ", absl::StrJoin(valid, ", ")));
+      absl::StrCat("unknown ", field, " \"", name, "\"; valid: ", PolicyNames<Kind>(", ")));
 }
 
 }  // namespace
 
 absl::Status ValidateTokenCompressorName(absl::string_view field, absl::string_view name) {
-  return Check(field, name, kTokenCompressors);
+  return Check<CompressorKind>(field, name);
 }
 
 absl::Status ValidateExpertPredictorName(absl::string_view field, absl::string_view name) {
-  return Check(field, name, kExpertPredictors);
+  return Check<PredictorKind>(field, name);
 }
 
 }  // namespace vismoe::server

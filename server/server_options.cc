@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "server/policy_names.h"
 
@@ -352,9 +353,10 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
           absl::StrCat("option api_key_file: ", o->api_key_file, " is empty"));
     }
   }
-  if (o->eviction != "lru" && o->eviction != "lfu" && o->eviction != "guarded") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option eviction: unknown policy \"", o->eviction, "\" (lru, lfu, guarded)"));
+  if (!PolicyFromName<EvictionPolicy>(o->eviction).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
+                                                   o->eviction, "\" (",
+                                                   PolicyNames<EvictionPolicy>(", "), ")"));
   }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));

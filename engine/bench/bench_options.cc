@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint directory");
@@ -62,8 +63,13 @@ absl::Status CheckOneOf(const char* flag, const std::string& value,
       absl::StrCat("--", flag, "=", value, ": expected one of ", absl::StrJoin(allowed, " | ")));
 }
 
-constexpr std::initializer_list<const char*> kPredictors = {"none", "history", "router-lookahead",
-                                                            "mlp-lookahead"};
+// --flag=value naming one kind of the policy table.
+template <typename Kind>
+absl::Status CheckPolicy(const char* flag, const std::string& value) {
+  if (PolicyFromName<Kind>(value).has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, ": expected one of ", PolicyNames<Kind>(" | ")));
+}
 
 }  // namespace
 
@@ -98,9 +104,9 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   o.pinned_layers = absl::GetFlag(FLAGS_pinned_layers);
   o.copy_bandwidth_bytes_per_s = b.copy_bandwidth_limit;
   o.eviction = absl::GetFlag(FLAGS_eviction);
-  VISMOE_RETURN_IF_ERROR(CheckOneOf("eviction", o.eviction, {"lru", "lfu", "guarded"}));
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<EvictionPolicy>("eviction", o.eviction));
   o.prefetch = absl::GetFlag(FLAGS_prefetch);
-  VISMOE_RETURN_IF_ERROR(CheckOneOf("prefetch", o.prefetch, kPredictors));
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<PredictorKind>("prefetch", o.prefetch));
   o.prefetch_count = absl::GetFlag(FLAGS_prefetch_count);
   if (o.prefetch_count < 0) {
     return absl::InvalidArgumentError(
@@ -113,8 +119,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   }
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
-  VISMOE_RETURN_IF_ERROR(CheckOneOf("token_compressor", e.compression.kind,
-                                    {"none", "random", "saliency", "affinity"}));
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));
   b.keep_ratio = absl::GetFlag(FLAGS_keep_ratio);
   if (!(b.keep_ratio > 0 && b.keep_ratio <= 1)) {
     return absl::InvalidArgumentError(
@@ -134,8 +139,8 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
         absl::StrCat("--synthetic_images=", b.synthetic_images, ": must be in [0, 64]"));
   }
   if (b.synthetic_image_size < 32 || b.synthetic_image_size > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--synthetic_image_size=", b.synthetic_image_size, ": must be in [32, 4096]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--synthetic_image_size=", b.synthetic_image_size, ": must be in [32, 4096]"));
   }
   e.backend = absl::GetFlag(FLAGS_backend);
   VISMOE_RETURN_IF_ERROR(CheckOneOf("backend", e.backend, {"auto", "cpu", "cuda"}));

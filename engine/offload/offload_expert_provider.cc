@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -27,11 +28,10 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     const OffloadOptions& options, StatsSink* stats, std::unique_ptr<ExpertPredictor> predictor,
     const OffloadDevice& device) {
   VISMOE_ASSIGN_OR_RETURN(EvictionPolicy policy, ParseEvictionPolicy(options.eviction));
-  if (options.prefetch != "none" && options.prefetch != "history" &&
-      options.prefetch != "router-lookahead" && options.prefetch != "mlp-lookahead") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prefetch policy must be none, history, router-lookahead or mlp-lookahead, got '",
-        options.prefetch, "'"));
+  if (!PolicyFromName<PredictorKind>(options.prefetch).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("prefetch policy must be one of ",
+                                                   PolicyNames<PredictorKind>(", "), "; got '",
+                                                   options.prefetch, "'"));
   }
   if (options.lookahead_window < 1) {
     return absl::InvalidArgumentError(
@@ -68,10 +68,9 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   // at a time through a short-lived store and copied into the arena, so host
   // memory never holds a second copy of every prefix layer at once (a 30B
   // synthetic checkpoint already fills half the host).
-  VISMOE_ASSIGN_OR_RETURN(p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids,
-                                                             config.num_experts,
-                                                             device.host_allocator,
-                                                             device.expert_dtype));
+  VISMOE_ASSIGN_OR_RETURN(
+      p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids, config.num_experts,
+                                         device.host_allocator, device.expert_dtype));
   const std::vector<int>& prefix_layers = plan.pinned_layer_ids;
   auto pack_layer = [&](int layer) {
     return HostExpertStore::Create(source, {layer}, config.num_experts, nullptr,
@@ -89,10 +88,9 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   const int64_t layer_bytes = static_cast<int64_t>(pinned_format.bytes) * config.num_experts;
   const int64_t pinned_bytes = layer_bytes * static_cast<int64_t>(prefix_layers.size());
   const int64_t slab_bytes = static_cast<int64_t>(stride) * plan.num_slabs;
-  VISMOE_ASSIGN_OR_RETURN(
-      p->arena_,
-      DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
-                          device.device_allocator));
+  VISMOE_ASSIGN_OR_RETURN(p->arena_,
+                          DeviceArena::Create(DeviceArena::CapacityFor({pinned_bytes, slab_bytes}),
+                                              device.device_allocator));
   VISMOE_ASSIGN_OR_RETURN(char* prefix, p->arena_->Carve("pinned_prefix", pinned_bytes));
   for (size_t i = 0; i < prefix_layers.size(); ++i) {
     const int layer = prefix_layers[i];
@@ -110,10 +108,9 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     if (device.copy != nullptr) {
       absl::Status st = device.copy->Copy(dst, src, static_cast<size_t>(layer_bytes));
       if (!st.ok()) {
-        return absl::Status(st.code(),
-                            absl::StrCat("uploading pinned layer ", layer, " (", layer_bytes,
-                                         " bytes) through ", device.copy->name(), ": ",
-                                         st.message()));
+        return absl::Status(
+            st.code(), absl::StrCat("uploading pinned layer ", layer, " (", layer_bytes,
+                                    " bytes) through ", device.copy->name(), ": ", st.message()));
       }
     } else {
       std::memcpy(dst, src, static_cast<size_t>(layer_bytes));

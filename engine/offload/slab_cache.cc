@@ -8,24 +8,12 @@
 namespace vismoe {
 
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name) {
-  if (name == "lru") return EvictionPolicy::kLru;
-  if (name == "lfu") return EvictionPolicy::kLfu;
-  if (name == "guarded" || name == "guarded-priority") return EvictionPolicy::kGuardedPriority;
-  return absl::InvalidArgumentError(
-      absl::StrCat("eviction policy must be lru, lfu or guarded, got '", name, "'"));
+  if (std::optional<EvictionPolicy> p = PolicyFromName<EvictionPolicy>(name)) return *p;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "eviction policy must be one of ", PolicyNames<EvictionPolicy>(", "), "; got '", name, "'"));
 }
 
-const char* EvictionPolicyName(EvictionPolicy p) {
-  switch (p) {
-    case EvictionPolicy::kLru:
-      return "lru";
-    case EvictionPolicy::kLfu:
-      return "lfu";
-    case EvictionPolicy::kGuardedPriority:
-      return "guarded";
-  }
-  return "?";
-}
+const char* EvictionPolicyName(EvictionPolicy p) { return PolicyName(p); }
 
 SlabCache::SlabCache(int num_slots, EvictionPolicy policy)
     : policy_(policy), slots_(num_slots > 0 ? num_slots : 0) {

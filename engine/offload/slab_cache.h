@@ -30,11 +30,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/stats_sink.h"
 
 namespace vismoe {
 
-enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
 // "lru" | "lfu" | "guarded" (also "guarded-priority").
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 const char* EvictionPolicyName(EvictionPolicy p);

@@ -14,16 +14,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/policy/calibration_profile.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
-#include "engine/offload/offload_options.h"
 #include "engine/offload/expert_predictor.h"
+#include "engine/offload/offload_options.h"
+#include "engine/policy/calibration_profile.h"
 
 namespace vismoe {
-
-// The valid kinds, "none" first.
-const std::vector<std::string>& ExpertPredictorKinds();
 
 // nullptr for "none". InvalidArgument for an unknown kind (listing the valid
 // ones); FailedPrecondition for mlp-lookahead without a profile holding a

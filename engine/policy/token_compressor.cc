@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/policy_names.h"
 #include "engine/policy/affinity_compressor.h"
 
 namespace vismoe {
@@ -101,11 +102,20 @@ absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
     return absl::InvalidArgumentError(
         absl::StrCat("token compressor: keep ratio beta must be in (0, 1], got ", o.beta));
   }
-  if (o.kind == "none") return std::unique_ptr<TokenCompressor>(new NoneCompressor());
-  if (o.kind == "random")
+  const std::optional<CompressorKind> kind = PolicyFromName<CompressorKind>(o.kind);
+  if (!kind.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown token compressor '", o.kind,
+                                                   "' (known: ", PolicyNames<CompressorKind>(", "),
+                                                   ")"));
+  }
+  if (*kind == CompressorKind::kNone) return std::unique_ptr<TokenCompressor>(new NoneCompressor());
+  if (*kind == CompressorKind::kRandom) {
     return std::unique_ptr<TokenCompressor>(new RandomCompressor(o.beta, o.seed));
-  if (o.kind == "saliency") return std::unique_ptr<TokenCompressor>(new SaliencyCompressor(o.beta));
-  if (o.kind == "affinity") {
+  }
+  if (*kind == CompressorKind::kSaliency) {
+    return std::unique_ptr<TokenCompressor>(new SaliencyCompressor(o.beta));
+  }
+  {
     if (!(o.alpha >= 0 && o.alpha <= o.beta)) {
       return absl::InvalidArgumentError(
           absl::StrCat("token compressor: salient ratio alpha must be in [0, beta = ", o.beta,
@@ -117,8 +127,6 @@ absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
     }
     return std::unique_ptr<TokenCompressor>(new AffinityCompressor(o.alpha, o.beta, o.lambda));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown token compressor '", o.kind,
-                                                 "' (known: none, random, saliency, affinity)"));
 }
 
 }  // namespace vismoe

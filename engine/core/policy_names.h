@@ -1,0 +1,39 @@
+// The policy kinds of the engine (DESIGN.md, Policies), one enum per kind, and
+// the one table of their names. Names are the vocabulary of the flags, the
+// server config, the proto's per-request overrides and the reports; every
+// parser, validator and help text takes its list from here.
+//
+//   CompressorKind  none | random | saliency | affinity        (token compression)
+//   PredictorKind   none | history | router-lookahead | mlp-lookahead  (expert prediction)
+//   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
+//
+// Thread safety: constant tables and free functions.
+#ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
+#define VISMOE_ENGINE_CORE_POLICY_NAMES_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace vismoe {
+
+enum class CompressorKind { kNone, kRandom, kSaliency, kAffinity };
+enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
+enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
+
+// The kind named `name` (or one of its aliases); nullopt for an unknown name.
+template <typename Kind>
+std::optional<Kind> PolicyFromName(absl::string_view name);
+// The canonical name of `kind`.
+const char* PolicyName(CompressorKind kind);
+const char* PolicyName(PredictorKind kind);
+const char* PolicyName(EvictionPolicy kind);
+// Every canonical name of a kind, in table order, joined by `separator`:
+// PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
+template <typename Kind>
+std::string PolicyNames(absl::string_view separator);
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_CORE_POLICY_NAMES_H_
