@@ -119,15 +119,15 @@ void AddExperts(const ArchSpec& spec, const TextConfig& c, int l, SpecList* out)
   const int64_t h = c.hidden_size, e = c.num_experts, i = c.moe_intermediate_size;
   const std::string xp = spec.ExpertPrefix(l);
   if (spec.expert_storage == ExpertStorage::kFused) {
-    out->Add(xp + "gate_up_proj", {e, h, 2 * i}, R::kExpertsGateUp, l).routed_expert = true;
-    out->Add(xp + "down_proj", {e, i, h}, R::kExpertsDown, l).routed_expert = true;
+    out->Add(xp + kFusedGateUpName, {e, h, 2 * i}, R::kExpertsGateUp, l).routed_expert = true;
+    out->Add(xp + kFusedDownName, {e, i, h}, R::kExpertsDown, l).routed_expert = true;
     return;
   }
   for (int x = 0; x < e; ++x) {
     const std::string eb = absl::StrCat(xp, x, ".");
-    for (auto [name, shape, role] : {std::tuple{"gate_proj.weight", Shape{i, h}, R::kExpertGate},
-                                     std::tuple{"up_proj.weight", Shape{i, h}, R::kExpertUp},
-                                     std::tuple{"down_proj.weight", Shape{h, i}, R::kExpertDown}}) {
+    for (auto [name, shape, role] : {std::tuple{kExpertGateName, Shape{i, h}, R::kExpertGate},
+                                     std::tuple{kExpertUpName, Shape{i, h}, R::kExpertUp},
+                                     std::tuple{kExpertDownName, Shape{h, i}, R::kExpertDown}}) {
       TensorSpec& s = out->Add(eb + name, shape, role, l);
       s.expert = x;
       s.routed_expert = true;
@@ -226,7 +226,7 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
       "model_type '", config.model_type, "' is not supported (", SupportedModelTypes(), ")"));
 }
 
-std::string ArchSpec::ExpertPrefix(int layer) const {
+std::string ExpertLayerPrefix(const std::string& text_prefix, int layer) {
   return absl::StrCat(text_prefix, "layers.", layer, ".mlp.experts.");
 }
 

@@ -90,6 +90,18 @@ struct TensorSpec {
   int64_t nbytes() const { return numel() * static_cast<int64_t>(DTypeSize(dtype)); }
 };
 
+// Routed expert tensor names, under ExpertLayerPrefix(text_prefix, layer):
+//   kFused      gate_up_proj [E,H,2I], down_proj [E,I,H]
+//   kPerExpert  <e>.gate_proj.weight [I,H], <e>.up_proj.weight [I,H], <e>.down_proj.weight [H,I]
+inline constexpr char kFusedGateUpName[] = "gate_up_proj";
+inline constexpr char kFusedDownName[] = "down_proj";
+inline constexpr char kExpertGateName[] = "gate_proj.weight";
+inline constexpr char kExpertUpName[] = "up_proj.weight";
+inline constexpr char kExpertDownName[] = "down_proj.weight";
+// "<text_prefix>layers.<layer>.mlp.experts.": every routed expert tensor of
+// the layer starts with it.
+std::string ExpertLayerPrefix(const std::string& text_prefix, int layer);
+
 struct ArchSpec {
   ModelFamily family = ModelFamily::kQwen3VlMoe;
   std::string text_prefix;    // where the text weights live ("model.language_model.")
@@ -102,9 +114,8 @@ struct ArchSpec {
   // it is not supported.
   static absl::StatusOr<ArchSpec> For(const ModelConfig& config);
 
-  // "<text_prefix>layers.<layer>.mlp.experts.": every routed expert tensor of
-  // the layer starts with it.
-  std::string ExpertPrefix(int layer) const;
+  // ExpertLayerPrefix(text_prefix, layer).
+  std::string ExpertPrefix(int layer) const { return ExpertLayerPrefix(text_prefix, layer); }
 };
 
 // The output projection. A tied checkpoint (tie_word_embeddings) may omit it:

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/arch_spec.h"
 
 namespace vismoe {
 namespace {
@@ -24,7 +25,7 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     if (!config.IsMoeLayer(l)) continue;
     s.moe_layers.push_back(l);
-    expert_prefixes.push_back(absl::StrCat(prefix, "layers.", l, ".mlp.experts."));
+    expert_prefixes.push_back(ExpertLayerPrefix(prefix, l));
   }
   int64_t expert_total = 0;
   for (const std::string& name : checkpoint.Names()) {

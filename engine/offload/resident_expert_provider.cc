@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/arch_spec.h"
 
 namespace vismoe {
 
@@ -18,8 +19,8 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
   bool layout_known = false;
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     if (!config.IsMoeLayer(l)) continue;
-    const std::string base = absl::StrCat(prefix, "layers.", l, ".mlp.experts.");
-    const bool fused = checkpoint.Has(base + "gate_up_proj");
+    const std::string base = ExpertLayerPrefix(prefix, l);
+    const bool fused = checkpoint.Has(base + kFusedGateUpName);
     if (layout_known && fused != (p->layout_ == ExpertWeights::Layout::kFusedTransposed)) {
       return absl::InvalidArgumentError(absl::StrCat(checkpoint.dir(), ": layer ", l,
                                                      " mixes fused and per-expert expert layouts"));
@@ -28,8 +29,8 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
     LayerWeights& lw = p->layers_[l];
     if (fused) {
       p->layout_ = ExpertWeights::Layout::kFusedTransposed;
-      VISMOE_ASSIGN_OR_RETURN(lw.gate_up, checkpoint.Get(base + "gate_up_proj", {e, h, 2 * i}));
-      VISMOE_ASSIGN_OR_RETURN(lw.down, checkpoint.Get(base + "down_proj", {e, i, h}));
+      VISMOE_ASSIGN_OR_RETURN(lw.gate_up, checkpoint.Get(base + kFusedGateUpName, {e, h, 2 * i}));
+      VISMOE_ASSIGN_OR_RETURN(lw.down, checkpoint.Get(base + kFusedDownName, {e, i, h}));
       continue;
     }
     p->layout_ = ExpertWeights::Layout::kSeparate;
@@ -37,9 +38,9 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
       const std::string eb = absl::StrCat(base, x, ".");
       ExpertWeights w;
       w.layout = ExpertWeights::Layout::kSeparate;
-      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.Get(eb + "gate_proj.weight", {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.Get(eb + "up_proj.weight", {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.Get(eb + "down_proj.weight", {h, i}));
+      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.Get(eb + kExpertGateName, {i, h}));
+      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.Get(eb + kExpertUpName, {i, h}));
+      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.Get(eb + kExpertDownName, {h, i}));
       lw.experts.push_back(w);
     }
   }
