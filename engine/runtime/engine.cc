@@ -1,8 +1,10 @@
 // Engine implementation: one model, one sequence at a time (Generate is
-// serialised), on the CPU reference or the CUDA backend (a TextDecoder and a
-// VisionTower). Tokenizer, image preprocessing, sampling and the policies run
-// on the host either way; on CUDA the decoder's experts always come through
-// the offload provider (a plan that pins every MoE layer when no budget is given).
+// serialised), on the backend the registry picks (engine/backends/registry.h):
+// its DecoderOps under the one decoder of the family, its VisionTower and its
+// offload device. Tokenizer, image preprocessing, sampling and the policies
+// run on the host either way; a backend whose decoder reads experts from
+// device memory always runs behind the offload provider (a plan that pins
+// every MoE layer when no budget is given).
 #include "engine/api/engine.h"
 
 #include <algorithm>
