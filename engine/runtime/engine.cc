@@ -20,9 +20,9 @@
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/text_decoder.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kv_cache.h"
 #include "engine/backend/vision_tower.h"
 #include "engine/backends/registry.h"
-#include "engine/policy/calibration_profile.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
@@ -35,11 +35,11 @@
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
+#include "engine/policy/calibration_profile.h"
 #include "engine/policy/compression_session.h"
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
 #include "engine/policy/token_compressor.h"
-#include "engine/backend/kv_cache.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
 #include "nlohmann/json.hpp"
@@ -150,6 +150,16 @@ class LocalEngine final : public Engine {
 
  private:
   LocalEngine() = default;
+  // Create's steps, in order: the files of the checkpoint directory; the
+  // backend's vision tower, decoder, offload device, and the KV cache (returns
+  // the device activation bytes); the expert provider (resident, or the offload
+  // runtime with its predictor); where token compression runs; ModelInfo.
+  absl::Status LoadFiles();
+  absl::StatusOr<int64_t> LoadModel(const Backend& backend);
+  absl::Status SetUpExperts(const Backend& backend, int64_t activation_bytes,
+                            const CalibrationProfile* profile);
+  absl::Status SetUpCompression();
+  void FillInfo();
   absl::StatusOr<Prompt> BuildPrompt(const GenerateRequest& request) const;
 
   EngineOptions options_;
@@ -175,7 +185,7 @@ class LocalEngine final : public Engine {
   int compress_layer_ = 0;                          // decoder layer token compression runs before
 };
 
-absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
+absl::Status CheckOptions(const EngineOptions& options) {
   if (options.max_context_tokens < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
@@ -184,133 +194,166 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
+  return absl::OkStatus();
+}
+
+// The calibration profile of the options, checked against the model; none
+// when the options name none.
+absl::StatusOr<std::optional<CalibrationProfile>> LoadProfile(const EngineOptions& options,
+                                                              const ModelConfig& config) {
+  if (options.calibration_profile.empty()) return std::nullopt;
+  // Load's errors name the file and field.
+  VISMOE_ASSIGN_OR_RETURN(CalibrationProfile profile,
+                          CalibrationProfile::Load(options.calibration_profile));
+  absl::Status match = profile.CheckMatches(config);
+  if (!match.ok()) {
+    return absl::Status(
+        match.code(),
+        absl::StrCat("calibration_profile ", options.calibration_profile, ": ", match.message()));
+  }
+  spdlog::info("engine: calibration profile {} (mlp-lookahead {}, default vectors {})",
+               options.calibration_profile, profile.mlp.has_value() ? "trained" : "absent",
+               profile.default_vectors.empty() ? "absent" : "present");
+  return profile;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
+  VISMOE_RETURN_IF_ERROR(CheckOptions(options));
   VISMOE_ASSIGN_OR_RETURN(const BackendChoice choice, ChooseBackend(options.backend));
   if (options.backend != "cpu") spdlog::info("engine: {}", choice.line);
-  const Backend& backend = *choice.backend;
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->options_ = options;
-  const std::string& dir = options.model_path;
-  VISMOE_ASSIGN_OR_RETURN(e->config_, ModelConfig::Load(dir));
-  VISMOE_ASSIGN_OR_RETURN(e->eos_ids_, LoadEosIds(dir));
-  e->pool_ = std::make_unique<ThreadPool>(options.num_threads);
-  if (options.synthetic_weights) {
-    VISMOE_ASSIGN_OR_RETURN(e->checkpoint_,
-                            SynthesizeCheckpoint(e->config_, options.synthetic_seed, e->pool_.get(),
+  VISMOE_RETURN_IF_ERROR(e->LoadFiles());
+  VISMOE_ASSIGN_OR_RETURN(const int64_t activation_bytes, e->LoadModel(*choice.backend));
+  VISMOE_ASSIGN_OR_RETURN(const std::optional<CalibrationProfile> profile,
+                          LoadProfile(options, e->config_));
+  VISMOE_RETURN_IF_ERROR(e->SetUpExperts(*choice.backend, activation_bytes,
+                                         profile.has_value() ? &*profile : nullptr));
+  VISMOE_RETURN_IF_ERROR(e->SetUpCompression());
+  e->FillInfo();
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+absl::Status LocalEngine::LoadFiles() {
+  const std::string& dir = options_.model_path;
+  VISMOE_ASSIGN_OR_RETURN(config_, ModelConfig::Load(dir));
+  VISMOE_ASSIGN_OR_RETURN(eos_ids_, LoadEosIds(dir));
+  pool_ = std::make_unique<ThreadPool>(options_.num_threads);
+  if (options_.synthetic_weights) {
+    VISMOE_ASSIGN_OR_RETURN(checkpoint_,
+                            SynthesizeCheckpoint(config_, options_.synthetic_seed, pool_.get(),
                                                  absl::StrCat("synthetic:", dir)));
   } else {
-    VISMOE_ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::Open(dir));
+    VISMOE_ASSIGN_OR_RETURN(checkpoint_, Checkpoint::Open(dir));
   }
-  VISMOE_ASSIGN_OR_RETURN(e->tokenizer_, Tokenizer::Load(dir));
-  VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*e->tokenizer_, e->config_));
-  e->template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
+  VISMOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
+  VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*tokenizer_, config_));
+  template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
+  if (config_.has_vision) {
+    VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
+    preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   BackendOptions bo;
-  bo.pool = e->pool_.get();
-  bo.max_tokens_per_step = options.max_context_tokens;
+  bo.pool = pool_.get();
+  bo.max_tokens_per_step = options_.max_context_tokens;
   // Device memory beyond weights and KV cache (0 on the host); the towers'
   // weights are already in the plan's resident bytes (every non-expert tensor).
   int64_t activation_bytes =
-      options.offload.activation_bytes + backend.DecoderActivationBytes(e->config_, bo);
-  if (e->config_.has_vision) {
-    VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
-    e->preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
-    VISMOE_ASSIGN_OR_RETURN(e->vision_,
-                            backend.CreateVisionTower(e->config_, *e->checkpoint_, bo));
-    activation_bytes += e->vision_->device_scratch_bytes();
+      options_.offload.activation_bytes + backend.DecoderActivationBytes(config_, bo);
+  if (config_.has_vision) {
+    VISMOE_ASSIGN_OR_RETURN(vision_, backend.CreateVisionTower(config_, *checkpoint_, bo));
+    activation_bytes += vision_->device_scratch_bytes();
   }
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderOps> ops,
-                          backend.CreateDecoderOps(e->config_, *e->checkpoint_, bo));
-  VISMOE_ASSIGN_OR_RETURN(e->model_, Qwen3VlMoeModel::Create(e->config_, std::move(ops)));
-  VISMOE_ASSIGN_OR_RETURN(e->device_parts_, backend.CreateOffloadDevice(bo));
-  OffloadDevice device;
-  device.host_allocator = e->device_parts_.host_allocator.get();
-  device.device_allocator = e->device_parts_.device_allocator.get();
-  device.copy = e->device_parts_.copy.get();
-  device.expert_dtype = e->device_parts_.expert_dtype;
-  VISMOE_ASSIGN_OR_RETURN(e->experts_,
-                          ResidentExpertProvider::Create(*e->checkpoint_, e->config_.text,
-                                                         Qwen3VlMoeModel::TextPrefix(e->config_)));
-  VISMOE_ASSIGN_OR_RETURN(e->cache_, e->model_->CreateKvCache(options.max_context_tokens));
-  if (options.stats != nullptr) options.stats->SetMemoryRegion("kv_cache", e->cache_->bytes());
-  e->provider_ = e->experts_.get();
-  std::optional<CalibrationProfile> profile;
-  if (!options.calibration_profile.empty()) {
-    // Load's errors name the file and field.
-    VISMOE_ASSIGN_OR_RETURN(CalibrationProfile loaded,
-                            CalibrationProfile::Load(options.calibration_profile));
-    absl::Status match = loaded.CheckMatches(e->config_);
-    if (!match.ok()) {
-      return absl::Status(
-          match.code(),
-          absl::StrCat("calibration_profile ", options.calibration_profile, ": ", match.message()));
-    }
-    profile = std::move(loaded);
-    spdlog::info("engine: calibration profile {} (mlp-lookahead {}, default vectors {})",
-                 options.calibration_profile, profile->mlp.has_value() ? "trained" : "absent",
-                 profile->default_vectors.empty() ? "absent" : "present");
-  }
+                          backend.CreateDecoderOps(config_, *checkpoint_, bo));
+  VISMOE_ASSIGN_OR_RETURN(model_, Qwen3VlMoeModel::Create(config_, std::move(ops)));
+  VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
+  VISMOE_ASSIGN_OR_RETURN(experts_,
+                          ResidentExpertProvider::Create(*checkpoint_, config_.text,
+                                                         Qwen3VlMoeModel::TextPrefix(config_)));
+  VISMOE_ASSIGN_OR_RETURN(cache_, model_->CreateKvCache(options_.max_context_tokens));
+  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", cache_->bytes());
+  return activation_bytes;
+}
+
+absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activation_bytes,
+                                       const CalibrationProfile* profile) {
+  provider_ = experts_.get();
   // Built (and so validated) even when everything is resident, where it is unused.
-  VISMOE_ASSIGN_OR_RETURN(
-      std::unique_ptr<ExpertPredictor> predictor,
-      MakeExpertPredictor(options.offload.prefetch, e->config_, *e->checkpoint_, options.offload,
-                          profile.has_value() ? &*profile : nullptr));
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<ExpertPredictor> predictor,
+                          MakeExpertPredictor(options_.offload.prefetch, config_, *checkpoint_,
+                                              options_.offload, profile));
   // A decoder that reads experts from device memory only always runs behind
   // the offload provider; without a budget, one that holds every expert.
-  if (options.gpu_memory_budget_bytes > 0 || backend.experts_in_device_memory()) {
-    const std::string prefix = Qwen3VlMoeModel::TextPrefix(e->config_);
-    VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
-                            MeasureModelSizes(*e->checkpoint_, e->config_.text, prefix));
-    MemoryPlanOptions po;
-    po.budget_bytes = options.gpu_memory_budget_bytes;
-    po.pinned_layers = options.offload.pinned_layers;
-    po.activation_bytes = activation_bytes;
-    po.kv_cache_bytes = static_cast<int64_t>(e->cache_->bytes());
-    if (po.pinned_layers == -1 && profile.has_value() && !profile->pinned.cost.empty()) {
-      po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
-    }
-    if (po.budget_bytes <= 0) {
-      po.budget_bytes = po.activation_bytes + po.kv_cache_bytes + sizes.resident_bytes +
-                        sizes.expert_bytes * sizes.num_experts *
-                            static_cast<int64_t>(sizes.moe_layers.size());
-    }
-    VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
-    VISMOE_ASSIGN_OR_RETURN(e->offload_, OffloadExpertProvider::Create(
-                                             *e->experts_, e->config_.text, plan, options.offload,
-                                             options.stats, std::move(predictor), device));
-    e->predictor_ = e->offload_->observer();
-    e->provider_ = e->offload_.get();
-    if (options.gpu_memory_budget_bytes > 0) {
-      e->compress_layer_ = CompressionLayer(e->config_.text, plan.pinned_layers);
-    }
-  } else {
+  if (options_.gpu_memory_budget_bytes <= 0 && !backend.experts_in_device_memory()) {
     // Resident: every expert lookup is a hit (the offload provider reports its own).
-    e->experts_->set_stats(options.stats);
+    experts_->set_stats(options_.stats);
+    return absl::OkStatus();
   }
-
-  VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(options.compression).status());
-  if (options.gpu_memory_budget_bytes <= 0) {
-    int pinned = options.compression_pinned_layers;
-    int moe_layers = 0;
-    for (int l = 0; l < e->config_.text.num_hidden_layers; ++l) {
-      moe_layers += e->config_.text.IsMoeLayer(l) ? 1 : 0;
-    }
-    if (pinned < 0) pinned = std::max(1, (moe_layers + 2) / 5);
-    e->compress_layer_ = CompressionLayer(e->config_.text, pinned);
+  VISMOE_ASSIGN_OR_RETURN(
+      ModelSizes sizes,
+      MeasureModelSizes(*checkpoint_, config_.text, Qwen3VlMoeModel::TextPrefix(config_)));
+  MemoryPlanOptions po;
+  po.budget_bytes = options_.gpu_memory_budget_bytes;
+  po.pinned_layers = options_.offload.pinned_layers;
+  po.activation_bytes = activation_bytes;
+  po.kv_cache_bytes = static_cast<int64_t>(cache_->bytes());
+  if (po.pinned_layers == -1 && profile != nullptr && !profile->pinned.cost.empty()) {
+    po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
   }
+  if (po.budget_bytes <= 0) {
+    po.budget_bytes =
+        po.activation_bytes + po.kv_cache_bytes + sizes.resident_bytes +
+        sizes.expert_bytes * sizes.num_experts * static_cast<int64_t>(sizes.moe_layers.size());
+  }
+  VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
+  const OffloadDevice device{device_parts_.host_allocator.get(),
+                             device_parts_.device_allocator.get(), device_parts_.copy.get(),
+                             device_parts_.expert_dtype};
+  VISMOE_ASSIGN_OR_RETURN(
+      offload_, OffloadExpertProvider::Create(*experts_, config_.text, plan, options_.offload,
+                                              options_.stats, std::move(predictor), device));
+  predictor_ = offload_->observer();
+  provider_ = offload_.get();
+  if (options_.gpu_memory_budget_bytes > 0) {
+    compress_layer_ = CompressionLayer(config_.text, plan.pinned_layers);
+  }
+  return absl::OkStatus();
+}
 
-  ModelInfo& i = e->info_;
-  i.model_type = e->config_.model_type;
-  i.model_path = dir;
-  i.backend = e->model_->backend();
-  i.num_layers = e->config_.text.num_hidden_layers;
-  i.num_experts = e->config_.text.num_experts;
-  i.experts_per_token = e->config_.text.num_experts_per_tok;
-  i.hidden_size = e->config_.text.hidden_size;
-  i.vocab_size = e->config_.text.vocab_size;
-  i.max_context_tokens = options.max_context_tokens;
-  i.has_vision = e->config_.has_vision;
+// Without a budget, compression runs after about a fifth of the MoE layers
+// (the paper pins 10 of Qwen3-VL's 48), or as many as the options say.
+absl::Status LocalEngine::SetUpCompression() {
+  VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(options_.compression).status());
+  if (options_.gpu_memory_budget_bytes > 0) return absl::OkStatus();
+  int pinned = options_.compression_pinned_layers;
+  int moe_layers = 0;
+  for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
+    moe_layers += config_.text.IsMoeLayer(l) ? 1 : 0;
+  }
+  if (pinned < 0) pinned = std::max(1, (moe_layers + 2) / 5);
+  compress_layer_ = CompressionLayer(config_.text, pinned);
+  return absl::OkStatus();
+}
+
+void LocalEngine::FillInfo() {
+  ModelInfo& i = info_;
+  i.model_type = config_.model_type;
+  i.model_path = options_.model_path;
+  i.backend = model_->backend();
+  i.num_layers = config_.text.num_hidden_layers;
+  i.num_experts = config_.text.num_experts;
+  i.experts_per_token = config_.text.num_experts_per_tok;
+  i.hidden_size = config_.text.hidden_size;
+  i.vocab_size = config_.text.vocab_size;
+  i.max_context_tokens = options_.max_context_tokens;
+  i.has_vision = config_.has_vision;
   spdlog::info("engine: loaded {} ({} layers, {} experts top-{}) from {}", i.model_type,
-               i.num_layers, i.num_experts, i.experts_per_token, dir);
-  return std::unique_ptr<Engine>(std::move(e));
+               i.num_layers, i.num_experts, i.experts_per_token, i.model_path);
 }
 
 absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) const {
@@ -373,7 +416,7 @@ absl::StatusOr<int> LocalEngine::CountPromptTokens(const GenerateRequest& reques
 }
 
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& request,
-                                                   const GenerateCallbacks& callbacks) {
+                                                     const GenerateCallbacks& callbacks) {
   const Clock::time_point start = Clock::now();
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
   TokenCompressorOptions co = options_.compression;
