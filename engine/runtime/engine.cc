@@ -409,9 +409,11 @@ absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) 
     return absl::InvalidArgumentError(
         absl::StrCat("model ", config_.model_type, " does not take images"));
   }
-  VISMOE_ASSIGN_OR_RETURN(std::string text,
-                          template_->Render(request.messages, request.add_generation_prompt));
-  p.ids = tokenizer_->Encode(text);
+  const auto text_tokens = request.allow_special_tokens_in_text
+                               ? ChatTemplate::TextTokens::kAllowSpecial
+                               : ChatTemplate::TextTokens::kPlain;
+  VISMOE_ASSIGN_OR_RETURN(p.ids, template_->Tokenize(*tokenizer_, request.messages,
+                                                     request.add_generation_prompt, text_tokens));
   if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   for (size_t i = 0; i < image_order.size(); ++i) {
     auto img = preprocessor_->Process(request.images[image_order[i]]);
