@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -129,7 +130,11 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
-  if (options_.keep_ratio > 0) eo.compression.beta = options_.keep_ratio;
+  if (options_.keep_ratio > 0) {
+    // As WithKeepRatio (engine/policy/token_compressor.h): alpha follows beta down.
+    eo.compression.beta = options_.keep_ratio;
+    eo.compression.alpha = std::min(eo.compression.alpha, options_.keep_ratio);
+  }
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

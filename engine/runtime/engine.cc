@@ -448,7 +448,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& requ
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
   TokenCompressorOptions co = options_.compression;
   if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
-  if (request.policy.keep_ratio.has_value()) co.beta = *request.policy.keep_ratio;
+  if (request.policy.keep_ratio.has_value()) co = WithKeepRatio(co, *request.policy.keep_ratio);
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
   // The predictor feeds the shared slab cache, so it is chosen per engine,
   // not per request: a request may only name the one that is running.
