@@ -9,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/request_bytes.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe::server {
@@ -70,6 +71,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
     creds = grpc::InsecureServerCredentials();
   }
 
+  InstallProtobufLogRouting();  // before any request is parsed
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
