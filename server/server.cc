@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   dec.max_encoded_bytes = options.max_image_bytes;
   dec.max_pixels = options.max_image_pixels;
   dec.num_threads = options.decode_threads;
+  dec.apply_exif_orientation = options.apply_exif_orientation;
   VISMOE_ASSIGN_OR_RETURN(s->decoder_, ImageDecoder::Create(dec));
 
   RequestValidator::Options val;
@@ -44,6 +45,8 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   val.max_new_tokens_limit = options.max_new_tokens_limit;
   val.max_stop_strings = options.max_stop_strings;
   val.max_prompt_tokens = options.max_prompt_tokens;
+  val.max_prompt_bytes = options.max_prompt_bytes;
+  val.allow_special_tokens_in_text = options.allow_special_tokens_in_text;
   val.default_token_compressor = options.token_compressor;
   val.default_keep_ratio = options.keep_ratio;
   val.default_expert_predictor = options.expert_predictor;
@@ -55,6 +58,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   svc.limits.set_max_image_bytes(options.max_image_bytes);
   svc.limits.set_max_image_pixels(options.max_image_pixels);
   svc.limits.set_max_prompt_tokens(options.max_prompt_tokens);
+  svc.limits.set_max_prompt_bytes(options.max_prompt_bytes);
   svc.limits.set_max_new_tokens(options.max_new_tokens_limit);
   svc.limits.set_max_message_bytes(options.max_message_bytes);
   s->service_ = std::make_unique<InferenceServiceImpl>(svc, s->metrics_.get());
