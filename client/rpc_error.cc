@@ -1,5 +1,6 @@
 #include "client/rpc_error.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace vismoe::client {
@@ -48,8 +49,13 @@ std::string DescribeRpcError(const grpc::Status& status, const std::string& serv
     case grpc::StatusCode::INVALID_ARGUMENT:
       return absl::StrCat("server at ", server, " rejected the request: ", msg);
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      // gRPC's own size check says "Received message larger than max (N vs. M)".
+      if (absl::StrContains(msg, "larger than max")) {
+        return absl::StrCat("the request is larger than server at ", server,
+                            " accepts (its max_message_bytes); retrying will not help: ", msg);
+      }
       return absl::StrCat("server at ", server,
-                          " is out of capacity or the message is too large; retry later: ", msg);
+                          " is out of capacity (queue full); retry later: ", msg);
     case grpc::StatusCode::UNIMPLEMENTED:
       return absl::StrCat("server at ", server,
                           " does not implement this method (not a VisMoE server, or another "

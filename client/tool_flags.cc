@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "client/cli_args.h"
 #include "client/rpc_error.h"
+#include "engine/core/help_flag.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address (host:port).");
 ABSL_FLAG(bool, tls, false, "Use TLS with the system's root certificates.");
@@ -41,6 +42,7 @@ std::vector<std::string> ParseToolCommandLine(int argc, char** argv,
                                               std::vector<std::vector<std::string>>* repeated,
                                               const char* usage) {
   absl::SetProgramUsageMessage(usage);
+  ExitOnHelpFlag(argc, argv, "/client/");
   std::vector<char*> args(argv, argv + argc);
   repeated->assign(repeatable.size(), {});
   absl::Status status;

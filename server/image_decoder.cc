@@ -11,6 +11,39 @@
 #include "server/image_header.h"
 
 namespace vismoe::server {
+namespace {
+
+// Turns `image` upright for EXIF orientation 1..8, as PIL's exif_transpose.
+void ApplyExifOrientation(int orientation, cv::Mat* image) {
+  switch (orientation) {
+    case 2:  // mirrored
+      cv::flip(*image, *image, 1);
+      break;
+    case 3:  // rotated 180
+      cv::flip(*image, *image, -1);
+      break;
+    case 4:  // upside-down mirror
+      cv::flip(*image, *image, 0);
+      break;
+    case 5:  // transpose
+      cv::transpose(*image, *image);
+      break;
+    case 6:  // needs 90 degrees clockwise
+      cv::rotate(*image, *image, cv::ROTATE_90_CLOCKWISE);
+      break;
+    case 7:  // transverse
+      cv::transpose(*image, *image);
+      cv::flip(*image, *image, -1);
+      break;
+    case 8:  // needs 90 degrees counter-clockwise
+      cv::rotate(*image, *image, cv::ROTATE_90_COUNTERCLOCKWISE);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ImageDecoder>> ImageDecoder::Create(const Options& options) {
   if (options.max_encoded_bytes <= 0) {
@@ -54,12 +87,17 @@ absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
   absl::Status limits = CheckLimits(data);
   if (!limits.ok()) return limits;
   const ImageHeader header = *ParseImageHeader(data);
+  const bool jpeg = header.format == ImageFormat::kJpeg;
+  if (jpeg) {
+    absl::Status complete = CheckJpegComplete(data);
+    if (!complete.ok()) return complete;
+  }
   try {
     const cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1,
                           const_cast<char*>(data.data()));
     // IMREAD_UNCHANGED keeps alpha so it can be composited onto white as
-    // transformers' convert_to_rgb does (ToRgb); EXIF orientation is ignored,
-    // as PIL does by default.
+    // transformers' convert_to_rgb does (ToRgb). OpenCV does not apply EXIF
+    // orientation with IMREAD_UNCHANGED; ApplyExifOrientation does, below.
     cv::Mat raw = cv::imdecode(encoded, cv::IMREAD_UNCHANGED | cv::IMREAD_IGNORE_ORIENTATION);
     if (raw.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -69,6 +107,9 @@ absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "malformed ", ImageFormatName(header.format), " image: header says ", header.width, "x",
           header.height, " but the data decodes to ", raw.cols, "x", raw.rows));
+    }
+    if (jpeg && options_.apply_exif_orientation) {
+      ApplyExifOrientation(JpegExifOrientation(data), &raw);
     }
     if (raw.depth() == CV_16U) raw.convertTo(raw, CV_8U, 1.0 / 257.0);  // 16-bit PNG
     if (raw.depth() != CV_8U) {

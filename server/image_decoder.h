@@ -1,6 +1,9 @@
 // ImageDecoder: turns encoded JPEG / PNG / WebP bytes into 8-bit RGB images
 // with OpenCV, under limits checked BEFORE decoding (encoded size, and the
 // pixel count read from the header), on a bounded pool of worker threads.
+// Truncated files are rejected (JPEG: no end-of-image marker). A JPEG's EXIF
+// orientation is applied, as transformers' load_image (exif_transpose) does,
+// unless Options::apply_exif_orientation is false.
 //
 // Thread safety: Decode and DecodeAll may be called from several threads at
 // once; at most `num_threads` images are decoded at the same time.
@@ -26,6 +29,7 @@ class ImageDecoder {
     int64_t max_encoded_bytes = 20 << 20;  // per image
     int64_t max_pixels = 4096LL * 4096;    // width * height from the header
     int num_threads = 2;                   // concurrent decodes (>= 1)
+    bool apply_exif_orientation = true;    // rotate/flip JPEGs upright
   };
 
   static absl::StatusOr<std::unique_ptr<ImageDecoder>> Create(const Options& options);

@@ -64,6 +64,74 @@ absl::StatusOr<ImageHeader> ParseJpeg(absl::string_view d) {
   }
 }
 
+// Calls visit(marker, payload) for each marker segment before the first scan
+// (payload without the length field) and returns the offset of the scan's
+// header, or npos when the data ends or is malformed before a scan.
+template <typename Visit>
+size_t WalkJpegSegments(absl::string_view d, Visit visit) {
+  size_t i = 2;  // after SOI
+  while (i < d.size() && Byte(d, i) == 0xFF) {
+    while (i < d.size() && Byte(d, i) == 0xFF) ++i;  // fill bytes
+    if (i >= d.size()) return absl::string_view::npos;
+    const uint32_t marker = Byte(d, i++);
+    if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+    if (marker == 0xDA) return i;
+    if (marker == 0xD9 || i + 2 > d.size() || Be16(d, i) < 2) return absl::string_view::npos;
+    const uint32_t length = Be16(d, i);
+    if (i + length > d.size()) return absl::string_view::npos;
+    visit(marker, d.substr(i + 2, length - 2));
+    i += length;
+  }
+  return absl::string_view::npos;
+}
+
+// Orientation tag of a TIFF structure ("II*\0" or "MM\0*"), or 1.
+int TiffOrientation(absl::string_view t) {
+  if (t.size() < 8 || (t.substr(0, 2) != "II" && t.substr(0, 2) != "MM")) return 1;
+  const bool le = t[0] == 'I';
+  const auto u16 = [&](size_t i) { return le ? Le16(t, i) : Be16(t, i); };
+  const auto u32 = [&](size_t i) { return le ? Le32(t, i) : Be32(t, i); };
+  if (u16(2) != 42) return 1;
+  const size_t ifd = u32(4);
+  if (ifd + 2 > t.size()) return 1;
+  const size_t entries = u16(ifd);
+  for (size_t e = 0; e < entries && ifd + 2 + 12 * (e + 1) <= t.size(); ++e) {
+    const size_t at = ifd + 2 + 12 * e;
+    if (u16(at) != 0x0112 || u16(at + 2) != 3) continue;  // Orientation, SHORT
+    const uint32_t value = u16(at + 8);
+    return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+absl::Status CheckJpegComplete(absl::string_view data) {
+  const size_t scan = WalkJpegSegments(data, [](uint32_t, absl::string_view) {});
+  if (scan == absl::string_view::npos) {
+    return Truncated("JPEG", "the data ends before the first scan");
+  }
+  // In entropy-coded data 0xFF is always followed by 0x00 or RSTn, so FFD9
+  // after the scan header can only be the end-of-image marker.
+  if (data.find("\xFF\xD9", scan) == absl::string_view::npos) {
+    return Truncated("JPEG", "no end-of-image marker (the file is cut short)");
+  }
+  return absl::OkStatus();
+}
+
+int JpegExifOrientation(absl::string_view data) {
+  int orientation = 1;
+  WalkJpegSegments(data, [&](uint32_t marker, absl::string_view payload) {
+    constexpr absl::string_view kExif("Exif\0\0", 6);
+    if (marker == 0xE1 && payload.substr(0, 6) == kExif && orientation == 1) {
+      orientation = TiffOrientation(payload.substr(6));
+    }
+  });
+  return orientation;
+}
+
+namespace {
+
 absl::StatusOr<ImageHeader> ParseWebp(absl::string_view d) {
   if (d.size() < 16) return Truncated("WebP", "RIFF header");
   const absl::string_view fourcc = d.substr(12, 4);

@@ -31,6 +31,16 @@ struct ImageHeader {
 // truncated or malformed headers, and zero dimensions.
 absl::StatusOr<ImageHeader> ParseImageHeader(absl::string_view data);
 
+// JPEG only. OK when the data has an end-of-image marker (FFD9) after the
+// start of its first scan; InvalidArgument "truncated JPEG image: ..."
+// otherwise. (libjpeg decodes a truncated file with only a warning, filling
+// the missing rows with grey.) Data after the marker is allowed.
+absl::Status CheckJpegComplete(absl::string_view data);
+
+// JPEG only: the EXIF orientation (1..8, TIFF tag 0x0112 of IFD0 in the APP1
+// "Exif" segment), or 1 when there is none or it is malformed.
+int JpegExifOrientation(absl::string_view data);
+
 }  // namespace vismoe::server
 
 #endif  // VISMOE_SERVER_IMAGE_HEADER_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/metrics.h"
+#include "server/request_bytes.h"
 #include "server/status_mapping.h"
 #include "spdlog/spdlog.h"
 
@@ -44,19 +45,31 @@ absl::string_view ToView(const grpc::string_ref& s) {
   return absl::string_view(s.data(), s.size());
 }
 
+// Printable ASCII only: anything else could forge or corrupt log lines (the
+// validator rejects such ids; until then the server's own id is logged).
+bool IsLoggableRequestId(absl::string_view id) {
+  if (id.empty()) return false;
+  for (const char c : id) {
+    if (c < 0x20 || c > 0x7E) return false;
+  }
+  return true;
+}
+
 // One Generate call. Lives from Generate() until gRPC calls OnDone(); the
 // scheduler job refers to it only until its on_done callback, after which
 // this reactor calls Finish (never before), so the pointer stays valid.
-class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+// Owns the parsed request, which the validated request's image views borrow.
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateReactor(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
-                  ServerMetrics* metrics)
-      : context_(context), request_(request), metrics_(metrics), received_(Clock::now()) {}
+  GenerateReactor(grpc::CallbackServerContext* context, ServerMetrics* metrics)
+      : context_(context), metrics_(metrics), received_(Clock::now()) {}
+
+  v1::GenerateRequest* mutable_request() { return &request_; }
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
 
   // Either submits the job or finishes the call with an error.
-  void Start(const InferenceServiceImpl::Backend& backend, std::string request_id) {
-    request_id_ = std::move(request_id);
-    absl::StatusOr<ValidatedRequest> validated = backend.validator->Validate(*request_);
+  void Start(const InferenceServiceImpl::Backend& backend) {
+    absl::StatusOr<ValidatedRequest> validated = backend.validator->Validate(request_);
     if (!validated.ok()) {
       FinishEarly(validated.status());
       return;
@@ -169,7 +182,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                    request_id_, result->usage.prompt_tokens, result->usage.completion_tokens,
                    FinishReasonName(result->finish_reason), result->timings.total_seconds);
     } else {
-      spdlog::info("request {} {}: {}", request_id_, label, std::string(status.message()));
+      spdlog::info("request {} {}: {}", request_id_, label, EscapeForLog(status.message()));
     }
   }
 
@@ -179,7 +192,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (finished_ || write_in_flight_) return a;
     if (broken_) pending_.clear();
     if (!pending_.empty()) {
-      in_flight_ = std::move(pending_.front());
+      in_flight_ = SerializeToByteBuffer(pending_.front());
       pending_.pop_front();
       write_in_flight_ = true;
       a.write = true;
@@ -197,7 +210,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
   grpc::CallbackServerContext* const context_;
-  const v1::GenerateRequest* const request_;
+  v1::GenerateRequest request_;
   ServerMetrics* const metrics_;
   const Clock::time_point received_;
   std::string request_id_;
@@ -205,7 +218,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
-  v1::GenerateResponse in_flight_;  // owned by gRPC while write_in_flight_
+  grpc::ByteBuffer in_flight_;  // owned by gRPC while write_in_flight_
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -283,48 +296,65 @@ absl::Status InferenceServiceImpl::Authenticate(const grpc::CallbackServerContex
       "missing or wrong API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>'");
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(context, request, metrics_);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  auto* reactor = new GenerateReactor(context, metrics_);
+  reactor->set_request_id(NextRequestId());
   absl::Status auth = Authenticate(*context);
   if (!auth.ok()) {
     reactor->FinishEarly(auth);
     return reactor;
   }
+  absl::Status parsed = ParseRequestBytes(*request, reactor->mutable_request());
+  if (!parsed.ok()) {
+    reactor->FinishEarly(parsed);
+    return reactor;
+  }
+  const std::string& id = reactor->mutable_request()->request_id();
+  if (IsLoggableRequestId(id)) reactor->set_request_id(id);
   Backend backend;
   if (!GetBackend(&backend)) {
     reactor->FinishEarly(absl::UnavailableError("model is loading; retry later"));
     return reactor;
   }
-  reactor->Start(backend, request->request_id().empty() ? NextRequestId() : request->request_id());
+  reactor->Start(backend);
   return reactor;
 }
 
-grpc::ServerUnaryReactor* InferenceServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
-                                                             const v1::GetModelInfoRequest*,
-                                                             v1::ModelInfo* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status auth = Authenticate(*context);
+absl::StatusOr<v1::ModelInfo> InferenceServiceImpl::ModelInfoFor(
+    const grpc::CallbackServerContext& context, const grpc::ByteBuffer& request) const {
+  if (absl::Status auth = Authenticate(context); !auth.ok()) return auth;
+  v1::GetModelInfoRequest parsed;
+  if (absl::Status s = ParseRequestBytes(request, &parsed); !s.ok()) return s;
   Backend backend;
-  if (!auth.ok()) {
-    reactor->Finish(ToGrpcStatus(auth));
-  } else if (!GetBackend(&backend)) {
-    reactor->Finish(ToGrpcStatus(absl::UnavailableError("model is loading; retry later")));
-  } else {
-    const ModelInfo& info = backend.engine->info();
-    response->set_model_type(info.model_type);
-    response->set_model_path(info.model_path);
-    response->set_backend(info.backend);
-    response->set_num_layers(info.num_layers);
-    response->set_num_experts(info.num_experts);
-    response->set_experts_per_token(info.experts_per_token);
-    response->set_hidden_size(info.hidden_size);
-    response->set_vocab_size(info.vocab_size);
-    response->set_max_context_tokens(info.max_context_tokens);
-    response->set_has_vision(info.has_vision);
-    *response->mutable_limits() = options_.limits;
-    reactor->Finish(grpc::Status::OK);
+  if (!GetBackend(&backend)) return absl::UnavailableError("model is loading; retry later");
+  const ModelInfo& info = backend.engine->info();
+  v1::ModelInfo response;
+  response.set_model_type(info.model_type);
+  response.set_model_path(info.model_path);
+  response.set_backend(info.backend);
+  response.set_num_layers(info.num_layers);
+  response.set_num_experts(info.num_experts);
+  response.set_experts_per_token(info.experts_per_token);
+  response.set_hidden_size(info.hidden_size);
+  response.set_vocab_size(info.vocab_size);
+  response.set_max_context_tokens(info.max_context_tokens);
+  response.set_has_vision(info.has_vision);
+  *response.mutable_limits() = options_.limits;
+  return response;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
+                                                             const grpc::ByteBuffer* request,
+                                                             grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<v1::ModelInfo> info = ModelInfoFor(*context, *request);
+  if (!info.ok()) {
+    reactor->Finish(ToGrpcStatus(info.status()));
+    return reactor;
   }
+  *response = SerializeToByteBuffer(*info);
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

@@ -11,6 +11,11 @@
 // Until Attach() is called (the model is loading) every call gets
 // UNAVAILABLE "model is loading".
 //
+// Both methods receive their request as raw bytes and parse it themselves
+// (server/request_bytes.h), so an unparsable body is INVALID_ARGUMENT naming
+// the problem and is counted in vismoe_requests_total; replies are sent as
+// serialized messages of the proto's types.
+//
 // Thread safety: gRPC calls the methods concurrently; Attach may race them.
 // Ownership: borrows everything passed to Attach and the metrics; they must
 // outlive the grpc::Server that serves this service.
@@ -22,6 +27,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
 #include "grpcpp/grpcpp.h"
@@ -36,7 +42,10 @@ class ServerMetrics;
 
 namespace vismoe::server {
 
-class InferenceServiceImpl final : public v1::InferenceService::CallbackService {
+using RawInferenceService = v1::InferenceService::WithRawCallbackMethod_Generate<
+    v1::InferenceService::WithRawCallbackMethod_GetModelInfo<v1::InferenceService::Service>>;
+
+class InferenceServiceImpl final : public RawInferenceService {
  public:
   static constexpr int kMaxPendingDeltas = 8;
 
@@ -59,11 +68,15 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   // REQUIRES: every pointer of `backend` non-null. Called once.
   void Attach(const Backend& backend);
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  // `request`: a serialized v1::GenerateRequest; the stream carries
+  // serialized v1::GenerateResponse messages.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
+  // `request`: a serialized v1::GetModelInfoRequest; `response` receives a
+  // serialized v1::ModelInfo.
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const v1::GetModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
   // OK, or UNAUTHENTICATED when an API key is configured and the call's
   // metadata lacks it ("authorization: Bearer <key>" or "x-api-key: <key>").
@@ -73,6 +86,9 @@ class InferenceServiceImpl final : public v1::InferenceService::CallbackService 
   // Returns false while the model is loading.
   bool GetBackend(Backend* backend) const;
   std::string NextRequestId();
+  // The ModelInfo reply, or why there is none (auth, loading, bad request).
+  absl::StatusOr<v1::ModelInfo> ModelInfoFor(const grpc::CallbackServerContext& context,
+                                             const grpc::ByteBuffer& request) const;
 
   const Options options_;
   ServerMetrics* const metrics_;

@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "engine/core/help_flag.h"
 #include "server/server.h"
 #include "server/server_options.h"
 #include "spdlog/spdlog.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
+  vismoe::ExitOnHelpFlag(argc, argv, "server_options");
   absl::ParseCommandLine(argc, argv);
 
   // Block the shutdown signals in every thread (threads inherit the mask);

@@ -164,6 +164,21 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   return Create(options);
 }
 
+namespace {
+
+// civetweb options of the /metrics exposer. Each connection holds a worker
+// thread while civetweb reads its request, so with civetweb's defaults (2
+// workers, 30 s read timeout) two idle connections starve every scrape.
+// Idle or slow clients are dropped after kExposerReadTimeoutMs and enough
+// workers remain for scrapes meanwhile (each has a 100 KiB stack).
+std::vector<std::string> ExposerOptions(const std::string& listen_address) {
+  return {"listening_ports",    listen_address,
+          "num_threads",        absl::StrCat(ServerMetrics::kExposerThreads),
+          "request_timeout_ms", absl::StrCat(ServerMetrics::kExposerReadTimeoutMs)};
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const Options& options) {
   if (options.window < absl::Seconds(1) ||
       options.window != absl::Seconds(absl::ToInt64Seconds(options.window))) {
@@ -178,7 +193,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const Optio
   std::unique_ptr<ServerMetrics> m(new ServerMetrics(options));
   if (!options.listen_address.empty()) {
     try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(options.listen_address);
+      m->exposer_ = std::make_unique<prometheus::Exposer>(ExposerOptions(options.listen_address));
     } catch (const std::exception& e) {
       return absl::UnavailableError(
           absl::StrCat("cannot serve metrics on '", options.listen_address, "': ", e.what()));

@@ -73,6 +73,12 @@ class SlidingWindowRatios;  // metrics.cc
 
 class ServerMetrics : public StatsSink {
  public:
+  // The /metrics exposer's worker threads, and how long it waits for a
+  // client's request (or a write) before dropping the connection, so idle or
+  // slow connections cannot starve scrapes.
+  static constexpr int kExposerThreads = 8;
+  static constexpr int kExposerReadTimeoutMs = 2000;
+
   struct Options {
     // "host:port" for the HTTP exposer ("0.0.0.0:9464"); "" = no exposer
     // (metrics are still collected and Serialize() works); port 0 = any free.

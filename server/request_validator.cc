@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/policy_names.h"
 
 namespace vismoe::server {
@@ -32,12 +33,22 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
                    absl::StrCat("is ", proto.request_id().size(), " bytes, over the limit of ",
                                 options_.max_request_id_bytes));
   }
+  for (size_t i = 0; i < proto.request_id().size(); ++i) {
+    const auto c = static_cast<unsigned char>(proto.request_id()[i]);
+    if (c < 0x20 || c > 0x7E) {
+      return Invalid("request_id", absl::StrFormat("byte %d is 0x%02x; only printable ASCII "
+                                                   "(0x20-0x7e) is allowed",
+                                                   i, c));
+    }
+  }
   req.request_id = proto.request_id();
+  req.allow_special_tokens_in_text = options_.allow_special_tokens_in_text;
   if (proto.messages_size() == 0) {
     return Invalid("messages", "at least one message is required");
   }
   bool has_content = false;
   int num_images = 0;
+  int64_t text_bytes = 0;
   for (int i = 0; i < proto.messages_size(); ++i) {
     const v1::ChatMessage& m = proto.messages(i);
     const std::string field = absl::StrCat("messages[", i, "]");
@@ -56,6 +67,12 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
       switch (p.part_case()) {
         case v1::ContentPart::kText:
           part.kind = ContentPart::Kind::kText;
+          text_bytes += static_cast<int64_t>(p.text().size());
+          if (text_bytes > options_.max_prompt_bytes) {
+            return Invalid("messages",
+                           absl::StrCat("text is over the limit of ", options_.max_prompt_bytes,
+                                        " bytes per request (max_prompt_bytes)"));
+          }
           part.text = p.text();
           if (!p.text().empty()) has_content = true;
           break;

@@ -1,7 +1,8 @@
 // RequestValidator: checks a v1::GenerateRequest and turns it into the
 // engine's GenerateRequest. Validation is split in two:
-//   Validate()  cheap, on the gRPC thread: structure, sampling ranges, policy
-//               names, image count, encoded size and header pixel limits.
+//   Validate()  cheap, on the gRPC thread: request id, structure, text bytes,
+//               sampling ranges, policy names, image count, encoded size and
+//               header pixel limits.
 //   Complete()  on an engine worker: decodes the images and checks the
 //               prompt length with Engine::CountPromptTokens.
 // Every failure is InvalidArgument with a message naming the field and value.
@@ -11,6 +12,7 @@
 #ifndef VISMOE_SERVER_REQUEST_VALIDATOR_H_
 #define VISMOE_SERVER_REQUEST_VALIDATOR_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,8 +40,13 @@ class RequestValidator {
     int default_max_new_tokens = 128;  // when the request says 0
     int max_stop_strings = 16;
     int max_prompt_tokens = 16384;
+    // Bytes of all text parts together, checked in Validate() so that an
+    // oversized text is rejected before it is tokenized.
+    int64_t max_prompt_bytes = 1 << 20;
     size_t max_request_id_bytes = 128;
     size_t max_stop_string_bytes = 256;
+    // GenerateRequest::allow_special_tokens_in_text of every request.
+    bool allow_special_tokens_in_text = false;
     // Server default policies applied when the request leaves them unset.
     std::string default_token_compressor;  // "" = engine default
     double default_keep_ratio = 0;         // 0 = engine default

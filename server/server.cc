@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/request_bytes.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe::server {
@@ -35,6 +37,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   dec.max_encoded_bytes = options.max_image_bytes;
   dec.max_pixels = options.max_image_pixels;
   dec.num_threads = options.decode_threads;
+  dec.apply_exif_orientation = options.apply_exif_orientation;
   VISMOE_ASSIGN_OR_RETURN(s->decoder_, ImageDecoder::Create(dec));
 
   RequestValidator::Options val;
@@ -42,6 +45,8 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   val.max_new_tokens_limit = options.max_new_tokens_limit;
   val.max_stop_strings = options.max_stop_strings;
   val.max_prompt_tokens = options.max_prompt_tokens;
+  val.max_prompt_bytes = options.max_prompt_bytes;
+  val.allow_special_tokens_in_text = options.allow_special_tokens_in_text;
   val.default_token_compressor = options.token_compressor;
   val.default_keep_ratio = options.keep_ratio;
   val.default_expert_predictor = options.expert_predictor;
@@ -53,6 +58,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   svc.limits.set_max_image_bytes(options.max_image_bytes);
   svc.limits.set_max_image_pixels(options.max_image_pixels);
   svc.limits.set_max_prompt_tokens(options.max_prompt_tokens);
+  svc.limits.set_max_prompt_bytes(options.max_prompt_bytes);
   svc.limits.set_max_new_tokens(options.max_new_tokens_limit);
   svc.limits.set_max_message_bytes(options.max_message_bytes);
   s->service_ = std::make_unique<InferenceServiceImpl>(svc, s->metrics_.get());
@@ -69,6 +75,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
     creds = grpc::InsecureServerCredentials();
   }
 
+  InstallProtobufLogRouting();  // before any request is parsed
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -129,7 +136,11 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
-  if (options_.keep_ratio > 0) eo.compression.beta = options_.keep_ratio;
+  if (options_.keep_ratio > 0) {
+    // As WithKeepRatio (engine/policy/token_compressor.h): alpha follows beta down.
+    eo.compression.beta = options_.keep_ratio;
+    eo.compression.alpha = std::min(eo.compression.alpha, options_.keep_ratio);
+  }
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

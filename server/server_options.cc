@@ -63,11 +63,18 @@ ABSL_FLAG(std::string, max_image_bytes, absl::StrCat(kDefaults.max_image_bytes),
           "Encoded bytes per image (bytes or with a unit)");
 ABSL_FLAG(int64_t, max_image_pixels, kDefaults.max_image_pixels,
           "width*height per image, checked from the header before decoding");
+ABSL_FLAG(bool, apply_exif_orientation, kDefaults.apply_exif_orientation,
+          "Rotate/flip JPEGs by their EXIF orientation tag, as transformers' load_image does");
 ABSL_FLAG(int, max_prompt_tokens, kDefaults.max_prompt_tokens,
           "Prompt tokens per request (visual tokens included)");
+ABSL_FLAG(std::string, max_prompt_bytes, absl::StrCat(kDefaults.max_prompt_bytes),
+          "Bytes of text per request (all text parts), checked before tokenizing (units ok)");
 ABSL_FLAG(int, max_new_tokens_limit, kDefaults.max_new_tokens_limit,
           "Largest max_new_tokens a request may ask for");
 ABSL_FLAG(int, max_stop_strings, kDefaults.max_stop_strings, "Stop strings per request");
+ABSL_FLAG(bool, allow_special_tokens_in_text, kDefaults.allow_special_tokens_in_text,
+          "Trusted clients only: special tokens written in text parts (<|im_start|>, "
+          "<|image_pad|>) act as tokens; off = they are encoded as ordinary text");
 ABSL_FLAG(int, pinned_layers, kDefaults.pinned_layers,
           "MoE layers whose experts are all pinned on the device; -1 = VisMMOE Eq. 10");
 ABSL_FLAG(std::string, copy_bandwidth, "0",
@@ -105,6 +112,13 @@ absl::Status ParseInt64(absl::string_view key, absl::string_view value, int64_t*
   return absl::OkStatus();
 }
 
+absl::Status ParseBool(absl::string_view key, absl::string_view value, bool* out) {
+  if (!absl::SimpleAtob(absl::StripAsciiWhitespace(value), out)) {
+    return BadValue(key, value, "expected true or false");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBytes(absl::string_view key, absl::string_view value, int64_t* out) {
   absl::StatusOr<int64_t> bytes = ParseByteSize(value);
   if (!bytes.ok()) return BadValue(key, value, bytes.status().message());
@@ -137,6 +151,14 @@ struct OptionDef {
                   o) { return ParseInt(k, v, &o->name); },                                         \
                                                         [](const ServerOptions&                    \
                                                                o) { return absl::StrCat(o.name); } \
+  }
+#define VISMOE_BOOL_OPTION(name)                                                    \
+  OptionDef {                                                                       \
+#name,                                                                            \
+        [](absl::string_view k, absl::string_view v, ServerOptions* o) {              \
+          return ParseBool(k, v, &o->name);                                           \
+        },                                                                            \
+        [](const ServerOptions& o) { return std::string(o.name ? "true" : "false"); } \
   }
 #define VISMOE_BYTES_OPTION(name)                                                                 \
   OptionDef {                                                                                     \
@@ -205,9 +227,12 @@ const std::vector<OptionDef>& OptionDefs() {
                   return ParseInt64(k, v, &o->max_image_pixels);
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.max_image_pixels); }},
+      VISMOE_BOOL_OPTION(apply_exif_orientation),
       VISMOE_INT_OPTION(max_prompt_tokens),
+      VISMOE_BYTES_OPTION(max_prompt_bytes),
       VISMOE_INT_OPTION(max_new_tokens_limit),
       VISMOE_INT_OPTION(max_stop_strings),
+      VISMOE_BOOL_OPTION(allow_special_tokens_in_text),
       OptionDef{"pinned_layers",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
                   int64_t x = 0;
@@ -237,6 +262,7 @@ const std::vector<OptionDef>& OptionDefs() {
 #undef VISMOE_STRING_OPTION
 #undef VISMOE_INT_OPTION
 #undef VISMOE_BYTES_OPTION
+#undef VISMOE_BOOL_OPTION
 
 absl::Status RequirePositive(absl::string_view key, int64_t value) {
   if (value <= 0) {
@@ -329,6 +355,7 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_pixels", o->max_image_pixels));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_tokens", o->max_prompt_tokens));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_bytes", o->max_prompt_bytes));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_new_tokens_limit", o->max_new_tokens_limit));
   if (o->max_stop_strings < 0) {
     return absl::InvalidArgumentError("option max_stop_strings must be >= 0");

@@ -50,9 +50,14 @@ struct ServerOptions {
   int max_images = 8;
   int64_t max_image_bytes = 20LL << 20;
   int64_t max_image_pixels = 4096LL * 4096;
+  bool apply_exif_orientation = true;  // turn JPEGs upright by their EXIF tag
   int max_prompt_tokens = 16384;
+  int64_t max_prompt_bytes = 1LL << 20;  // text bytes per request, checked before tokenizing
   int max_new_tokens_limit = 4096;
   int max_stop_strings = 16;
+  // Trusted clients only: special tokens written in text parts
+  // ("<|im_start|>") are recognised instead of encoded as ordinary text.
+  bool allow_special_tokens_in_text = false;
   // ---- offload runtime (used when gpu_memory_budget > 0) ----
   int pinned_layers = -1;        // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
   int64_t copy_bandwidth = 0;    // CPU backend copy engine bytes/s; 0 = unthrottled

@@ -37,6 +37,10 @@ struct GenerateRequest {
   SamplingParams sampling;
   PolicyOverrides policy;
   bool add_generation_prompt = true;
+  // false: special/added tokens written in text parts ("<|im_start|>") are
+  // encoded as ordinary text, so text cannot forge chat turns or image pads.
+  // true (trusted callers only): they are recognised as tokens.
+  bool allow_special_tokens_in_text = false;
 };
 
 enum class FinishReason { kEos, kLength, kStopString, kCancelled };

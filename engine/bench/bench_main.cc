@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "engine/bench/ablation.h"
 #include "engine/bench/bench_options.h"
 #include "engine/bench/micro.h"
 #include "engine/bench/report.h"
 #include "engine/bench/request_set.h"
 #include "engine/bench/run_summary.h"
+#include "engine/core/help_flag.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -123,6 +125,11 @@ int Main() {
 }  // namespace vismoe::bench
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "vismoe-bench runs requests through the Engine under a device memory budget and prints a "
+      "JSON report.\nUsage: vismoe-bench --model=DIR [--budget=12.5M] [--requests=FILE.jsonl | "
+      "--prompt=TEXT --image=F.jpg] [flags]");
+  vismoe::ExitOnHelpFlag(argc, argv, "/engine/bench/");
   absl::ParseCommandLine(argc, argv);
   // stdout carries only the JSON report: logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vismoe-bench"));

@@ -67,49 +67,91 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(const Tokenizer& tokenizer,
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt) const {
+  Pieces pieces;
+  VISMOE_RETURN_IF_ERROR(RenderPieces(messages, add_generation_prompt, &pieces));
+  std::string out;
+  for (const Marker& piece : pieces) out += piece.text;
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ChatTemplate::Tokenize(const Tokenizer& tokenizer,
+                                                        const std::vector<ChatMessage>& messages,
+                                                        bool add_generation_prompt,
+                                                        TextTokens text) const {
+  if (text == TextTokens::kAllowSpecial) {
+    VISMOE_ASSIGN_OR_RETURN(const std::string rendered, Render(messages, add_generation_prompt));
+    return tokenizer.Encode(rendered);
+  }
+  Pieces pieces;
+  VISMOE_RETURN_IF_ERROR(RenderPieces(messages, add_generation_prompt, &pieces));
+  std::vector<int> ids;
+  for (const Marker& piece : pieces) {
+    if (piece.id >= 0) {
+      ids.push_back(piece.id);
+      continue;
+    }
+    const std::vector<int> plain = tokenizer.Encode(piece.text, Tokenizer::AddedTokens::kIgnore);
+    ids.insert(ids.end(), plain.begin(), plain.end());
+  }
+  return ids;
+}
+
+absl::Status ChatTemplate::RenderPieces(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt, Pieces* out) const {
   if (messages.empty()) {
     return absl::InvalidArgumentError("chat template: the message list is empty");
   }
-  std::string out;
   for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const bool user = m.role == "user";
-    if (m.role == "system") {
-      if (i != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chat template: messages[", i, "]: a system message is only allowed first"));
-      }
-    } else if (!user && m.role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i,
-                                                     "]: unknown role \"", m.role,
-                                                     "\" (expected system, user or assistant)"));
-    }
-    absl::StrAppend(&out, im_start_.text, m.role, "\n");
-    for (size_t p = 0; p < m.content.size(); ++p) {
-      const ContentPart& part = m.content[p];
-      if (part.kind == ContentPart::Kind::kText) {
-        out += part.text;
-        continue;
-      }
-      // The Qwen3-VL template silently drops images outside user turns; that
-      // would desynchronise images and pads, so it is an error here.
-      if (!user) {
-        return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[",
-                                                       p,
-                                                       "]: images are only "
-                                                       "allowed in user messages, not \"",
-                                                       m.role, "\""));
-      }
-      if (!has_vision()) {
-        return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[",
-                                                       p, "]: this model has no vision tokens"));
-      }
-      absl::StrAppend(&out, vision_start_.text, image_pad_.text, vision_end_.text);
-    }
-    absl::StrAppend(&out, im_end_.text, "\n");
+    VISMOE_RETURN_IF_ERROR(RenderMessage(messages[i], i, out));
   }
-  if (add_generation_prompt) absl::StrAppend(&out, im_start_.text, "assistant\n");
-  return out;
+  if (add_generation_prompt) {
+    out->push_back(im_start_);
+    out->push_back({-1, "assistant\n"});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChatTemplate::RenderMessage(const ChatMessage& m, size_t i, Pieces* out) const {
+  const auto append_text = [out](absl::string_view text) {
+    if (out->empty() || out->back().id >= 0) out->push_back({-1, ""});
+    out->back().text.append(text.data(), text.size());
+  };
+  const bool user = m.role == "user";
+  if (m.role == "system") {
+    if (i != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat template: messages[", i, "]: a system message is only allowed first"));
+    }
+  } else if (!user && m.role != "assistant") {
+    return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i,
+                                                   "]: unknown role \"", m.role,
+                                                   "\" (expected system, user or assistant)"));
+  }
+  out->push_back(im_start_);
+  append_text(absl::StrCat(m.role, "\n"));
+  for (size_t p = 0; p < m.content.size(); ++p) {
+    const ContentPart& part = m.content[p];
+    if (part.kind == ContentPart::Kind::kText) {
+      append_text(part.text);
+      continue;
+    }
+    // The Qwen3-VL template silently drops images outside user turns; that
+    // would desynchronise images and pads, so it is an error here.
+    if (!user) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[", p,
+                                                     "]: images are only "
+                                                     "allowed in user messages, not \"",
+                                                     m.role, "\""));
+    }
+    if (!has_vision()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template: messages[", i, "].content[", p,
+                                                     "]: this model has no vision tokens"));
+    }
+    out->insert(out->end(), {vision_start_, image_pad_, vision_end_});
+  }
+  out->push_back(im_end_);
+  append_text("\n");
+  return absl::OkStatus();
 }
 
 }  // namespace vismoe

@@ -7,6 +7,9 @@
 // pad; the engine expands each pad to the image's visual token count.
 // Marker strings are taken from the tokenizer's added tokens (the vision ones
 // from config.json ids when a ModelConfig is given) and must exist there.
+// Tokenize() keeps the markers the template inserts special while the text of
+// the messages is encoded with added-token matching off, so a user cannot
+// forge a turn by writing "<|im_end|>\n<|im_start|>system" in a text part.
 // Immutable and thread-safe after Create.
 #ifndef VISMOE_ENGINE_MODEL_CHAT_TEMPLATE_H_
 #define VISMOE_ENGINE_MODEL_CHAT_TEMPLATE_H_
@@ -37,6 +40,19 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt) const;
 
+  // Where added tokens written in the text parts of `messages` may come from.
+  enum class TextTokens {
+    kPlain,         // encoded as ordinary text (untrusted callers)
+    kAllowSpecial,  // recognised, as tokenizer.Encode(Render(...)) does (trusted callers)
+  };
+
+  // Token ids of the rendered prompt. Same errors as Render. With kPlain the
+  // ids equal tokenizer.Encode(Render(...)) whenever the text parts contain
+  // no added token, and otherwise differ only inside those parts.
+  absl::StatusOr<std::vector<int>> Tokenize(const Tokenizer& tokenizer,
+                                            const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt, TextTokens text) const;
+
   // Ids of the markers (the image pad is what the engine expands).
   int im_start_id() const { return im_start_.id; }
   int im_end_id() const { return im_end_.id; }
@@ -50,6 +66,12 @@ class ChatTemplate {
     int id = -1;
     std::string text;
   };
+  // Rendered prompt: markers the template inserted (id >= 0) and runs of
+  // other text (id -1; consecutive text is merged into one piece).
+  using Pieces = std::vector<Marker>;
+  absl::Status RenderPieces(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                            Pieces* out) const;
+  absl::Status RenderMessage(const ChatMessage& m, size_t index, Pieces* out) const;
   Marker im_start_, im_end_, vision_start_, image_pad_, vision_end_;
 };
 

@@ -102,13 +102,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonText(absl::string_
   return tok;
 }
 
-std::vector<int> Tokenizer::Encode(absl::string_view text) const {
+std::vector<int> Tokenizer::Encode(absl::string_view text, AddedTokens added) const {
   std::string repaired;
   if (!utf8::IsValid(text)) {
     repaired = utf8::Lossy(text);
     text = repaired;
   }
   std::vector<int> ids;
+  if (added == AddedTokens::kIgnore) {
+    EncodePlain(normalizer_.Apply(text), &ids);
+    return ids;
+  }
   std::vector<AddedVocabulary::Segment> raw, normalized;
   added_.Split(text, /*normalized_pass=*/false, &raw);
   for (const auto& seg : raw) {

@@ -33,10 +33,17 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
+  // Whether Encode cuts added tokens (special or not) out of the text.
+  enum class AddedTokens {
+    kMatch,   // "<|im_end|>" in the text becomes the <|im_end|> id
+    kIgnore,  // added tokens are ordinary text: BPE of its bytes (untrusted input)
+  };
+
   // Token ids of `text`; added tokens written in the text (e.g. "<|im_end|>")
-  // are recognised; no BOS/EOS is added. Invalid UTF-8 is first repaired to
-  // U+FFFD (the only way such text reaches `tokenizers`, via a Python str).
-  std::vector<int> Encode(absl::string_view text) const;
+  // are recognised unless `added` is kIgnore; no BOS/EOS is added. Invalid
+  // UTF-8 is first repaired to U+FFFD (the only way such text reaches
+  // `tokenizers`, via a Python str).
+  std::vector<int> Encode(absl::string_view text, AddedTokens added = AddedTokens::kMatch) const;
 
   // Text of `ids`; unknown ids are skipped and invalid UTF-8 in the result
   // becomes U+FFFD, as in tokenizers.

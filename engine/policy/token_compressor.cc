@@ -96,6 +96,12 @@ std::vector<int64_t> TopKIndices(absl::Span<const float> scores, int64_t k) {
   return idx;
 }
 
+TokenCompressorOptions WithKeepRatio(TokenCompressorOptions options, double beta) {
+  options.beta = beta;
+  options.alpha = std::min(options.alpha, beta);
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(
     const TokenCompressorOptions& o) {
   if (!(o.beta > 0 && o.beta <= 1)) {

@@ -48,6 +48,12 @@ class TokenCompressor {
   virtual absl::StatusOr<std::vector<int64_t>> Select(const CompressionInput& in) const = 0;
 };
 
+// `options` with keep ratio `beta` and the salient-core ratio alpha clamped
+// to it, so every beta in (0, 1] is valid for every kind (a keep ratio below
+// the default alpha of 0.1 gives a core of the whole keep budget). The engine
+// and server apply keep ratios this way.
+TokenCompressorOptions WithKeepRatio(TokenCompressorOptions options, double beta);
+
 // InvalidArgument for an unknown kind (the message lists the known ones) or
 // an out-of-range ratio.
 absl::StatusOr<std::unique_ptr<TokenCompressor>> MakeTokenCompressor(

@@ -384,9 +384,11 @@ absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) 
     return absl::InvalidArgumentError(
         absl::StrCat("model ", config_.model_type, " does not take images"));
   }
-  VISMOE_ASSIGN_OR_RETURN(std::string text,
-                          template_->Render(request.messages, request.add_generation_prompt));
-  p.ids = tokenizer_->Encode(text);
+  const auto text_tokens = request.allow_special_tokens_in_text
+                               ? ChatTemplate::TextTokens::kAllowSpecial
+                               : ChatTemplate::TextTokens::kPlain;
+  VISMOE_ASSIGN_OR_RETURN(p.ids, template_->Tokenize(*tokenizer_, request.messages,
+                                                     request.add_generation_prompt, text_tokens));
   if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   for (size_t i = 0; i < image_order.size(); ++i) {
     auto img = preprocessor_->Process(request.images[image_order[i]]);
@@ -421,7 +423,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& requ
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
   TokenCompressorOptions co = options_.compression;
   if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
-  if (request.policy.keep_ratio.has_value()) co.beta = *request.policy.keep_ratio;
+  if (request.policy.keep_ratio.has_value()) co = WithKeepRatio(co, *request.policy.keep_ratio);
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
   // The predictor feeds the shared slab cache, so it is chosen per engine,
   // not per request: a request may only name the one that is running.

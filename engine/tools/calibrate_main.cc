@@ -20,6 +20,7 @@
 #include "engine/bench/request_set.h"
 #include "engine/calibrate/calibrator.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/help_flag.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -54,6 +55,7 @@ int Fail(int code, const std::string& message) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "vismoe-calibrate --model DIR --requests FILE.jsonl --budget 24G --out profile.json");
+  vismoe::ExitOnHelpFlag(argc, argv, "calibrate_main");
   absl::ParseCommandLine(argc, argv);
   // stdout carries the JSON report only: the engine's logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vismoe-calibrate"));

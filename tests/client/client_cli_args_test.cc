@@ -80,5 +80,21 @@ TEST(RpcErrorTest, MessagesAndExitCodes) {
   EXPECT_EQ(StatusCodeName(99), "CODE_99");
 }
 
+// RESOURCE_EXHAUSTED means two things: a full queue (retry) or a message over
+// the server's max_message_bytes (gRPC's own check; retrying cannot help).
+TEST(RpcErrorTest, ResourceExhaustedTellsQueueFullFromTooLarge) {
+  const std::string too_large =
+      DescribeRpcError(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                    "Received message larger than max (2097182 vs. 1048576)"),
+                       "h:1");
+  EXPECT_THAT(too_large, HasSubstr("max_message_bytes"));
+  EXPECT_THAT(too_large, HasSubstr("retrying will not help"));
+  EXPECT_THAT(too_large, ::testing::Not(HasSubstr("retry later")));
+  const std::string full = DescribeRpcError(
+      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "admission queue is full"), "h:1");
+  EXPECT_THAT(full, HasSubstr("retry later"));
+  EXPECT_THAT(full, ::testing::Not(HasSubstr("max_message_bytes")));
+}
+
 }  // namespace
 }  // namespace vismoe::client

@@ -151,6 +151,86 @@ TEST(ImageDecoderTest, TruncatedAndCorruptDataAreInvalidArgument) {
               HasSubstr("unsupported image format"));
 }
 
+// libjpeg decodes a cut JPEG with only a warning and grey rows; the decoder
+// must reject it as it rejects a cut PNG. Data after the end marker is fine.
+TEST(ImageDecoderTest, TruncatedJpegIsRejected) {
+  cv::Mat noise(64, 48, CV_8UC3);
+  cv::randu(noise, 0, 255);
+  const std::string full = EncodeMat(".jpg", noise);
+  auto decoder = MakeDecoder();
+  ASSERT_TRUE(decoder->Decode(full).ok());
+  EXPECT_TRUE(decoder->Decode(full + std::string(16, '\0')).ok());
+  for (const size_t keep : {full.size() - 2, full.size() * 2 / 3, full.size() / 3}) {
+    absl::StatusOr<RgbImage> img = decoder->Decode(full.substr(0, keep));
+    ASSERT_FALSE(img.ok()) << keep << " of " << full.size() << " bytes";
+    EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(img.status().message()), HasSubstr("truncated JPEG"));
+  }
+}
+
+// `jpeg` with an APP1 EXIF segment right after SOI whose IFD0 holds only the
+// orientation tag, little- or big-endian TIFF.
+std::string WithExifOrientation(const std::string& jpeg, int orientation, bool little_endian) {
+  const auto u16 = [&](int v) {
+    return little_endian ? std::string{char(v & 0xFF), char(v >> 8)}
+                         : std::string{char(v >> 8), char(v & 0xFF)};
+  };
+  const auto u32 = [&](int v) {
+    return little_endian ? u16(v & 0xFFFF) + u16(v >> 16) : u16(v >> 16) + u16(v & 0xFFFF);
+  };
+  std::string tiff = little_endian ? "II" : "MM";
+  tiff += u16(42) + u32(8);                    // magic, IFD0 at offset 8
+  tiff += u16(1);                              // one entry:
+  tiff += u16(0x0112) + u16(3) + u32(1);       //   Orientation, SHORT, count 1
+  tiff += u16(orientation) + u16(0) + u32(0);  //   value (padded); no next IFD
+  const std::string payload = std::string("Exif\0\0", 6) + tiff;
+  const int length = static_cast<int>(payload.size()) + 2;
+  const std::string app1 =
+      std::string{'\xFF', '\xE1', char(length >> 8), char(length & 0xFF)} + payload;
+  return jpeg.substr(0, 2) + app1 + jpeg.substr(2);
+}
+
+// The pixel at (x, y) of `img`, RGB.
+cv::Vec3b At(const RgbImage& img, int x, int y) {
+  const uint8_t* p = &img.pixels[(static_cast<size_t>(y) * img.width + x) * 3];
+  return {p[0], p[1], p[2]};
+}
+
+// A phone photo stored sideways with orientation 6 is turned upright, as
+// transformers' load_image (PIL exif_transpose) does; the option turns it off.
+TEST(ImageDecoderTest, AppliesExifOrientation) {
+  // 40 wide, 24 high: left half red, right half blue (BGR for OpenCV).
+  cv::Mat bgr(24, 40, CV_8UC3, cv::Scalar(0, 0, 255));
+  bgr(cv::Rect(20, 0, 20, 24)).setTo(cv::Scalar(255, 0, 0));
+  const std::string plain = EncodeMat(".jpg", bgr);
+  auto decoder = MakeDecoder();
+  for (const bool le : {true, false}) {
+    absl::StatusOr<RgbImage> upright = decoder->Decode(WithExifOrientation(plain, 6, le));
+    ASSERT_TRUE(upright.ok()) << upright.status();
+    // Rotated 90 degrees clockwise: 24 wide, 40 high, red on top.
+    EXPECT_EQ(upright->width, 24);
+    EXPECT_EQ(upright->height, 40);
+    EXPECT_GT(At(*upright, 12, 5)[0], 200);   // red
+    EXPECT_GT(At(*upright, 12, 35)[2], 200);  // blue
+    absl::StatusOr<RgbImage> mirrored = decoder->Decode(WithExifOrientation(plain, 2, le));
+    ASSERT_TRUE(mirrored.ok());
+    EXPECT_EQ(mirrored->width, 40);
+    EXPECT_GT(At(*mirrored, 5, 12)[2], 200);  // blue now on the left
+    absl::StatusOr<RgbImage> ccw = decoder->Decode(WithExifOrientation(plain, 8, le));
+    ASSERT_TRUE(ccw.ok());
+    EXPECT_EQ(ccw->height, 40);
+    EXPECT_GT(At(*ccw, 12, 5)[2], 200);  // counter-clockwise: blue on top
+  }
+  ImageDecoder::Options off;
+  off.apply_exif_orientation = false;
+  auto raw_decoder = std::move(*ImageDecoder::Create(off));
+  absl::StatusOr<RgbImage> raw = raw_decoder->Decode(WithExifOrientation(plain, 6, true));
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->width, 40);
+  EXPECT_EQ(raw->height, 24);
+  EXPECT_GT(At(*raw, 5, 12)[0], 200);  // red still on the left
+}
+
 TEST(ImageDecoderTest, DecodeAllKeepsOrderAndReportsFirstError) {
   auto decoder = MakeDecoder(1 << 20, 1 << 20, 3);
   std::vector<std::string> blobs;

@@ -1,6 +1,11 @@
 // ServerMetrics: names, labels and values as served in the text exposition.
 #include "server/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <map>
 #include <string>
@@ -339,6 +344,63 @@ TEST(ServerMetricsTest, ExposerServesMetricsOverHttp) {
   // Destroying the metrics stops the exposer.
   m->reset();
   EXPECT_FALSE(testing::HttpGet("127.0.0.1", port, "/metrics", absl::Seconds(2)).ok());
+}
+
+// An open TCP connection to 127.0.0.1:port that has sent `bytes` and then
+// nothing more; closed when destroyed. -1 when the connect failed.
+class StalledConnection {
+ public:
+  StalledConnection(int port, const std::string& bytes) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        (!bytes.empty() && write(fd_, bytes.data(), bytes.size()) < 0)) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~StalledConnection() {
+    if (fd_ >= 0) close(fd_);
+  }
+  StalledConnection(const StalledConnection&) = delete;
+  StalledConnection& operator=(const StalledConnection&) = delete;
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+// Idle connections and half-sent requests must not block scrapes: there are
+// more workers than such clients, and they are dropped after the read timeout.
+TEST(ServerMetricsTest, IdleAndHalfRequestConnectionsDoNotBlockScrapes) {
+  auto m = ServerMetrics::Create("127.0.0.1:0");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int port = (*m)->metrics_port();
+  std::vector<std::unique_ptr<StalledConnection>> stalled;
+  for (int i = 0; i < 3; ++i) {
+    stalled.push_back(std::make_unique<StalledConnection>(port, ""));
+    stalled.push_back(
+        std::make_unique<StalledConnection>(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+  }
+  for (const auto& c : stalled) ASSERT_TRUE(c->ok());
+  absl::SleepFor(absl::Milliseconds(200));  // let the exposer accept them all
+  const absl::Time start = absl::Now();
+  auto resp = testing::HttpGet("127.0.0.1", port, "/metrics", absl::Seconds(5));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->status, 200);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+
+  // Twice as many stalled clients as workers: scrapes still get through once
+  // the read timeout has dropped them.
+  while (stalled.size() < 2 * ServerMetrics::kExposerThreads) {
+    stalled.push_back(std::make_unique<StalledConnection>(port, ""));
+  }
+  resp = testing::HttpGet("127.0.0.1", port, "/metrics",
+                          absl::Milliseconds(3 * ServerMetrics::kExposerReadTimeoutMs + 2000));
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->status, 200);
 }
 
 }  // namespace

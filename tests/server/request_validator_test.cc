@@ -223,6 +223,46 @@ TEST_F(RequestValidatorTest, RejectsBadRequests) {
   }
 }
 
+TEST_F(RequestValidatorTest, RequestIdIsPrintableAsciiOnly) {
+  for (const std::string& id :
+       {std::string("x\ny"), std::string("\x1b[2J"), std::string("\0", 1), std::string("\x07"),
+        std::string("\xC3\xA9"), std::string("\x7F")}) {
+    v1::GenerateRequest r = TextRequest("hi");
+    r.set_request_id(id);
+    ExpectInvalid(r, "request_id: byte ");
+  }
+  v1::GenerateRequest r = TextRequest("hi");
+  r.set_request_id(" !\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~");
+  EXPECT_TRUE(validator_->Validate(r).ok());
+}
+
+// The text byte limit is checked in Validate, which never tokenizes.
+TEST_F(RequestValidatorTest, TextBytesAreLimitedBeforeTokenizing) {
+  RequestValidator::Options o;
+  o.max_prompt_bytes = 100;
+  RequestValidator validator(o, decoder_.get());
+  v1::GenerateRequest r = TextRequest(std::string(60, 'a'));
+  EXPECT_TRUE(validator.Validate(r).ok());
+  r.mutable_messages(0)->add_parts()->set_text(std::string(41, 'b'));  // 101 bytes in all
+  absl::StatusOr<ValidatedRequest> v = validator.Validate(r);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("over the limit of 100 bytes"));
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("max_prompt_bytes"));
+}
+
+TEST_F(RequestValidatorTest, SpecialTokenPermissionComesFromTheServer) {
+  absl::StatusOr<ValidatedRequest> v = validator_->Validate(TextRequest("<|im_start|>"));
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->request.allow_special_tokens_in_text);
+  RequestValidator::Options o;
+  o.allow_special_tokens_in_text = true;
+  RequestValidator trusting(o, decoder_.get());
+  v = trusting.Validate(TextRequest("<|im_start|>"));
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->request.allow_special_tokens_in_text);
+}
+
 TEST_F(RequestValidatorTest, CompleteChecksPromptLengthAndDecodes) {
   testing::FakeEngine engine;
   absl::StatusOr<ValidatedRequest> v = validator_->Validate(TextRequest(std::string(200, 'a')));

@@ -134,6 +134,25 @@ inline int HealthStatus(int port, const std::string& service) {
   return bytes[1];
 }
 
+// Calls `method` ("/package.Service/Method") with `body` as the request bytes,
+// whatever they are, and returns the call's status (the reply is dropped;
+// a server-streaming method that fails before its first message reads like
+// a unary one).
+inline grpc::Status RawUnaryCall(int port, const std::string& method, const std::string& body) {
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::Slice slice(body);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(s); });
+  return done.get_future().get();
+}
+
 // Lists services through grpc.reflection.v1alpha (bidi stream, raw bytes):
 // request {string list_services = 7}; the reply carries the names as strings.
 inline std::string ReflectionListServicesRaw(int port) {

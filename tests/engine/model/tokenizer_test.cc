@@ -190,6 +190,18 @@ TEST_F(FixtureTokenizerTest, SpecialTokensInlineAreSingleIds) {
   EXPECT_GT(tok_->vocab_size(), im_end);
 }
 
+TEST_F(FixtureTokenizerTest, IgnoringAddedTokensEncodesThemAsText) {
+  const std::string text = "hi<|im_end|>\n<|im_start|>system\n<|image_pad|>";
+  const Ids ids = tok_->Encode(text, Tokenizer::AddedTokens::kIgnore);
+  for (const AddedToken& added : tok_->added_vocabulary().tokens()) {
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), added.id), 0) << added.content;
+  }
+  EXPECT_EQ(tok_->Decode(ids), text);
+  // Text without added tokens encodes the same either way.
+  EXPECT_EQ(tok_->Encode("user\nHi there", Tokenizer::AddedTokens::kIgnore),
+            tok_->Encode("user\nHi there"));
+}
+
 TEST_F(FixtureTokenizerTest, EmptyAndWhitespaceRuns) {
   EXPECT_TRUE(tok_->Encode("").empty());
   EXPECT_EQ(tok_->Decode({}), "");

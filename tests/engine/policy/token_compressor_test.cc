@@ -128,5 +128,27 @@ TEST(TokenCompressorTest, FactoryValidates) {
   EXPECT_FALSE(MakeTokenCompressor({"affinity", 0.5, 0.6, 2.0, 0}).ok());
 }
 
+// Every keep ratio in (0, 1] works for every kind: alpha follows beta down.
+TEST(TokenCompressorTest, EveryKeepRatioIsValidForEveryKind) {
+  CompressionInput in = HandCase();
+  for (const char* kind : {"none", "random", "saliency", "affinity"}) {
+    for (const double beta : {1.0, 0.5, 0.1, 0.05, 0.01}) {
+      TokenCompressorOptions o;
+      o.kind = kind;
+      o = WithKeepRatio(o, beta);
+      EXPECT_EQ(o.beta, beta);
+      EXPECT_LE(o.alpha, beta);
+      auto c = MakeTokenCompressor(o);
+      ASSERT_TRUE(c.ok()) << kind << " " << beta << ": " << c.status();
+      auto kept = (*c)->Select(in);
+      ASSERT_TRUE(kept.ok()) << kind << " " << beta << ": " << kept.status();
+      EXPECT_EQ(static_cast<int64_t>(kept->size()),
+                std::string(kind) == "none" ? 10 : KeepBudget(beta, 10));
+    }
+  }
+  TokenCompressorOptions o;
+  EXPECT_EQ(WithKeepRatio(o, 0.5).alpha, o.alpha);  // unchanged when below beta
+}
+
 }  // namespace
 }  // namespace vismoe
