@@ -145,7 +145,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   absl::Status CancelStatus() const {
-    if (context_->deadline() <= std::chrono::system_clock::now()) {
+    // The client's deadline fires before ours (ours started when the request
+    // arrived), and its cancellation can reach us first: a cancellation this
+    // close to the deadline is the deadline.
+    constexpr auto kDeadlineSlack = std::chrono::milliseconds(100);
+    if (context_->deadline() <= std::chrono::system_clock::now() + kDeadlineSlack) {
       return absl::DeadlineExceededError("request deadline exceeded");
     }
     if (cancelled_.load()) return absl::CancelledError("request cancelled by the client");
