@@ -77,9 +77,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     validated->request.request_id = request_id_;
     auto job = std::make_unique<SchedulerJob>();
     auto shared = std::make_shared<ValidatedRequest>(std::move(*validated));
-    job->prepare = [this, backend, shared]() -> absl::StatusOr<GenerateRequest> {
+    job->prepare = [this, backend, shared]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
       double decode_seconds = 0;
-      absl::StatusOr<GenerateRequest> r = backend.validator->Complete(
+      absl::StatusOr<std::unique_ptr<PreparedRequest>> r = backend.validator->Complete(
           std::move(*shared), *backend.decoder, *backend.engine, &decode_seconds);
       if (metrics_ != nullptr && !shared->image_data.empty()) {
         metrics_->ObserveImageDecode(decode_seconds);

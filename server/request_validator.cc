@@ -175,9 +175,9 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
   return out;
 }
 
-absl::StatusOr<GenerateRequest> RequestValidator::Complete(ValidatedRequest validated,
-                                                           ImageDecoder& decoder, Engine& engine,
-                                                           double* decode_seconds) const {
+absl::StatusOr<std::unique_ptr<PreparedRequest>> RequestValidator::Complete(
+    ValidatedRequest validated, ImageDecoder& decoder, Engine& engine,
+    double* decode_seconds) const {
   GenerateRequest req = std::move(validated.request);
   if (!validated.image_data.empty()) {
     const auto start = std::chrono::steady_clock::now();
@@ -189,20 +189,21 @@ absl::StatusOr<GenerateRequest> RequestValidator::Complete(ValidatedRequest vali
     if (!images.ok()) return images.status();
     req.images = std::move(*images);
   }
-  absl::StatusOr<int> prompt_tokens = engine.CountPromptTokens(req);
-  if (!prompt_tokens.ok()) return prompt_tokens.status();
-  if (*prompt_tokens > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt is ", *prompt_tokens,
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> prepared = engine.Prepare(req);
+  if (!prepared.ok()) return prepared.status();
+  const int prompt_tokens = (*prepared)->prompt_tokens();
+  if (prompt_tokens > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt is ", prompt_tokens,
                                                    " tokens, over the limit of ",
                                                    options_.max_prompt_tokens, " tokens"));
   }
   const int context = engine.info().max_context_tokens;
-  if (context > 0 && *prompt_tokens + req.sampling.max_new_tokens > context) {
+  if (context > 0 && prompt_tokens + req.sampling.max_new_tokens > context) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", *prompt_tokens, " tokens) + sampling.max_new_tokens (",
+        "prompt (", prompt_tokens, " tokens) + sampling.max_new_tokens (",
         req.sampling.max_new_tokens, ") exceeds the model context of ", context, " tokens"));
   }
-  return req;
+  return prepared;
 }
 
 }  // namespace vismoe::server

@@ -3,8 +3,10 @@
 //   Validate()  cheap, on the gRPC thread: request id, structure, text bytes,
 //               sampling ranges, policy names, image count, encoded size and
 //               header pixel limits.
-//   Complete()  on an engine worker: decodes the images and checks the
-//               prompt length with Engine::CountPromptTokens.
+//   Complete()  on an engine worker: decodes the images, prepares the request
+//               with Engine::Prepare (template, tokenizer, image
+//               preprocessing: done once, Generate reuses it) and checks the
+//               prompt length.
 // Every failure is InvalidArgument with a message naming the field and value.
 //
 // Thread safety: const methods, safe from any thread.
@@ -58,10 +60,12 @@ class RequestValidator {
 
   absl::StatusOr<ValidatedRequest> Validate(const v1::GenerateRequest& proto) const;
 
-  // Decodes the images into request.images and checks the prompt length.
-  // `decode_seconds` (optional) receives the wall time spent decoding.
-  absl::StatusOr<GenerateRequest> Complete(ValidatedRequest validated, ImageDecoder& decoder,
-                                           Engine& engine, double* decode_seconds) const;
+  // Decodes the images, prepares the request on `engine` and checks the
+  // prompt length. `decode_seconds` (optional) receives the wall time spent
+  // decoding.
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> Complete(ValidatedRequest validated,
+                                                            ImageDecoder& decoder, Engine& engine,
+                                                            double* decode_seconds) const;
 
   const Options& options() const { return options_; }
 

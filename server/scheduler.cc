@@ -94,7 +94,7 @@ void Scheduler::RunJob(SchedulerJob& job, absl::Time enqueued) {
     job.on_done(cancelled, queue_seconds);
     return;
   }
-  absl::StatusOr<GenerateRequest> request = job.prepare();
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> request = job.prepare();
   if (!request.ok()) {
     job.on_done(request.status(), queue_seconds);
     return;
@@ -107,7 +107,7 @@ void Scheduler::RunJob(SchedulerJob& job, absl::Time enqueued) {
   GenerateCallbacks callbacks;
   callbacks.on_delta = job.on_delta;
   callbacks.is_cancelled = [&] { return !cancel_status().ok(); };
-  absl::StatusOr<GenerateResult> result = engine_->Generate(*request, callbacks);
+  absl::StatusOr<GenerateResult> result = engine_->Generate(**request, callbacks);
   // A request cut short by the caller or by shutdown reports why, not a
   // truncated success.
   if (result.ok() && result->finish_reason == FinishReason::kCancelled) {

@@ -4,7 +4,8 @@
 //
 //   Submit()  never blocks: a full queue is RESOURCE_EXHAUSTED at once, a
 //             draining scheduler UNAVAILABLE "server shutting down".
-//   workers   per job: prepare() (decode + checks), then Engine::Generate with
+//   workers   per job: prepare() (decode, Engine::Prepare, checks), then
+//             Engine::Generate of the prepared request with
 //             cancellation polled between decode steps, then on_done().
 //   Drain()   stops accepting, lets queued and running jobs finish until the
 //             timeout, then cancels the rest with UNAVAILABLE.
@@ -38,8 +39,9 @@ namespace vismoe::server {
 
 // One request as the scheduler sees it. Callbacks run on a worker thread.
 struct SchedulerJob {
-  // Builds the engine request (decodes images, counts prompt tokens).
-  std::function<absl::StatusOr<GenerateRequest>()> prepare;
+  // Builds the engine's prepared request (decodes images, Engine::Prepare,
+  // checks the prompt length).
+  std::function<absl::StatusOr<std::unique_ptr<PreparedRequest>>()> prepare;
   // Each streamed piece of output; return false to cancel.
   std::function<bool(const TokenDelta&)> on_delta;
   // OK while the caller still wants the result; else why not (Cancelled,

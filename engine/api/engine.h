@@ -2,8 +2,9 @@
 // engine/api/stats_sink.h, the only engine headers the server includes).
 // Loads one model and runs requests on it.
 //
-// Thread safety: Generate() may be called from several threads; until batched
-// decoding lands, calls are serialised internally (one sequence at a time).
+// Thread safety: Prepare() and Generate() may be called from several threads;
+// Prepare runs concurrently, Generate calls are serialised internally until
+// batched decoding lands (one sequence at a time).
 // Ownership: the engine owns its model, weights (mmapped or synthetic), device memory plan
 // and thread pool. The StatsSink in the options is not owned and must outlive
 // the engine.
@@ -14,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "engine/api/request.h"
@@ -79,6 +81,34 @@ struct GenerateCallbacks {
   RouterObserver* router_observer = nullptr;
 };
 
+// A request after the host work that precedes the model: checked, its chat
+// template rendered and tokenized, its images preprocessed into patches and
+// its positions computed. Engine::Prepare makes it; the server's admission
+// check reads prompt_tokens() and Engine::Generate runs it, so that work is
+// done once per request. Immutable; owned by the caller.
+class PreparedRequest {
+ public:
+  virtual ~PreparedRequest() = default;
+  // The request as submitted, without its decoded images (the patches hold
+  // them now).
+  const GenerateRequest& request() const { return request_; }
+  // Prompt length in tokens, visual placeholders expanded.
+  int prompt_tokens() const { return prompt_tokens_; }
+  // Wall time Prepare took; counted into the request's TTFT and total time.
+  double prepare_seconds() const { return prepare_seconds_; }
+
+ protected:
+  PreparedRequest(GenerateRequest request, int prompt_tokens, double prepare_seconds)
+      : request_(std::move(request)),
+        prompt_tokens_(prompt_tokens),
+        prepare_seconds_(prepare_seconds) {}
+
+ private:
+  GenerateRequest request_;
+  int prompt_tokens_;
+  double prepare_seconds_;
+};
+
 class Engine {
  public:
   // Loads the checkpoint at options.model_path. Any problem with the files or
@@ -88,15 +118,32 @@ class Engine {
 
   virtual const ModelInfo& info() const = 0;
 
-  // Formats, tokenizes and checks a request without running the model.
-  // Returns the prompt length in tokens (visual placeholders expanded).
-  virtual absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) = 0;
+  // Checks, formats, tokenizes and preprocesses a request without running
+  // the model. InvalidArgument (naming the field) for a bad request or policy,
+  // or a prompt that does not fit the context.
+  virtual absl::StatusOr<std::unique_ptr<PreparedRequest>> Prepare(
+      const GenerateRequest& request) = 0;
 
-  // Runs one request to completion on the calling thread, streaming deltas.
-  // Invalid requests give InvalidArgument; a cancelled request returns OK with
-  // finish_reason kCancelled and the tokens produced so far.
-  virtual absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+  // Runs a prepared request to completion on the calling thread, streaming
+  // deltas. A cancelled request returns OK with finish_reason kCancelled and
+  // the tokens produced so far.
+  // REQUIRES: `prepared` came from this engine's Prepare.
+  virtual absl::StatusOr<GenerateResult> Generate(const PreparedRequest& prepared,
                                                   const GenerateCallbacks& callbacks) = 0;
+
+  // Prepare, then Generate.
+  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+                                          const GenerateCallbacks& callbacks) {
+    absl::StatusOr<std::unique_ptr<PreparedRequest>> prepared = Prepare(request);
+    if (!prepared.ok()) return prepared.status();
+    return Generate(**prepared, callbacks);
+  }
+  // Prepare(request)'s prompt_tokens().
+  absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) {
+    absl::StatusOr<std::unique_ptr<PreparedRequest>> prepared = Prepare(request);
+    if (!prepared.ok()) return prepared.status();
+    return (*prepared)->prompt_tokens();
+  }
 };
 
 }  // namespace vismoe

@@ -65,6 +65,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double Seconds(Clock::time_point a, Clock::time_point b);
+
+// Total time, and TTFT / TPOT once a token (or the end of sequence) came.
+void FillTimings(Clock::time_point start, Clock::time_point first_token, GenerateResult* result) {
+  const Clock::time_point end = Clock::now();
+  result->usage.completion_tokens = static_cast<int>(result->token_ids.size());
+  result->timings.total_seconds = Seconds(start, end);
+  if (result->token_ids.empty() && result->finish_reason != FinishReason::kEos) return;
+  if (first_token == Clock::time_point()) first_token = end;
+  result->timings.ttft_seconds = Seconds(start, first_token);
+  if (result->token_ids.size() > 1) {
+    result->timings.tpot_seconds =
+        Seconds(first_token, end) / static_cast<double>(result->token_ids.size() - 1);
+  }
+}
+
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -139,13 +155,26 @@ struct Prompt {
   MropePositions mrope;        // filled only when there are images
 };
 
+// A LocalEngine's prepared request: the prompt and the checked compression.
+class LocalPrepared final : public PreparedRequest {
+ public:
+  LocalPrepared(GenerateRequest request, Prompt prompt, TokenCompressorOptions compression,
+                double seconds)
+      : PreparedRequest(std::move(request), static_cast<int>(prompt.ids.size()), seconds),
+        prompt(std::move(prompt)),
+        compression(std::move(compression)) {}
+  const Prompt prompt;
+  const TokenCompressorOptions compression;
+};
+
 class LocalEngine final : public Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
 
   const ModelInfo& info() const override { return info_; }
-  absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) override;
-  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> Prepare(const GenerateRequest& request) override;
+  using Engine::Generate;
+  absl::StatusOr<GenerateResult> Generate(const PreparedRequest& prepared,
                                           const GenerateCallbacks& callbacks) override;
 
  private:
@@ -161,6 +190,18 @@ class LocalEngine final : public Engine {
   absl::Status SetUpCompression();
   void FillInfo();
   absl::StatusOr<Prompt> BuildPrompt(const GenerateRequest& request) const;
+  // The request's token compression, checked; and the request's predictor,
+  // which must be the engine's.
+  absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
+  // Generate's parts (under mu_): the prefill step, which leaves the first
+  // logits; the decode loop; the request's offload counters.
+  absl::Status Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
+                       RouterObserver* observers, GenerateResult* result,
+                       std::vector<float>* logits);
+  absl::Status Decode(const LocalPrepared& p, const GenerateCallbacks& callbacks,
+                      RouterObserver* observers, std::vector<float>* logits, GenerateResult* result,
+                      Clock::time_point* first_token);
+  void TakeOffloadStats(uint64_t queries_before, GenerateResult* result);
 
   EngineOptions options_;
   ModelInfo info_;
@@ -412,19 +453,12 @@ absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) 
   return p;
 }
 
-absl::StatusOr<int> LocalEngine::CountPromptTokens(const GenerateRequest& request) {
-  VISMOE_ASSIGN_OR_RETURN(Prompt p, BuildPrompt(request));
-  return static_cast<int>(p.ids.size());
-}
-
-absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& request,
-                                                     const GenerateCallbacks& callbacks) {
-  const Clock::time_point start = Clock::now();
-  VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
+absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
+    const GenerateRequest& request) const {
   TokenCompressorOptions co = options_.compression;
   if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
   if (request.policy.keep_ratio.has_value()) co = WithKeepRatio(co, *request.policy.keep_ratio);
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
+  VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(co).status());
   // The predictor feeds the shared slab cache, so it is chosen per engine,
   // not per request: a request may only name the one that is running.
   if (request.policy.expert_predictor.has_value() &&
@@ -433,33 +467,43 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& requ
         "policy.expert_predictor \"", *request.policy.expert_predictor,
         "\" cannot be chosen per request; this server runs \"", options_.offload.prefetch, "\""));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  const SamplingParams& sp = request.sampling;
-  GenerateResult result;
-  const uint64_t queries_before = experts_->queries();
-  result.usage.prompt_tokens = static_cast<int>(prompt.ids.size());
-  auto cancelled = [&] { return callbacks.is_cancelled && callbacks.is_cancelled(); };
+  return co;
+}
 
+absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
+    const GenerateRequest& request) {
+  const Clock::time_point start = Clock::now();
+  VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
+  VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
+  GenerateRequest kept = request;
+  kept.images.clear();  // the patches hold them
+  return std::unique_ptr<PreparedRequest>(new LocalPrepared(
+      std::move(kept), std::move(prompt), std::move(co), Seconds(start, Clock::now())));
+}
+
+absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
+                                  RouterObserver* observers, GenerateResult* result,
+                                  std::vector<float>* logits) {
+  const Prompt& prompt = p.prompt;
   DecoderInput in;
   in.tokens = prompt.ids;
   in.phase = Phase::kPrefill;
   in.is_cancelled = callbacks.is_cancelled;
+  in.observer = observers;
   VisionOutput vision;
   if (!prompt.grids.empty()) {
     VISMOE_ASSIGN_OR_RETURN(vision, vision_->Forward(prompt.patches, prompt.grids));
-    result.usage.visual_tokens_before = static_cast<int>(vision.num_tokens);
-    result.usage.visual_tokens_after = static_cast<int>(vision.num_tokens);
+    result->usage.visual_tokens_before = static_cast<int>(vision.num_tokens);
+    result->usage.visual_tokens_after = static_cast<int>(vision.num_tokens);
     in.positions = prompt.mrope.positions;
     in.visual_embeds = vision.embeds.data();
     in.num_visual = vision.num_tokens;
     for (const auto& ds : vision.deepstack) in.deepstack.push_back(ds.data());
   }
-  // Observers of every forward step: [compression ->] predictor -> caller's.
-  ObserverChain chain{predictor_, callbacks.router_observer};
-  RouterObserver* const observers = chain.Head();
-  in.observer = observers;
+  std::unique_ptr<TokenCompressor> compressor;
   std::unique_ptr<CompressionSession> compression;  // only off the exact path
-  if (!prompt.grids.empty() && co.kind != "none") {
+  if (!prompt.grids.empty() && p.compression.kind != "none") {
+    VISMOE_ASSIGN_OR_RETURN(compressor, MakeTokenCompressor(p.compression));
     compression = std::make_unique<CompressionSession>(
         compressor.get(), prompt.ids, config_.image_token_id, vision.tokens_per_image,
         vision.saliency, compress_layer_, observers);
@@ -477,107 +521,129 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const GenerateRequest& requ
       };
     }
   }
-  cache_->Clear();
-  if (offload_ != nullptr) {
-    offload_->TakeRequestStats();  // start this request's slice
-    offload_->BeginRequest();
-  }
   if (observers != nullptr && !prompt.grids.empty()) {
     observers->OnVisualSummary(MeanRows(vision.embeds, vision.out_hidden, nullptr));
   }
-  std::vector<float> logits;
-  absl::Status st = model_->Forward(in, cache_.get(), provider_, &logits);
-  if (absl::IsCancelled(st)) {
-    result.finish_reason = FinishReason::kCancelled;
-    if (offload_ != nullptr) result.offload = offload_->TakeRequestStats();
-    result.timings.total_seconds = Seconds(start, Clock::now());
-    return result;
-  }
-  VISMOE_RETURN_IF_ERROR(st);
+  VISMOE_RETURN_IF_ERROR(model_->Forward(in, cache_.get(), provider_, logits));
   if (compression != nullptr) {
-    result.usage.visual_tokens_after = static_cast<int>(compression->visual_after());
+    result->usage.visual_tokens_after = static_cast<int>(compression->visual_after());
     if (options_.stats != nullptr) {
       options_.stats->OnVisualTokensPruned(
           static_cast<uint64_t>(compression->visual_before() - compression->visual_after()));
       options_.stats->OnCompressionTime(compression->seconds());
     }
   }
-  const int64_t rope_delta = prompt.grids.empty() ? 0 : prompt.mrope.rope_delta;
+  return absl::OkStatus();
+}
 
+absl::Status LocalEngine::Decode(const LocalPrepared& p, const GenerateCallbacks& callbacks,
+                                 RouterObserver* observers, std::vector<float>* logits,
+                                 GenerateResult* result, Clock::time_point* first_token) {
+  const SamplingParams& sp = p.request().sampling;
+  const int64_t rope_delta = p.prompt.grids.empty() ? 0 : p.prompt.mrope.rope_delta;
   Sampler sampler(sp);
   StreamDecoder decoder(tokenizer_.get(), /*skip_special=*/true);
   StopMatcher stops(sp.stop);
   std::vector<int> delta_ids;
-  Clock::time_point first_token;
   // Sends text (and the ids produced since the last delta); false = cancel.
   auto emit = [&](const std::string& text, bool force) {
     if (text.empty() && !force) return true;
     if (text.empty() && delta_ids.empty()) return true;
     TokenDelta d{text, std::move(delta_ids)};
     delta_ids.clear();
-    if (callbacks.on_delta && !callbacks.on_delta(d)) return false;
-    return true;
+    return !callbacks.on_delta || callbacks.on_delta(d);
   };
   for (;;) {
-    const int tok = sampler.Sample(logits);
-    if (result.token_ids.empty()) first_token = Clock::now();
+    const int tok = sampler.Sample(*logits);
+    if (result->token_ids.empty()) *first_token = Clock::now();
     if (std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end()) {
-      result.finish_reason = FinishReason::kEos;
+      result->finish_reason = FinishReason::kEos;
       break;
     }
-    result.token_ids.push_back(tok);
+    result->token_ids.push_back(tok);
     delta_ids.push_back(tok);
     StopMatcher::Step step = stops.Push(decoder.Push(tok));
     if (!emit(step.ready, false)) {
-      result.finish_reason = FinishReason::kCancelled;
+      result->finish_reason = FinishReason::kCancelled;
       break;
     }
     if (step.stopped) {
       emit("", true);
-      result.finish_reason = FinishReason::kStopString;
+      result->finish_reason = FinishReason::kStopString;
       break;
     }
-    if (static_cast<int>(result.token_ids.size()) >= sp.max_new_tokens ||
+    if (static_cast<int>(result->token_ids.size()) >= sp.max_new_tokens ||
         !cache_->CheckRoom(1).ok()) {
-      result.finish_reason = FinishReason::kLength;
+      result->finish_reason = FinishReason::kLength;
       break;
     }
-    if (cancelled()) {
-      result.finish_reason = FinishReason::kCancelled;
+    if (callbacks.is_cancelled && callbacks.is_cancelled()) {
+      result->finish_reason = FinishReason::kCancelled;
       break;
     }
     DecoderInput next;
-    next.tokens = absl::MakeConstSpan(&result.token_ids.back(), 1);
+    next.tokens = absl::MakeConstSpan(&result->token_ids.back(), 1);
     next.phase = Phase::kDecode;
     const int64_t pos = cache_->length() + rope_delta;
     next.positions = {pos, pos, pos};
     next.observer = observers;
-    VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, &logits));
+    VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, logits));
   }
-  if (result.finish_reason == FinishReason::kEos || result.finish_reason == FinishReason::kLength) {
+  if (result->finish_reason == FinishReason::kEos ||
+      result->finish_reason == FinishReason::kLength) {
     StopMatcher::Step step = stops.Push(decoder.Flush());
     std::string rest = step.ready + (step.stopped ? "" : stops.Flush());
-    if (step.stopped) result.finish_reason = FinishReason::kStopString;
+    if (step.stopped) result->finish_reason = FinishReason::kStopString;
     emit(rest, true);  // the caller can no longer cancel anything here
   }
-  result.text = stops.emitted();
+  result->text = stops.emitted();
+  return absl::OkStatus();
+}
+
+void LocalEngine::TakeOffloadStats(uint64_t queries_before, GenerateResult* result) {
   if (offload_ != nullptr) {
-    result.offload = offload_->TakeRequestStats();
+    result->offload = offload_->TakeRequestStats();
   } else {
-    result.offload.cache_queries = experts_->queries() - queries_before;
-    result.offload.cache_hits = result.offload.cache_queries;  // everything is resident
+    result->offload.cache_queries = experts_->queries() - queries_before;
+    result->offload.cache_hits = result->offload.cache_queries;  // everything is resident
   }
-  const Clock::time_point end = Clock::now();
-  result.usage.completion_tokens = static_cast<int>(result.token_ids.size());
-  result.timings.total_seconds = Seconds(start, end);
-  if (!result.token_ids.empty() || result.finish_reason == FinishReason::kEos) {
-    if (first_token == Clock::time_point()) first_token = end;
-    result.timings.ttft_seconds = Seconds(start, first_token);
-    if (result.token_ids.size() > 1) {
-      result.timings.tpot_seconds =
-          Seconds(first_token, end) / static_cast<double>(result.token_ids.size() - 1);
-    }
+}
+
+absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prepared,
+                                                     const GenerateCallbacks& callbacks) {
+  const auto* p = dynamic_cast<const LocalPrepared*>(&prepared);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError("Generate: the request was prepared by another engine");
   }
+  // Prepare's time counts as this request's, as if it had run here.
+  const Clock::time_point start =
+      Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(p->prepare_seconds()));
+  std::lock_guard<std::mutex> lock(mu_);
+  GenerateResult result;
+  const uint64_t queries_before = experts_->queries();
+  result.usage.prompt_tokens = p->prompt_tokens();
+  // Observers of every forward step: [compression ->] predictor -> caller's.
+  ObserverChain chain{predictor_, callbacks.router_observer};
+  RouterObserver* const observers = chain.Head();
+  cache_->Clear();
+  if (offload_ != nullptr) {
+    offload_->TakeRequestStats();  // start this request's slice
+    offload_->BeginRequest();
+  }
+  std::vector<float> logits;
+  absl::Status st = Prefill(*p, callbacks, observers, &result, &logits);
+  if (absl::IsCancelled(st)) {
+    result.finish_reason = FinishReason::kCancelled;
+    TakeOffloadStats(queries_before, &result);
+    result.timings.total_seconds = Seconds(start, Clock::now());
+    return result;
+  }
+  VISMOE_RETURN_IF_ERROR(st);
+  Clock::time_point first_token;
+  VISMOE_RETURN_IF_ERROR(Decode(*p, callbacks, observers, &logits, &result, &first_token));
+  TakeOffloadStats(queries_before, &result);
+  FillTimings(start, first_token, &result);
   return result;
 }
 

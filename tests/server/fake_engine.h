@@ -1,7 +1,7 @@
 // FakeEngine: a deterministic stand-in for vismoe::Engine in server tests.
-// Generate() emits max_new_tokens deltas "w<i> " (ids 100+i), sleeping
-// step_delay between steps and polling cancellation; it can be held at the
-// start of Generate until Release() to fill the workers deterministically.
+// Prepare() counts one token per 4 bytes of text and 16 per image; Generate() emits max_new_tokens
+// deltas "w<i> " (ids 100+i), sleeping step_delay between steps and polling cancellation; it can be
+// held at the start of Generate until Release() to fill the workers deterministically.
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef VISMOE_TESTS_SERVER_FAKE_ENGINE_H_
@@ -38,25 +38,18 @@ class FakeEngine : public Engine {
   const ModelInfo& info() const override { return info_; }
 
   // One token per 4 bytes of text (at least 1 per part), 16 per image.
-  absl::StatusOr<int> CountPromptTokens(const GenerateRequest& request) override {
-    int n = 0;
-    for (const ChatMessage& m : request.messages) {
-      for (const ContentPart& p : m.content) {
-        if (p.kind == ContentPart::Kind::kImage) {
-          if (p.image_index < 0 || p.image_index >= static_cast<int>(request.images.size())) {
-            return absl::InvalidArgumentError("bad image index");
-          }
-          n += 16;
-        } else {
-          n += std::max<int>(1, static_cast<int>(p.text.size()) / 4);
-        }
-      }
-    }
-    return n;
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> Prepare(
+      const GenerateRequest& request) override {
+    prepares_.fetch_add(1);
+    absl::StatusOr<int> n = Count(request);
+    if (!n.ok()) return n.status();
+    return std::unique_ptr<PreparedRequest>(new Prepared(request, *n));
   }
 
-  absl::StatusOr<GenerateResult> Generate(const GenerateRequest& request,
+  using Engine::Generate;
+  absl::StatusOr<GenerateResult> Generate(const PreparedRequest& prepared,
                                           const GenerateCallbacks& callbacks) override {
+    const GenerateRequest& request = prepared.request();
     active_.fetch_add(1);
     {
       absl::MutexLock lock(&mu_);
@@ -69,8 +62,7 @@ class FakeEngine : public Engine {
     }
     GenerateResult result;
     result.finish_reason = FinishReason::kLength;
-    absl::StatusOr<int> prompt = CountPromptTokens(request);
-    result.usage.prompt_tokens = prompt.ok() ? *prompt : 0;
+    result.usage.prompt_tokens = prepared.prompt_tokens();
     for (int i = 0; i < request.sampling.max_new_tokens; ++i) {
       if (callbacks.is_cancelled && callbacks.is_cancelled()) {
         result.finish_reason = FinishReason::kCancelled;
@@ -110,12 +102,36 @@ class FakeEngine : public Engine {
     return started_;
   }
   int active() const { return active_.load(); }
+  int prepares() const { return prepares_.load(); }
 
   absl::Duration step_delay = absl::Milliseconds(1);
 
  private:
+  class Prepared final : public PreparedRequest {
+   public:
+    Prepared(const GenerateRequest& r, int n) : PreparedRequest(r, n, 0.0) {}
+  };
+
+  static absl::StatusOr<int> Count(const GenerateRequest& request) {
+    int n = 0;
+    for (const ChatMessage& m : request.messages) {
+      for (const ContentPart& p : m.content) {
+        if (p.kind == ContentPart::Kind::kImage) {
+          if (p.image_index < 0 || p.image_index >= static_cast<int>(request.images.size())) {
+            return absl::InvalidArgumentError("bad image index");
+          }
+          n += 16;
+        } else {
+          n += std::max<int>(1, static_cast<int>(p.text.size()) / 4);
+        }
+      }
+    }
+    return n;
+  }
+
   ModelInfo info_;
   std::atomic<int> active_{0};
+  std::atomic<int> prepares_{0};
   absl::Mutex mu_;
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;

@@ -72,6 +72,8 @@ TEST(InferenceServiceTest, StreamsDeltasThenOneFinalResult) {
   EXPECT_DOUBLE_EQ(r.final.offload().hit_ratio(), 0.5);
   EXPECT_GE(r.final.timings().total_seconds(), r.final.timings().queue_seconds());
   EXPECT_THAT(server->metrics()->Serialize(), HasSubstr("vismoe_requests_total{status=\"ok\"} 1"));
+  // The admission check and the generation share one prepared request.
+  EXPECT_EQ(engine->prepares(), 1);
 }
 
 TEST(InferenceServiceTest, ManyTokensSurviveCoalescing) {

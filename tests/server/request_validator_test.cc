@@ -98,12 +98,13 @@ TEST_F(RequestValidatorTest, ConvertsAValidRequest) {
 
   testing::FakeEngine engine;
   double decode_seconds = -1;
-  absl::StatusOr<GenerateRequest> done =
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> done =
       validator_->Complete(std::move(*v), *decoder_, engine, &decode_seconds);
   ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_EQ(done->images.size(), 2u);
-  EXPECT_EQ(done->images[1].width, 4);
-  EXPECT_EQ(done->images[1].height, 6);
+  const GenerateRequest& decoded = (*done)->request();  // the fake engine keeps the images
+  ASSERT_EQ(decoded.images.size(), 2u);
+  EXPECT_EQ(decoded.images[1].width, 4);
+  EXPECT_EQ(decoded.images[1].height, 6);
   EXPECT_GE(decode_seconds, 0);
 }
 
@@ -267,7 +268,7 @@ TEST_F(RequestValidatorTest, CompleteChecksPromptLengthAndDecodes) {
   testing::FakeEngine engine;
   absl::StatusOr<ValidatedRequest> v = validator_->Validate(TextRequest(std::string(200, 'a')));
   ASSERT_TRUE(v.ok());
-  absl::StatusOr<GenerateRequest> g =
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> g =
       validator_->Complete(std::move(*v), *decoder_, engine, nullptr);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);

@@ -23,15 +23,21 @@ struct Outcome {
   std::atomic<bool> cancel{false};
 };
 
+// A prepared request as the fake engine takes it.
+class TestPrepared final : public PreparedRequest {
+ public:
+  explicit TestPrepared(GenerateRequest r) : PreparedRequest(std::move(r), 1, 0.0) {}
+};
+
 std::unique_ptr<SchedulerJob> MakeJob(Outcome* out, int max_new_tokens,
                                       absl::Status prepare_status = absl::OkStatus()) {
   auto job = std::make_unique<SchedulerJob>();
-  job->prepare = [=]() -> absl::StatusOr<GenerateRequest> {
+  job->prepare = [=]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
     if (!prepare_status.ok()) return prepare_status;
     GenerateRequest r;
     r.messages.push_back({"user", {ContentPart{ContentPart::Kind::kText, "hello", -1}}});
     r.sampling.max_new_tokens = max_new_tokens;
-    return r;
+    return std::unique_ptr<PreparedRequest>(new TestPrepared(std::move(r)));
   };
   job->on_delta = [out](const TokenDelta&) {
     out->deltas.fetch_add(1);

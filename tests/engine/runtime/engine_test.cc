@@ -19,6 +19,7 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/testing/cuda_device.h"
+#include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -297,6 +298,50 @@ TEST_F(EngineTest, ImageRequestExpandsPadsAndGenerates) {
   auto bad = engine_->Generate(r, {});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("images[0]"));
+}
+
+// Prepare does the host work once: the prepared request no longer holds the
+// images (its patches do), and generating from it gives what generating from
+// the request gives.
+TEST_F(EngineTest, PreparedRequestRunsWithoutRedoingTheHostWork) {
+  const GenerateRequest r = vismoe::testing::PatternImageRequest(4);
+  auto prepared = engine_->Prepare(r);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_TRUE((*prepared)->request().images.empty());
+  EXPECT_EQ((*prepared)->prompt_tokens(), *engine_->CountPromptTokens(r));
+  EXPECT_GE((*prepared)->prepare_seconds(), 0.0);
+  auto from_prepared = engine_->Generate(**prepared, {});
+  auto from_request = engine_->Generate(r, {});
+  ASSERT_TRUE(from_prepared.ok()) << from_prepared.status();
+  ASSERT_TRUE(from_request.ok()) << from_request.status();
+  EXPECT_EQ(from_prepared->token_ids, from_request->token_ids);
+  EXPECT_EQ(from_prepared->usage.prompt_tokens, (*prepared)->prompt_tokens());
+  EXPECT_GE(from_prepared->timings.ttft_seconds, (*prepared)->prepare_seconds());
+  // A prepared request runs as often as asked.
+  auto again = engine_->Generate(**prepared, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->token_ids, from_prepared->token_ids);
+}
+
+// Policy errors surface at Prepare, before any model work.
+TEST_F(EngineTest, PrepareRejectsABadPolicy) {
+  GenerateRequest r = vismoe::testing::PatternImageRequest(2);
+  r.policy.token_compressor = "gzip";
+  auto prepared = engine_->Prepare(r);
+  EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument);
+  r.policy.token_compressor.reset();
+  r.policy.expert_predictor = "mlp-lookahead";
+  EXPECT_EQ(engine_->Prepare(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A request prepared by another engine is refused, not misread.
+TEST_F(EngineTest, GenerateRefusesARequestPreparedElsewhere) {
+  class Foreign final : public PreparedRequest {
+   public:
+    Foreign() : PreparedRequest(vismoe::testing::PatternImageRequest(2), 3, 0.0) {}
+  };
+  auto r = engine_->Generate(Foreign(), {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EngineTextMoeTest, Qwen3MoeGreedyMatchesTransformers) {
