@@ -86,8 +86,8 @@ class SpecList {
   void Ones(std::string name, Shape shape, WeightRole role, int layer = -1) {
     Add(std::move(name), std::move(shape), role, layer, Init::kOnes);
   }
-  void Zeros(std::string name, Shape shape, WeightRole role = WeightRole::kVision) {
-    Add(std::move(name), std::move(shape), role, -1, Init::kZeros);
+  void Zeros(std::string name, Shape shape, WeightRole role, int layer) {
+    Add(std::move(name), std::move(shape), role, layer, Init::kZeros);
   }
   std::vector<TensorSpec> Take() { return std::move(specs_); }
 
@@ -160,40 +160,43 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
 }
 
 void AddVision(const std::string& p, const VisionConfig& vc, SpecList* out) {
-  const WeightRole v = WeightRole::kVision;
+  using R = WeightRole;
   const int64_t hd = vc.hidden_size, inter = vc.intermediate_size;
   const int64_t mh = hd * vc.spatial_merge_size * vc.spatial_merge_size;
   const int64_t o = vc.out_hidden_size;
   out->Add(p + "patch_embed.proj.weight",
-           {hd, vc.in_channels, vc.temporal_patch_size, vc.patch_size, vc.patch_size}, v);
-  out->Add(p + "patch_embed.proj.bias", {hd}, v);
-  out->Add(p + "pos_embed.weight", {vc.num_position_embeddings, hd}, v);
+           {hd, vc.in_channels, vc.temporal_patch_size, vc.patch_size, vc.patch_size},
+           R::kPatchEmbedWeight);
+  out->Add(p + "patch_embed.proj.bias", {hd}, R::kPatchEmbedBias);
+  out->Add(p + "pos_embed.weight", {vc.num_position_embeddings, hd}, R::kPosEmbed);
   for (int b = 0; b < vc.depth; ++b) {
     const std::string bp = absl::StrCat(p, "blocks.", b, ".");
-    out->Ones(bp + "norm1.weight", {hd}, v);
-    out->Zeros(bp + "norm1.bias", {hd});
-    out->Ones(bp + "norm2.weight", {hd}, v);
-    out->Zeros(bp + "norm2.bias", {hd});
-    out->Add(bp + "attn.qkv.weight", {3 * hd, hd}, v);
-    out->Add(bp + "attn.qkv.bias", {3 * hd}, v);
-    out->Add(bp + "attn.proj.weight", {hd, hd}, v);
-    out->Add(bp + "attn.proj.bias", {hd}, v);
-    out->Add(bp + "mlp.linear_fc1.weight", {inter, hd}, v);
-    out->Add(bp + "mlp.linear_fc1.bias", {inter}, v);
-    out->Add(bp + "mlp.linear_fc2.weight", {hd, inter}, v);
-    out->Add(bp + "mlp.linear_fc2.bias", {hd}, v);
+    out->Ones(bp + "norm1.weight", {hd}, R::kBlockNorm1Weight, b);
+    out->Zeros(bp + "norm1.bias", {hd}, R::kBlockNorm1Bias, b);
+    out->Ones(bp + "norm2.weight", {hd}, R::kBlockNorm2Weight, b);
+    out->Zeros(bp + "norm2.bias", {hd}, R::kBlockNorm2Bias, b);
+    out->Add(bp + "attn.qkv.weight", {3 * hd, hd}, R::kBlockQkvWeight, b);
+    out->Add(bp + "attn.qkv.bias", {3 * hd}, R::kBlockQkvBias, b);
+    out->Add(bp + "attn.proj.weight", {hd, hd}, R::kBlockProjWeight, b);
+    out->Add(bp + "attn.proj.bias", {hd}, R::kBlockProjBias, b);
+    out->Add(bp + "mlp.linear_fc1.weight", {inter, hd}, R::kBlockFc1Weight, b);
+    out->Add(bp + "mlp.linear_fc1.bias", {inter}, R::kBlockFc1Bias, b);
+    out->Add(bp + "mlp.linear_fc2.weight", {hd, inter}, R::kBlockFc2Weight, b);
+    out->Add(bp + "mlp.linear_fc2.bias", {hd}, R::kBlockFc2Bias, b);
   }
-  auto merger = [&](const std::string& mp, int64_t norm_dim) {
-    out->Ones(mp + "norm.weight", {norm_dim}, v);
-    out->Zeros(mp + "norm.bias", {norm_dim});
-    out->Add(mp + "linear_fc1.weight", {mh, mh}, v);
-    out->Add(mp + "linear_fc1.bias", {mh}, v);
-    out->Add(mp + "linear_fc2.weight", {o, mh}, v);
-    out->Add(mp + "linear_fc2.bias", {o}, v);
+  // The final merger normalises before the spatial shuffle (hidden), the
+  // DeepStack mergers after it (hidden * merge^2).
+  auto merger = [&](const std::string& mp, int64_t norm_dim, int index) {
+    out->Ones(mp + "norm.weight", {norm_dim}, R::kMergerNormWeight, index);
+    out->Zeros(mp + "norm.bias", {norm_dim}, R::kMergerNormBias, index);
+    out->Add(mp + "linear_fc1.weight", {mh, mh}, R::kMergerFc1Weight, index);
+    out->Add(mp + "linear_fc1.bias", {mh}, R::kMergerFc1Bias, index);
+    out->Add(mp + "linear_fc2.weight", {o, mh}, R::kMergerFc2Weight, index);
+    out->Add(mp + "linear_fc2.bias", {o}, R::kMergerFc2Bias, index);
   };
-  merger(p + "merger.", hd);
+  merger(p + "merger.", hd, -1);
   for (size_t k = 0; k < vc.deepstack_visual_indexes.size(); ++k) {
-    merger(absl::StrCat(p, "deepstack_merger_list.", k, "."), mh);
+    merger(absl::StrCat(p, "deepstack_merger_list.", k, "."), mh, static_cast<int>(k));
   }
 }
 
@@ -240,6 +243,10 @@ absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& confi
     AddVision(spec.vision_prefix, config.vision, &list);
   }
   return list.Take();
+}
+
+bool IsVisionRole(WeightRole role) {
+  return static_cast<int>(role) >= static_cast<int>(WeightRole::kPatchEmbedWeight);
 }
 
 const TensorSpec* FindTensor(const std::vector<TensorSpec>& specs, WeightRole role, int layer) {

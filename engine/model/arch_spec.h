@@ -44,34 +44,28 @@ enum class ExpertStorage {
 };
 
 // What a tensor is to the model (the loaders dispatch on it).
+// clang-format off
 enum class WeightRole {
-  kEmbed,
-  kFinalNorm,
-  kLmHead,
-  // Per decoder layer.
-  kInputNorm,
-  kPostNorm,
-  kQ,
-  kK,
-  kV,
-  kO,
-  kQBias,
-  kKBias,
-  kVBias,
-  kOBias,
-  kQNorm,
-  kKNorm,
-  kRouter,  // MoE layers
-  kMlpGate,
-  kMlpUp,
-  kMlpDown,  // dense (mlp_only) layers
-  kExpertsGateUp,
-  kExpertsDown,  // routed experts, kFused (all experts of a layer)
-  kExpertGate,
-  kExpertUp,
-  kExpertDown,  // routed experts, kPerExpert (one expert)
-  kVision,      // the vision tower's tensors (read by name)
+  kEmbed, kFinalNorm, kLmHead,
+  // Per decoder layer (TensorSpec::layer).
+  kInputNorm, kPostNorm, kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,
+  kRouter,                              // MoE layers
+  kMlpGate, kMlpUp, kMlpDown,           // dense (mlp_only) layers
+  kExpertsGateUp, kExpertsDown,         // routed experts, kFused (all experts of a layer)
+  kExpertGate, kExpertUp, kExpertDown,  // routed experts, kPerExpert (one expert)
+  // The vision tower: TensorSpec::layer is the block of the kBlock* roles and
+  // the merger of the kMerger* roles (-1 the final merger, k DeepStack merger k).
+  kPatchEmbedWeight, kPatchEmbedBias, kPosEmbed,
+  kBlockNorm1Weight, kBlockNorm1Bias, kBlockNorm2Weight, kBlockNorm2Bias,
+  kBlockQkvWeight, kBlockQkvBias, kBlockProjWeight, kBlockProjBias,
+  kBlockFc1Weight, kBlockFc1Bias, kBlockFc2Weight, kBlockFc2Bias,
+  kMergerNormWeight, kMergerNormBias, kMergerFc1Weight, kMergerFc1Bias,
+  kMergerFc2Weight, kMergerFc2Bias,
 };
+// clang-format on
+
+// True for the vision tower's roles.
+bool IsVisionRole(WeightRole role);
 
 // One tensor of the model.
 struct TensorSpec {
@@ -81,8 +75,8 @@ struct TensorSpec {
   DType dtype = DType::kBF16;  // synthetic weights' dtype (files may hold BF16/F16/F32)
   Shape shape;
   Init init = Init::kNormal;
-  WeightRole role = WeightRole::kVision;
-  int layer = -1;              // decoder layer of per-layer text tensors, else -1
+  WeightRole role = WeightRole::kEmbed;
+  int layer = -1;              // decoder layer, vision block or merger (see WeightRole), else -1
   int expert = -1;             // kPerExpert expert tensors, else -1
   bool routed_expert = false;  // part of a routed expert (what the offload runtime moves)
 

@@ -73,7 +73,7 @@ absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
     w.layers[l].moe = config.text.IsMoeLayer(l);
   }
   for (const TensorSpec& s : specs) {
-    if (s.routed_expert || s.role == WeightRole::kVision) continue;
+    if (s.routed_expert || IsVisionRole(s.role)) continue;
     TensorView* slot = Slot(w, s);
     if (slot == nullptr) {
       return absl::InternalError(absl::StrCat("tensor list: no slot for ", s.name));

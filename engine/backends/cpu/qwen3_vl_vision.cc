@@ -3,82 +3,27 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/qwen3_vl_vision_tables.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/qwen3_vl_vision_tables.h"
+#include "engine/model/vision_weights.h"
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/attention.h"
 #include "engine/ops/cpu/layer_norm.h"
 #include "engine/ops/cpu/linear.h"
 
 namespace vismoe {
-namespace {
-
-class WeightReader {
- public:
-  WeightReader(const Checkpoint& ckpt, const std::string& prefix) : ckpt_(ckpt), prefix_(prefix) {}
-  absl::Status Read(const std::string& name, const Shape& shape, TensorView* out) const {
-    auto t = ckpt_.Get(prefix_ + name, shape);
-    if (!t.ok()) return t.status();
-    *out = *t;
-    return absl::OkStatus();
-  }
-
- private:
-  const Checkpoint& ckpt_;
-  const std::string& prefix_;
-};
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Qwen3VlVisionModel>> Qwen3VlVisionModel::Create(
-    const ModelConfig& config, const Checkpoint& checkpoint, ThreadPool* pool,
-    const std::string& prefix) {
+    const ModelConfig& config, const Checkpoint& checkpoint, ThreadPool* pool) {
   VISMOE_RETURN_IF_ERROR(CheckVisionConfig(config, "Qwen3VlVisionModel"));
-  const VisionConfig& vc = config.vision;
-  const int64_t hd = vc.hidden_size;
-  std::unique_ptr<Qwen3VlVisionModel> m(new Qwen3VlVisionModel(vc, pool));
-  const WeightReader r(checkpoint, prefix);
-  const int64_t inter = vc.intermediate_size;
-  const int64_t mh = hd * vc.spatial_merge_size * vc.spatial_merge_size;
-  const int64_t out = vc.out_hidden_size;
-  VISMOE_RETURN_IF_ERROR(r.Read(
-      "patch_embed.proj.weight",
-      {hd, vc.in_channels, vc.temporal_patch_size, vc.patch_size, vc.patch_size}, &m->patch_w_));
-  m->patch_w_.shape = {hd, m->patch_dim()};  // the Conv3d as a Linear
-  VISMOE_RETURN_IF_ERROR(r.Read("patch_embed.proj.bias", {hd}, &m->patch_b_));
-  VISMOE_RETURN_IF_ERROR(
-      r.Read("pos_embed.weight", {vc.num_position_embeddings, hd}, &m->pos_embed_));
-  m->blocks_.resize(vc.depth);
-  for (int i = 0; i < vc.depth; ++i) {
-    Block& b = m->blocks_[i];
-    const std::string p = absl::StrCat("blocks.", i, ".");
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm1.weight", {hd}, &b.norm1_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm1.bias", {hd}, &b.norm1_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm2.weight", {hd}, &b.norm2_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm2.bias", {hd}, &b.norm2_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "attn.qkv.weight", {3 * hd, hd}, &b.qkv_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "attn.qkv.bias", {3 * hd}, &b.qkv_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "attn.proj.weight", {hd, hd}, &b.proj_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "attn.proj.bias", {hd}, &b.proj_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "mlp.linear_fc1.weight", {inter, hd}, &b.fc1_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "mlp.linear_fc1.bias", {inter}, &b.fc1_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "mlp.linear_fc2.weight", {hd, inter}, &b.fc2_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "mlp.linear_fc2.bias", {hd}, &b.fc2_b));
-  }
-  auto read_merger = [&](const std::string& p, int64_t norm_dim, Merger* mg) -> absl::Status {
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm.weight", {norm_dim}, &mg->norm_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "norm.bias", {norm_dim}, &mg->norm_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "linear_fc1.weight", {mh, mh}, &mg->fc1_w));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "linear_fc1.bias", {mh}, &mg->fc1_b));
-    VISMOE_RETURN_IF_ERROR(r.Read(p + "linear_fc2.weight", {out, mh}, &mg->fc2_w));
-    return r.Read(p + "linear_fc2.bias", {out}, &mg->fc2_b);
-  };
-  VISMOE_RETURN_IF_ERROR(read_merger("merger.", hd, &m->merger_));
-  m->deepstack_.resize(vc.deepstack_visual_indexes.size());
-  for (size_t k = 0; k < m->deepstack_.size(); ++k) {
-    VISMOE_RETURN_IF_ERROR(
-        read_merger(absl::StrCat("deepstack_merger_list.", k, "."), mh, &m->deepstack_[k]));
-  }
+  VISMOE_ASSIGN_OR_RETURN(VisionWeights w, VisionWeights::Load(config, checkpoint));
+  std::unique_ptr<Qwen3VlVisionModel> m(new Qwen3VlVisionModel(config.vision, pool));
+  m->patch_w_ = w.patch_w;
+  m->patch_w_.shape = {config.vision.hidden_size, m->patch_dim()};  // the Conv3d as a Linear
+  m->patch_b_ = w.patch_b;
+  m->pos_embed_ = w.pos_embed;
+  m->blocks_ = std::move(w.blocks);
+  m->merger_ = w.merger;
+  m->deepstack_ = std::move(w.deepstack);
   return m;
 }
 

@@ -32,16 +32,17 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/grid_thw.h"
 #include "engine/model/model_config.h"
+#include "engine/model/vision_weights.h"
 
 namespace vismoe {
 
 class Qwen3VlVisionModel final : public VisionTower {
  public:
-  // Reads and validates every `<prefix>...` tensor against the config shapes.
-  // InvalidArgument / NotFound naming the tensor on a mismatch.
-  static absl::StatusOr<std::unique_ptr<Qwen3VlVisionModel>> Create(
-      const ModelConfig& config, const Checkpoint& checkpoint, ThreadPool* pool,
-      const std::string& prefix = "model.visual.");
+  // Reads and validates every vision tensor (VisionWeights) against the
+  // config shapes. InvalidArgument / NotFound naming the tensor on a mismatch.
+  static absl::StatusOr<std::unique_ptr<Qwen3VlVisionModel>> Create(const ModelConfig& config,
+                                                                    const Checkpoint& checkpoint,
+                                                                    ThreadPool* pool);
 
   Qwen3VlVisionModel(const Qwen3VlVisionModel&) = delete;
   Qwen3VlVisionModel& operator=(const Qwen3VlVisionModel&) = delete;
@@ -57,14 +58,8 @@ class Qwen3VlVisionModel final : public VisionTower {
   const char* backend() const override { return "cpu"; }
 
  private:
-  struct Block {
-    TensorView norm1_w, norm1_b, norm2_w, norm2_b;
-    TensorView qkv_w, qkv_b, proj_w, proj_b;
-    TensorView fc1_w, fc1_b, fc2_w, fc2_b;
-  };
-  struct Merger {
-    TensorView norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
-  };
+  using Block = VisionBlockWeights;
+  using Merger = VisionMergerWeights;
 
   Qwen3VlVisionModel(const VisionConfig& config, ThreadPool* pool) : config_(config), pool_(pool) {}
 

@@ -7,14 +7,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backends/cuda/weight_packer.h"
-#include "engine/model/qwen3_vl_vision_tables.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/tensor.h"
+#include "engine/device/cuda/cuda_status.h"
+#include "engine/model/qwen3_vl_vision_tables.h"
+#include "engine/model/vision_weights.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/attention_saliency.h"
-#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/norm.h"
 #include "engine/ops/cuda/rope.h"
 
@@ -91,7 +92,6 @@ absl::StatusOr<std::unique_ptr<Qwen3VlVisionCudaModel>> Qwen3VlVisionCudaModel::
     const ModelConfig& config, const Checkpoint& ckpt, const Options& options) {
   VISMOE_RETURN_IF_ERROR(CheckVisionConfig(config, "Qwen3VlVisionCudaModel"));
   const VisionConfig& vc = config.vision;
-  const int64_t hd = vc.hidden_size;
   if (HeadDim(vc) > kMaxHeadDim) {
     return absl::UnimplementedError(absl::StrCat("vision_config: head_dim ", HeadDim(vc),
                                                  " exceeds the CUDA attention kernel's ",
@@ -105,71 +105,38 @@ absl::StatusOr<std::unique_ptr<Qwen3VlVisionCudaModel>> Qwen3VlVisionCudaModel::
   std::unique_ptr<Qwen3VlVisionCudaModel> m(new Qwen3VlVisionCudaModel(vc));
   m->max_patches_ = options.max_patches;
 
-  // Same tensors, names and shape checks as the CPU tower.
-  const std::string& p = options.prefix;
-  const int64_t inter = vc.intermediate_size;
-  const int64_t mh = hd * MergeUnit(vc);
-  const int64_t out = vc.out_hidden_size;
+  // The same tensors, names and shape checks as the CPU tower.
+  VISMOE_ASSIGN_OR_RETURN(const VisionWeights w, VisionWeights::Load(config, ckpt));
   WeightPacker pack;
-  auto get = [&](const std::string& name, Shape shape) -> absl::StatusOr<TensorView> {
-    return ckpt.Get(p + name, std::move(shape));
-  };
-  auto add = [&](const std::string& name, Shape shape) -> absl::StatusOr<size_t> {
-    VISMOE_ASSIGN_OR_RETURN(TensorView t, get(name, std::move(shape)));
-    return pack.Add(t);
-  };
-  VISMOE_ASSIGN_OR_RETURN(const size_t patch_w, add("patch_embed.proj.weight",
-                                                    {hd, vc.in_channels, vc.temporal_patch_size,
-                                                     vc.patch_size, vc.patch_size}));
-  VISMOE_ASSIGN_OR_RETURN(TensorView patch_b, get("patch_embed.proj.bias", {hd}));
-  m->patch_b_ = Widen(patch_b);
-  VISMOE_ASSIGN_OR_RETURN(TensorView pos,
-                          get("pos_embed.weight", {vc.num_position_embeddings, hd}));
-  m->pos_embed_ = Widen(pos);
-
+  const size_t patch_w = pack.Add(w.patch_w);
+  m->patch_b_ = Widen(w.patch_b);
+  m->pos_embed_ = Widen(w.pos_embed);
   struct BlockOffsets {
     size_t norm1_w, norm1_b, norm2_w, norm2_b, qkv_w, qkv_b, proj_w, proj_b, fc1_w, fc1_b, fc2_w,
         fc2_b;
   };
-  std::vector<BlockOffsets> boffs(static_cast<size_t>(std::max(vc.depth, 0)));
-  for (int i = 0; i < vc.depth; ++i) {
-    BlockOffsets& o = boffs[i];
-    const std::string bp = absl::StrCat("blocks.", i, ".");
-    VISMOE_ASSIGN_OR_RETURN(o.norm1_w, add(bp + "norm1.weight", {hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.norm1_b, add(bp + "norm1.bias", {hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.norm2_w, add(bp + "norm2.weight", {hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.norm2_b, add(bp + "norm2.bias", {hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.qkv_w, add(bp + "attn.qkv.weight", {3 * hd, hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.qkv_b, add(bp + "attn.qkv.bias", {3 * hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.proj_w, add(bp + "attn.proj.weight", {hd, hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.proj_b, add(bp + "attn.proj.bias", {hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.fc1_w, add(bp + "mlp.linear_fc1.weight", {inter, hd}));
-    VISMOE_ASSIGN_OR_RETURN(o.fc1_b, add(bp + "mlp.linear_fc1.bias", {inter}));
-    VISMOE_ASSIGN_OR_RETURN(o.fc2_w, add(bp + "mlp.linear_fc2.weight", {hd, inter}));
-    VISMOE_ASSIGN_OR_RETURN(o.fc2_b, add(bp + "mlp.linear_fc2.bias", {hd}));
+  std::vector<BlockOffsets> boffs;
+  for (const VisionBlockWeights& b : w.blocks) {
+    boffs.push_back({pack.Add(b.norm1_w), pack.Add(b.norm1_b), pack.Add(b.norm2_w),
+                     pack.Add(b.norm2_b), pack.Add(b.qkv_w), pack.Add(b.qkv_b), pack.Add(b.proj_w),
+                     pack.Add(b.proj_b), pack.Add(b.fc1_w), pack.Add(b.fc1_b), pack.Add(b.fc2_w),
+                     pack.Add(b.fc2_b)});
   }
   struct MergerOffsets {
     size_t norm_w, norm_b, fc1_w, fc1_b, fc2_w;
   };
-  auto read_merger = [&](const std::string& mp, int64_t norm_dim, MergerOffsets* o,
-                         Merger* mg) -> absl::Status {
-    VISMOE_ASSIGN_OR_RETURN(o->norm_w, add(mp + "norm.weight", {norm_dim}));
-    VISMOE_ASSIGN_OR_RETURN(o->norm_b, add(mp + "norm.bias", {norm_dim}));
-    VISMOE_ASSIGN_OR_RETURN(o->fc1_w, add(mp + "linear_fc1.weight", {mh, mh}));
-    VISMOE_ASSIGN_OR_RETURN(o->fc1_b, add(mp + "linear_fc1.bias", {mh}));
-    VISMOE_ASSIGN_OR_RETURN(o->fc2_w, add(mp + "linear_fc2.weight", {out, mh}));
-    VISMOE_ASSIGN_OR_RETURN(TensorView fc2_b, get(mp + "linear_fc2.bias", {out}));
-    mg->fc2_b = Widen(fc2_b);
-    return absl::OkStatus();
+  // fc2's bias stays fp32 on the host side of the pack (added after the GEMM).
+  auto read_merger = [&](const VisionMergerWeights& mw, MergerOffsets* o, Merger* mg) {
+    *o = {pack.Add(mw.norm_w), pack.Add(mw.norm_b), pack.Add(mw.fc1_w), pack.Add(mw.fc1_b),
+          pack.Add(mw.fc2_w)};
+    mg->fc2_b = Widen(mw.fc2_b);
   };
   MergerOffsets moffs;
-  VISMOE_RETURN_IF_ERROR(read_merger("merger.", hd, &moffs, &m->merger_));
-  std::vector<MergerOffsets> doffs(vc.deepstack_visual_indexes.size());
+  read_merger(w.merger, &moffs, &m->merger_);
+  std::vector<MergerOffsets> doffs(w.deepstack.size());
   m->deepstack_.resize(doffs.size());
-  for (size_t k = 0; k < doffs.size(); ++k) {
-    VISMOE_RETURN_IF_ERROR(read_merger(absl::StrCat("deepstack_merger_list.", k, "."), mh,
-                                       &doffs[k], &m->deepstack_[k]));
-  }
+  for (size_t k = 0; k < doffs.size(); ++k)
+    read_merger(w.deepstack[k], &doffs[k], &m->deepstack_[k]);
 
   const std::vector<Bf16>& host = pack.host();
   VISMOE_ASSIGN_OR_RETURN(m->weights_, DeviceBuffer::Allocate(host.size() * sizeof(Bf16)));

@@ -42,12 +42,12 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/vision_tower.h"
+#include "engine/device/cuda/device.h"
+#include "engine/device/cuda/types.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/grid_thw.h"
 #include "engine/model/model_config.h"
-#include "engine/device/cuda/device.h"
 #include "engine/ops/cuda/gemm.h"
-#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 
@@ -59,14 +59,12 @@ class Qwen3VlVisionCudaModel final : public VisionTower {
     // sizes the scratch arena. A request's patches are at most merge^2 times
     // its visual tokens.
     int64_t max_patches = 16384;
-    std::string prefix = "model.visual.";
   };
 
-  // Checks the config, reads and validates every `<prefix>...` tensor against
-  // the config shapes (the names and checks of the CPU tower; errors name the
-  // tensor), uploads them, creates the stream, cuBLAS handle and scratch.
-  // kUnavailable without a device; kResourceExhausted when the device cannot
-  // hold them; InvalidArgument for a bad config or options.
+  // Checks the config, reads and validates every vision tensor (VisionWeights:
+  // the names and checks of the CPU tower; errors name the tensor), uploads them, creates the
+  // stream, cuBLAS handle and scratch. kUnavailable without a device; kResourceExhausted when the
+  // device cannot hold them; InvalidArgument for a bad config or options.
   static absl::StatusOr<std::unique_ptr<Qwen3VlVisionCudaModel>> Create(
       const ModelConfig& config, const Checkpoint& checkpoint, const Options& options);
   Qwen3VlVisionCudaModel(const Qwen3VlVisionCudaModel&) = delete;
