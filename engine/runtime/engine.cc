@@ -9,14 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/text_decoder.h"
 #include "engine/backend/backend.h"
@@ -27,6 +24,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/generation_config.h"
 #include "engine/model/image_preprocessor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/stream_decoder.h"
@@ -40,9 +38,9 @@
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
 #include "engine/policy/token_compressor.h"
+#include "engine/runtime/prompt_builder.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
@@ -85,51 +83,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Appends the ids of an "eos_token_id" field (an int or a list of ints).
-absl::Status ReadEosIds(const nlohmann::json& v, const std::string& where, std::vector<int>* out) {
-  if (v.is_number_integer()) {
-    out->push_back(v.get<int>());
-    return absl::OkStatus();
-  }
-  if (v.is_array()) {
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) break;
-      out->push_back(e.get<int>());
-    }
-    if (out->size() == v.size()) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, ": eos_token_id must be an integer or a list of integers"));
-}
-
-// EOS ids from generation_config.json, else config.json (top level or
-// text_config). Absent everywhere: empty (generation then stops on length).
-absl::StatusOr<std::vector<int>> LoadEosIds(const std::string& dir) {
-  std::vector<int> ids;
-  for (const char* file : {"generation_config.json", "config.json"}) {
-    const std::string path = absl::StrCat(dir, "/", file);
-    std::ifstream in(path);
-    if (!in) continue;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-    }
-    const nlohmann::json* v = nullptr;
-    if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
-      v = &j["eos_token_id"];
-    } else if (j.contains("text_config") && j["text_config"].is_object() &&
-               j["text_config"].contains("eos_token_id")) {
-      v = &j["text_config"]["eos_token_id"];
-    }
-    if (v == nullptr) continue;
-    VISMOE_RETURN_IF_ERROR(ReadEosIds(*v, path, &ids));
-    return ids;
-  }
-  return ids;
-}
-
 // Mean of the rows `rows` (all rows when null) of x [*, width]: the visual
 // summary h_v (VisMMOE Eq. 6).
 std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
@@ -148,13 +101,6 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
 }
 
 // What a request turns into before the model runs.
-struct Prompt {
-  std::vector<int> ids;
-  std::vector<GridThw> grids;
-  std::vector<float> patches;  // all images' patch rows, in order
-  MropePositions mrope;        // filled only when there are images
-};
-
 // A LocalEngine's prepared request: the prompt and the checked compression.
 class LocalPrepared final : public PreparedRequest {
  public:
@@ -189,7 +135,8 @@ class LocalEngine final : public Engine {
                             const CalibrationProfile* profile);
   absl::Status SetUpCompression();
   void FillInfo();
-  absl::StatusOr<Prompt> BuildPrompt(const GenerateRequest& request) const;
+  // The request's own checks (messages, sampling), before its prompt is built.
+  static absl::Status CheckRequest(const GenerateRequest& request);
   // The request's token compression, checked; and the request's predictor,
   // which must be the engine's.
   absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
@@ -212,7 +159,8 @@ class LocalEngine final : public Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<ImagePreprocessor> preprocessor_;  // null without vision
-  std::unique_ptr<VisionTower> vision_;              // null without vision
+  std::unique_ptr<PromptBuilder> prompts_;
+  std::unique_ptr<VisionTower> vision_;  // null without vision
   std::unique_ptr<TextDecoder> model_;
   std::unique_ptr<ResidentExpertProvider> experts_;
   // The backend's memory and copy path (null members on the CPU backend);
@@ -294,6 +242,8 @@ absl::Status LocalEngine::LoadFiles() {
     VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));
     preprocessor_ = std::make_unique<ImagePreprocessor>(std::move(pre));
   }
+  prompts_ = std::make_unique<PromptBuilder>(config_, tokenizer_.get(), template_.get(),
+                                             preprocessor_.get(), options_.max_context_tokens);
   return absl::OkStatus();
 }
 
@@ -397,7 +347,7 @@ void LocalEngine::FillInfo() {
                i.num_layers, i.num_experts, i.experts_per_token, i.model_path);
 }
 
-absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) const {
+absl::Status LocalEngine::CheckRequest(const GenerateRequest& request) {
   if (request.messages.empty()) return absl::InvalidArgumentError("request has no messages");
   const SamplingParams& s = request.sampling;
   if (s.max_new_tokens < 1) {
@@ -408,49 +358,7 @@ absl::StatusOr<Prompt> LocalEngine::BuildPrompt(const GenerateRequest& request) 
   for (const std::string& stop : s.stop) {
     if (stop.empty()) return absl::InvalidArgumentError("sampling.stop has an empty string");
   }
-  Prompt p;
-  std::vector<int> image_order;
-  for (size_t m = 0; m < request.messages.size(); ++m) {
-    for (const ContentPart& part : request.messages[m].content) {
-      if (part.kind != ContentPart::Kind::kImage) continue;
-      if (part.image_index < 0 || part.image_index >= static_cast<int>(request.images.size())) {
-        return absl::InvalidArgumentError(absl::StrCat("messages[", m, "] refers to image ",
-                                                       part.image_index, " but the request has ",
-                                                       request.images.size(), " images"));
-      }
-      image_order.push_back(part.image_index);
-    }
-  }
-  if (!image_order.empty() && vision_ == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model ", config_.model_type, " does not take images"));
-  }
-  const auto text_tokens = request.allow_special_tokens_in_text
-                               ? ChatTemplate::TextTokens::kAllowSpecial
-                               : ChatTemplate::TextTokens::kPlain;
-  VISMOE_ASSIGN_OR_RETURN(p.ids, template_->Tokenize(*tokenizer_, request.messages,
-                                                     request.add_generation_prompt, text_tokens));
-  if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  for (size_t i = 0; i < image_order.size(); ++i) {
-    auto img = preprocessor_->Process(request.images[image_order[i]]);
-    if (!img.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("images[", image_order[i], "]: ", img.status().message()));
-    }
-    p.grids.push_back(img->grid);
-    p.patches.insert(p.patches.end(), img->patches.begin(), img->patches.end());
-  }
-  if (!p.grids.empty()) {
-    VISMOE_ASSIGN_OR_RETURN(p.ids, ExpandImagePads(p.ids, p.grids, config_));
-    VISMOE_ASSIGN_OR_RETURN(p.mrope, ComputeMropePositions(p.ids, p.grids, config_));
-  }
-  // Room for the prompt and at least one generated token.
-  if (static_cast<int64_t>(p.ids.size()) + 1 > options_.max_context_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt of ", p.ids.size(),
-                     " tokens is too long for max_context_tokens = ", options_.max_context_tokens));
-  }
-  return p;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
@@ -473,7 +381,8 @@ absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
-  VISMOE_ASSIGN_OR_RETURN(Prompt prompt, BuildPrompt(request));
+  VISMOE_RETURN_IF_ERROR(CheckRequest(request));
+  VISMOE_ASSIGN_OR_RETURN(Prompt prompt, prompts_->Build(request));
   VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them

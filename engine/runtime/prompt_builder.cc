@@ -1,0 +1,54 @@
+#include "engine/runtime/prompt_builder.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+
+absl::StatusOr<Prompt> PromptBuilder::Build(const GenerateRequest& request) const {
+  Prompt p;
+  std::vector<int> image_order;
+  for (size_t m = 0; m < request.messages.size(); ++m) {
+    for (const ContentPart& part : request.messages[m].content) {
+      if (part.kind != ContentPart::Kind::kImage) continue;
+      if (part.image_index < 0 || part.image_index >= static_cast<int>(request.images.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("messages[", m, "] refers to image ",
+                                                       part.image_index, " but the request has ",
+                                                       request.images.size(), " images"));
+      }
+      image_order.push_back(part.image_index);
+    }
+  }
+  if (!image_order.empty() && !config_.has_vision) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", config_.model_type, " does not take images"));
+  }
+  const auto text_tokens = request.allow_special_tokens_in_text
+                               ? ChatTemplate::TextTokens::kAllowSpecial
+                               : ChatTemplate::TextTokens::kPlain;
+  VISMOE_ASSIGN_OR_RETURN(p.ids, template_->Tokenize(*tokenizer_, request.messages,
+                                                     request.add_generation_prompt, text_tokens));
+  if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  for (size_t i = 0; i < image_order.size(); ++i) {
+    auto img = preprocessor_->Process(request.images[image_order[i]]);
+    if (!img.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("images[", image_order[i], "]: ", img.status().message()));
+    }
+    p.grids.push_back(img->grid);
+    p.patches.insert(p.patches.end(), img->patches.begin(), img->patches.end());
+  }
+  if (!p.grids.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(p.ids, ExpandImagePads(p.ids, p.grids, config_));
+    VISMOE_ASSIGN_OR_RETURN(p.mrope, ComputeMropePositions(p.ids, p.grids, config_));
+  }
+  // Room for the prompt and at least one generated token.
+  if (static_cast<int64_t>(p.ids.size()) + 1 > max_context_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", p.ids.size(),
+                     " tokens is too long for max_context_tokens = ", max_context_tokens_));
+  }
+  return p;
+}
+
+}  // namespace vismoe
