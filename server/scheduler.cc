@@ -22,6 +22,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& opti
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: workers must be >= 1, got ", options.workers));
   }
+  if (options.preparers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler: preparers must be >= 1, got ", options.preparers));
+  }
   return std::unique_ptr<Scheduler>(new Scheduler(options, engine, metrics));
 }
 
@@ -32,8 +36,9 @@ Scheduler::Scheduler(const Options& options, Engine* engine, ServerMetrics* metr
     idle_workers_ = options_.workers;
     PublishGauges();
   }
-  workers_.reserve(options_.workers);
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  threads_.reserve(options_.preparers + options_.workers);
+  for (int i = 0; i < options_.preparers; ++i) threads_.emplace_back([this] { PrepareLoop(); });
+  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
 }
 
 Scheduler::~Scheduler() { Drain(absl::ZeroDuration()); }
@@ -41,16 +46,79 @@ Scheduler::~Scheduler() { Drain(absl::ZeroDuration()); }
 absl::Status Scheduler::Submit(std::unique_ptr<SchedulerJob> job) {
   absl::MutexLock lock(&mu_);
   if (draining_) return ShuttingDown();
-  const int64_t waiting = static_cast<int64_t>(queue_.size());
+  const int64_t waiting = static_cast<int64_t>(queue_.size() + ready_.size()) + preparing_;
   // A job may wait if the queue has room, or if an idle worker will take it.
   if (waiting >= options_.max_queue && waiting >= idle_workers_) {
     return absl::ResourceExhaustedError(absl::StrCat("server busy: admission queue full (", waiting,
                                                      " waiting, ", running_,
                                                      " running); retry later"));
   }
-  queue_.push_back(Queued{std::move(job), absl::Now()});
+  Queued item;
+  item.job = std::move(job);
+  item.enqueued = absl::Now();
+  queue_.push_back(std::move(item));
   PublishGauges();
   return absl::OkStatus();
+}
+
+bool Scheduler::Idle() const {
+  return queue_.empty() && ready_.empty() && preparing_ == 0 && running_ == 0;
+}
+
+bool Scheduler::CanPrepare() const {
+  // Only as far ahead of the workers as there are workers (plus the jobs
+  // being prepared): prepared requests hold their pixels.
+  return !queue_.empty() && static_cast<int64_t>(ready_.size()) < options_.workers;
+}
+
+void Scheduler::PrepareLoop() {
+  while (true) {
+    Queued item;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Scheduler* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || s->CanPrepare(); },
+          this));
+      // stop_ is set with queue_ empty (drained or dropped), and Submit refuses from then on.
+      if (!CanPrepare()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      ++preparing_;
+      PublishGauges();
+    }
+    item.queue_seconds = absl::ToDoubleSeconds(absl::Now() - item.enqueued);
+    const bool prepared = Prepare(item);
+    bool shut_down = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --preparing_;
+      if (prepared && aborted_) {
+        shut_down = true;
+      } else if (prepared) {
+        item.enqueued = absl::Now();
+        ready_.push_back(std::move(item));
+      }
+      PublishGauges();
+    }
+    if (shut_down) item.job->on_done(ShuttingDown(), item.queue_seconds);
+  }
+}
+
+bool Scheduler::Prepare(Queued& item) {
+  SchedulerJob& job = *item.job;
+  absl::Status cancelled = CancelStatus(job);
+  if (!cancelled.ok()) {
+    job.on_done(cancelled, item.queue_seconds);
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> request = job.prepare();
+  if (!request.ok()) {
+    job.on_done(request.status(), item.queue_seconds);
+    return false;
+  }
+  item.prepared = *std::move(request);
+  return true;
 }
 
 void Scheduler::WorkerLoop() {
@@ -60,17 +128,18 @@ void Scheduler::WorkerLoop() {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
           +[](Scheduler* s)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->queue_.empty(); },
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || !s->ready_.empty(); },
           this));
-      if (queue_.empty()) return;  // stop_ and nothing left
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      if (ready_.empty()) return;  // stop_ and nothing left
+      item = std::move(ready_.front());
+      ready_.pop_front();
       --idle_workers_;
       ++running_;
       PublishGauges();
     }
-    RunJob(*item.job, item.enqueued);
-    item.job.reset();
+    item.queue_seconds += absl::ToDoubleSeconds(absl::Now() - item.enqueued);
+    RunJob(item);
+    item = Queued();  // the job and its prepared request go before the worker counts as idle
     absl::MutexLock lock(&mu_);
     ++idle_workers_;
     --running_;
@@ -83,41 +152,32 @@ bool Scheduler::Aborted() const {
   return aborted_;
 }
 
-void Scheduler::RunJob(SchedulerJob& job, absl::Time enqueued) {
-  const double queue_seconds = absl::ToDoubleSeconds(absl::Now() - enqueued);
-  auto cancel_status = [&]() -> absl::Status {
-    if (Aborted()) return ShuttingDown();
-    return job.cancel_status ? job.cancel_status() : absl::OkStatus();
-  };
-  absl::Status cancelled = cancel_status();
+absl::Status Scheduler::CancelStatus(const SchedulerJob& job) const {
+  if (Aborted()) return ShuttingDown();
+  return job.cancel_status ? job.cancel_status() : absl::OkStatus();
+}
+
+void Scheduler::RunJob(Queued& item) {
+  SchedulerJob& job = *item.job;
+  absl::Status cancelled = CancelStatus(job);
   if (!cancelled.ok()) {
-    job.on_done(cancelled, queue_seconds);
-    return;
-  }
-  absl::StatusOr<std::unique_ptr<PreparedRequest>> request = job.prepare();
-  if (!request.ok()) {
-    job.on_done(request.status(), queue_seconds);
-    return;
-  }
-  cancelled = cancel_status();
-  if (!cancelled.ok()) {
-    job.on_done(cancelled, queue_seconds);
+    job.on_done(cancelled, item.queue_seconds);
     return;
   }
   GenerateCallbacks callbacks;
   callbacks.on_delta = job.on_delta;
-  callbacks.is_cancelled = [&] { return !cancel_status().ok(); };
-  absl::StatusOr<GenerateResult> result = engine_->Generate(**request, callbacks);
+  callbacks.is_cancelled = [&] { return !CancelStatus(job).ok(); };
+  absl::StatusOr<GenerateResult> result = engine_->Generate(*item.prepared, callbacks);
   // A request cut short by the caller or by shutdown reports why, not a
   // truncated success.
   if (result.ok() && result->finish_reason == FinishReason::kCancelled) {
-    cancelled = cancel_status();
+    cancelled = CancelStatus(job);
     if (!cancelled.ok()) {
-      job.on_done(cancelled, queue_seconds);
+      job.on_done(cancelled, item.queue_seconds);
       return;
     }
   }
-  job.on_done(std::move(result), queue_seconds);
+  job.on_done(std::move(result), item.queue_seconds);
 }
 
 void Scheduler::Drain(absl::Duration timeout) {
@@ -132,27 +192,30 @@ void Scheduler::Drain(absl::Duration timeout) {
     drain_started_ = true;
     draining_ = true;
     const absl::Time deadline = absl::Now() + timeout;
-    auto idle = [this]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && running_ == 0; };
-    auto done = +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-      return s->queue_.empty() && s->running_ == 0;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(done, this), deadline);
-    if (!idle()) {
-      spdlog::warn("drain timeout ({}) reached: cancelling {} running and {} queued requests",
-                   absl::FormatDuration(timeout), running_, queue_.size());
-      aborted_ = true;
+    mu_.AwaitWithDeadline(
+        absl::Condition(+[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->Idle(); },
+                        this),
+        deadline);
+    if (!Idle()) {
+      spdlog::warn(
+          "drain timeout ({}) reached: cancelling {} running, {} being prepared and {} waiting "
+          "requests",
+          absl::FormatDuration(timeout), running_, preparing_, queue_.size() + ready_.size());
+      aborted_ = true;  // running and preparing jobs see it and end with UNAVAILABLE
       dropped.swap(queue_);
+      for (Queued& q : ready_) dropped.push_back(std::move(q));
+      ready_.clear();
     }
     stop_ = true;
     PublishGauges();
   }
+  const absl::Time now = absl::Now();
   for (Queued& q : dropped) {
-    q.job->on_done(ShuttingDown(), absl::ToDoubleSeconds(absl::Now() - q.enqueued));
+    q.job->on_done(ShuttingDown(), q.queue_seconds + absl::ToDoubleSeconds(now - q.enqueued));
   }
   dropped.clear();
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
   absl::MutexLock lock(&mu_);
   drained_ = true;
 }
@@ -164,7 +227,7 @@ void Scheduler::StopAccepting() {
 
 int64_t Scheduler::queue_depth() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(queue_.size());
+  return static_cast<int64_t>(queue_.size() + ready_.size()) + preparing_;
 }
 
 int64_t Scheduler::running() const {
@@ -174,7 +237,7 @@ int64_t Scheduler::running() const {
 
 void Scheduler::PublishGauges() {
   if (metrics_ == nullptr) return;
-  metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+  metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size() + ready_.size()) + preparing_);
   metrics_->SetRunningRequests(running_);
 }
 

@@ -1,14 +1,18 @@
 // Scheduler: admission control in front of the engine. A bounded queue of
-// jobs feeds a fixed set of worker threads that run the long work (image
-// decoding, prefill, decode); gRPC threads only submit.
+// jobs feeds two stages of threads; gRPC threads only submit.
 //
-//   Submit()  never blocks: a full queue is RESOURCE_EXHAUSTED at once, a
-//             draining scheduler UNAVAILABLE "server shutting down".
-//   workers   per job: prepare() (decode, Engine::Prepare, checks), then
-//             Engine::Generate of the prepared request with
-//             cancellation polled between decode steps, then on_done().
-//   Drain()   stops accepting, lets queued and running jobs finish until the
-//             timeout, then cancels the rest with UNAVAILABLE.
+//   Submit()   never blocks: a full queue is RESOURCE_EXHAUSTED at once, a
+//              draining scheduler UNAVAILABLE "server shutting down".
+//   preparers  per job: prepare() (image decoding, Engine::Prepare: template,
+//              tokenizer, image preprocessing, checks), so this host work
+//              never holds up the engine. A preparer takes a job only while
+//              fewer than `workers` prepared jobs wait for the engine (their
+//              pixels are memory).
+//   workers    per prepared job: Engine::Generate with cancellation polled
+//              between decode steps, then on_done().
+//   Drain()    stops accepting, lets waiting and running jobs finish until
+//              the timeout, then cancels the rest with UNAVAILABLE.
+// A job counts as waiting (queue_depth) from Submit until a worker starts it.
 //
 // Thread safety: all methods may be called from any thread.
 // Ownership: borrows the Engine and the (optional) ServerMetrics, which must
@@ -56,7 +60,8 @@ class Scheduler {
  public:
   struct Options {
     int max_queue = 64;  // jobs waiting for a worker
-    int workers = 1;     // jobs running at once
+    int workers = 1;     // jobs running on the engine at once
+    int preparers = 1;   // jobs being prepared at once
   };
 
   // REQUIRES: engine != nullptr; both pointers outlive the scheduler.
@@ -81,30 +86,41 @@ class Scheduler {
 
  private:
   Scheduler(const Options& options, Engine* engine, ServerMetrics* metrics);
-  void WorkerLoop();
-  void RunJob(SchedulerJob& job, absl::Time enqueued);
-  bool Aborted() const;
-  void PublishGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   struct Queued {
     std::unique_ptr<SchedulerJob> job;
-    absl::Time enqueued;
+    absl::Time enqueued;       // when it last started waiting
+    double queue_seconds = 0;  // waited before preparation
+    std::unique_ptr<PreparedRequest> prepared;
   };
+
+  void PrepareLoop();
+  void WorkerLoop();
+  // Runs job.prepare(); returns false when the job is finished (on_done called).
+  bool Prepare(Queued& item);
+  void RunJob(Queued& item);
+  // The caller's or the drain's reason to stop the job, or OK.
+  absl::Status CancelStatus(const SchedulerJob& job) const;
+  bool Aborted() const;
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CanPrepare() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Engine* const engine_;
   ServerMetrics* const metrics_;
 
   mutable absl::Mutex mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);  // submitted, not yet being prepared
+  std::deque<Queued> ready_ ABSL_GUARDED_BY(mu_);  // prepared, waiting for a worker
+  int64_t preparing_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t idle_workers_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;  // no new jobs
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;   // cancel everything left
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;      // workers exit when idle
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;      // threads exit when idle
   bool drain_started_ ABSL_GUARDED_BY(mu_) = false;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> threads_;  // preparers and workers
 };
 
 }  // namespace vismoe::server

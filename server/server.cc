@@ -152,6 +152,7 @@ absl::Status VismoeServer::LoadModel() {
   Scheduler::Options so;
   so.max_queue = options_.max_queue;
   so.workers = options_.workers;
+  so.preparers = options_.prepare_threads;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                           Scheduler::Create(so, engine->get(), metrics_.get()));
   const ModelInfo& info = (*engine)->info();

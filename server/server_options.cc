@@ -55,6 +55,8 @@ ABSL_FLAG(std::string, api_key_file, "", "File holding the API key (alternative 
 ABSL_FLAG(int, max_queue, kDefaults.max_queue,
           "Requests waiting for a worker; beyond it calls get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, workers, kDefaults.workers, "Requests running on the engine at once");
+ABSL_FLAG(int, prepare_threads, kDefaults.prepare_threads,
+          "Requests prepared (images decoded, prompt tokenized) at once, off the engine's workers");
 ABSL_FLAG(int, decode_threads, kDefaults.decode_threads, "Concurrent image decodes");
 ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout,
           "On shutdown, how long in-flight requests may finish before being cancelled");
@@ -210,6 +212,7 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(api_key_file),
       VISMOE_INT_OPTION(max_queue),
       VISMOE_INT_OPTION(workers),
+      VISMOE_INT_OPTION(prepare_threads),
       VISMOE_INT_OPTION(decode_threads),
       OptionDef{"drain_timeout",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
@@ -350,6 +353,7 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   }
   if (o->max_queue < 0) return absl::InvalidArgumentError("option max_queue must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequirePositive("workers", o->workers));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("prepare_threads", o->prepare_threads));
   VISMOE_RETURN_IF_ERROR(RequirePositive("decode_threads", o->decode_threads));
   if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));

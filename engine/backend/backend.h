@@ -1,6 +1,6 @@
 // Backend: one compute backend (cpu, cuda) as the engine sees it -- whether it
 // can run on this machine, and the pieces of a model it builds: the decoder's
-// ops, the vision tower, the offload device (host and device memory, copies)
+// ops, the vision tower's ops, the offload device (host and device memory, copies)
 // and the device memory those need beyond weights and KV cache. Backends are
 // found by name in the registry (engine/backends/registry.h), so the engine
 // names no backend and compiles no #ifdef.
@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/decoder_ops.h"
-#include "engine/backend/vision_tower.h"
+#include "engine/backend/vision_ops.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -63,7 +63,7 @@ class Backend {
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const = 0;
   // REQUIRES: config.has_vision.
-  virtual absl::StatusOr<std::unique_ptr<VisionTower>> CreateVisionTower(
+  virtual absl::StatusOr<std::unique_ptr<VisionOps>> CreateVisionOps(
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const = 0;
   virtual absl::StatusOr<OffloadDeviceParts> CreateOffloadDevice(

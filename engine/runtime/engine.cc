@@ -1,7 +1,7 @@
 // Engine implementation: one model, one sequence at a time (Generate is
 // serialised), on the backend the registry picks (engine/backends/registry.h):
-// its DecoderOps under the one decoder of the family, its VisionTower and its
-// offload device. Tokenizer, image preprocessing, sampling and the policies
+// its DecoderOps under the one decoder of the family, its VisionOps under the
+// one vision tower, and its offload device. Tokenizer, image preprocessing, sampling and the policies
 // run on the host either way; a backend whose decoder reads experts from
 // device memory always runs behind the offload provider (a plan that pins
 // every MoE layer when no budget is given).
@@ -15,10 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/arch/qwen3_vl_moe.h"
+#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/arch/text_decoder.h"
+#include "engine/arch/vision_tower.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/kv_cache.h"
-#include "engine/backend/vision_tower.h"
 #include "engine/backends/registry.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
@@ -256,7 +257,9 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   int64_t activation_bytes =
       options_.offload.activation_bytes + backend.DecoderActivationBytes(config_, bo);
   if (config_.has_vision) {
-    VISMOE_ASSIGN_OR_RETURN(vision_, backend.CreateVisionTower(config_, *checkpoint_, bo));
+    VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<VisionOps> vision_ops,
+                            backend.CreateVisionOps(config_, *checkpoint_, bo));
+    VISMOE_ASSIGN_OR_RETURN(vision_, Qwen3VlVisionModel::Create(config_, std::move(vision_ops)));
     activation_bytes += vision_->device_scratch_bytes();
   }
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderOps> ops,

@@ -1,7 +1,9 @@
 #include "server/scheduler.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -29,10 +31,13 @@ class TestPrepared final : public PreparedRequest {
   explicit TestPrepared(GenerateRequest r) : PreparedRequest(std::move(r), 1, 0.0) {}
 };
 
+// `during_prepare`, when set, runs inside prepare() (to observe or hold it).
 std::unique_ptr<SchedulerJob> MakeJob(Outcome* out, int max_new_tokens,
-                                      absl::Status prepare_status = absl::OkStatus()) {
+                                      absl::Status prepare_status = absl::OkStatus(),
+                                      std::function<void()> during_prepare = nullptr) {
   auto job = std::make_unique<SchedulerJob>();
   job->prepare = [=]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
+    if (during_prepare) during_prepare();
     if (!prepare_status.ok()) return prepare_status;
     GenerateRequest r;
     r.messages.push_back({"user", {ContentPart{ContentPart::Kind::kText, "hello", -1}}});
@@ -68,6 +73,7 @@ TEST(SchedulerTest, CreateValidatesOptions) {
   EXPECT_FALSE(Scheduler::Create({1, 1}, nullptr, nullptr).ok());
   EXPECT_FALSE(Scheduler::Create({-1, 1}, &engine, nullptr).ok());
   EXPECT_FALSE(Scheduler::Create({1, 0}, &engine, nullptr).ok());
+  EXPECT_FALSE(Scheduler::Create({1, 1, /*preparers=*/0}, &engine, nullptr).ok());
 }
 
 TEST(SchedulerTest, RunsJobsAndStreamsDeltas) {
@@ -193,6 +199,84 @@ TEST(SchedulerTest, DrainTimeoutCancelsRunningAndQueued) {
   EXPECT_EQ(running.status, absl::UnavailableError("server shutting down"));
   EXPECT_EQ(queued.status, absl::UnavailableError("server shutting down"));
   EXPECT_EQ(engine.active(), 0);
+}
+
+// Preparation runs on its own threads: the next request is prepared while the
+// engine is busy with the current one, and only as far ahead as there are
+// workers (prepared requests hold their pixels).
+TEST(SchedulerTest, PreparesTheNextJobWhileTheEngineRuns) {
+  testing::FakeEngine engine;
+  engine.Hold();
+  auto scheduler = std::move(*Scheduler::Create({4, /*workers=*/1}, &engine, nullptr));
+  std::atomic<int> prepared{0};
+  auto count = [&] { prepared.fetch_add(1); };
+  Outcome a, b, c;
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&a, 2, absl::OkStatus(), count)).ok());
+  WaitUntil([&] { return engine.started() == 1; });
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&b, 2, absl::OkStatus(), count)).ok());
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&c, 2, absl::OkStatus(), count)).ok());
+  WaitUntil([&] { return prepared.load() == 2; });  // b, while a holds the engine
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(prepared.load(), 2) << "c must wait: one prepared job per worker";
+  EXPECT_EQ(engine.started(), 1);
+  EXPECT_EQ(scheduler->queue_depth(), 2);
+  engine.Release();
+  for (Outcome* o : {&a, &b, &c}) {
+    o->done.WaitForNotification();
+    EXPECT_TRUE(o->status.ok()) << o->status;
+  }
+  EXPECT_EQ(prepared.load(), 3);
+  EXPECT_EQ(engine.started(), 3);
+}
+
+// A slow preparation (a huge image, a long text) holds one preparer, not the
+// engine: with two preparers a later request is prepared and answered first.
+TEST(SchedulerTest, ASlowPreparationDoesNotBlockTheEngine) {
+  testing::FakeEngine engine;
+  auto scheduler =
+      std::move(*Scheduler::Create({4, /*workers=*/1, /*preparers=*/2}, &engine, nullptr));
+  absl::Notification slow_started, release_slow;
+  Outcome slow, fast;
+  ASSERT_TRUE(scheduler
+                  ->Submit(MakeJob(&slow, 2, absl::OkStatus(),
+                                   [&] {
+                                     slow_started.Notify();
+                                     release_slow.WaitForNotification();
+                                   }))
+                  .ok());
+  slow_started.WaitForNotification();
+  ASSERT_TRUE(scheduler->Submit(MakeJob(&fast, 3)).ok());
+  fast.done.WaitForNotification();
+  EXPECT_TRUE(fast.status.ok()) << fast.status;
+  EXPECT_EQ(fast.deltas.load(), 3);
+  EXPECT_FALSE(slow.done.HasBeenNotified());
+  release_slow.Notify();
+  slow.done.WaitForNotification();
+  EXPECT_TRUE(slow.status.ok()) << slow.status;
+}
+
+// A drain that times out while a job is still being prepared ends that job
+// with UNAVAILABLE once its preparation returns; it never reaches the engine.
+TEST(SchedulerTest, DrainTimeoutEndsAJobBeingPrepared) {
+  testing::FakeEngine engine;
+  auto scheduler = std::move(*Scheduler::Create({4, 1}, &engine, nullptr));
+  absl::Notification started, release;
+  Outcome a;
+  ASSERT_TRUE(scheduler
+                  ->Submit(MakeJob(&a, 2, absl::OkStatus(),
+                                   [&] {
+                                     started.Notify();
+                                     release.WaitForNotification();
+                                   }))
+                  .ok());
+  started.WaitForNotification();
+  std::thread drain([&] { scheduler->Drain(absl::Milliseconds(20)); });
+  absl::SleepFor(absl::Milliseconds(100));  // past the drain timeout
+  release.Notify();
+  drain.join();
+  ASSERT_TRUE(a.done.HasBeenNotified());
+  EXPECT_EQ(a.status, absl::UnavailableError("server shutting down"));
+  EXPECT_EQ(engine.started(), 0);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backends/cpu/cpu_decoder_ops.h"
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/backends/cpu/cpu_vision_ops.h"
 #include "engine/core/status_macros.h"
 
 namespace vismoe::cpu {
@@ -20,11 +20,11 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CpuBackend::CreateDecoderOps(
   return std::unique_ptr<DecoderOps>(std::move(ops));
 }
 
-absl::StatusOr<std::unique_ptr<VisionTower>> CpuBackend::CreateVisionTower(
+absl::StatusOr<std::unique_ptr<VisionOps>> CpuBackend::CreateVisionOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VlVisionModel> tower,
-                          Qwen3VlVisionModel::Create(config, checkpoint, options.pool));
-  return std::unique_ptr<VisionTower>(std::move(tower));
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CpuVisionOps> ops,
+                          CpuVisionOps::Create(config, checkpoint, options.pool));
+  return std::unique_ptr<VisionOps>(std::move(ops));
 }
 
 absl::StatusOr<OffloadDeviceParts> CpuBackend::CreateOffloadDevice(const BackendOptions&) const {

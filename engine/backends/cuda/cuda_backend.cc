@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backends/cuda/cuda_decoder_ops.h"
-#include "engine/backends/cuda/qwen3_vl_vision_cuda.h"
+#include "engine/backends/cuda/cuda_vision_ops.h"
 #include "engine/core/status_macros.h"
 #include "engine/device/cuda/cuda_copy_backend.h"
 #include "engine/device/cuda/cuda_device_allocator.h"
@@ -26,16 +26,16 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
   return std::unique_ptr<DecoderOps>(std::move(ops));
 }
 
-absl::StatusOr<std::unique_ptr<VisionTower>> CudaBackend::CreateVisionTower(
+absl::StatusOr<std::unique_ptr<VisionOps>> CudaBackend::CreateVisionOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
   // A prompt holds at most max_tokens_per_step visual tokens, each merge^2 patches.
   const int64_t merge = config.vision.spatial_merge_size;
-  Qwen3VlVisionCudaModel::Options o;
+  CudaVisionOps::Options o;
   o.device = options.device;
   o.max_patches = merge * merge * options.max_tokens_per_step;
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VlVisionCudaModel> tower,
-                          Qwen3VlVisionCudaModel::Create(config, checkpoint, o));
-  return std::unique_ptr<VisionTower>(std::move(tower));
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CudaVisionOps> ops,
+                          CudaVisionOps::Create(config, checkpoint, o));
+  return std::unique_ptr<VisionOps>(std::move(ops));
 }
 
 absl::StatusOr<OffloadDeviceParts> CudaBackend::CreateOffloadDevice(

@@ -17,7 +17,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const override;
-  absl::StatusOr<std::unique_ptr<VisionTower>> CreateVisionTower(
+  absl::StatusOr<std::unique_ptr<VisionOps>> CreateVisionOps(
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const override;
   absl::StatusOr<OffloadDeviceParts> CreateOffloadDevice(

@@ -14,7 +14,7 @@
 
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/image_preprocessor.h"

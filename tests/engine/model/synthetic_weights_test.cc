@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"

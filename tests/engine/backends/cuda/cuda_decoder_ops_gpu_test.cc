@@ -23,7 +23,7 @@ TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA
 #include "engine/backends/cuda/cuda_decoder_ops.h"
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"

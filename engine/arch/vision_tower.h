@@ -1,14 +1,13 @@
-// VisionTower: the interface the engine runs images through, implemented by
-// the CPU reference (Qwen3VlVisionModel, engine/backends/cpu) and the CUDA
-// tower (cuda::Qwen3VlVisionCudaModel, engine/backends/cuda). Both take host
-// fp32 patches and return the same host fp32 VisionOutput, so the engine can
-// use either interchangeably.
+// VisionTower: the interface the engine runs images through, implemented once
+// per model family over a backend's VisionOps (Qwen3VlVisionModel,
+// engine/arch/qwen3_vl_vision.h). It takes host fp32 patches and returns a
+// host fp32 VisionOutput whatever the backend.
 //
-// Thread safety: Forward() may be called from several threads (the CPU tower
-// runs them concurrently, the CUDA tower serialises them).
-// Ownership: implementations own or borrow their weights as documented there.
-#ifndef VISMOE_ENGINE_BACKEND_VISION_TOWER_H_
-#define VISMOE_ENGINE_BACKEND_VISION_TOWER_H_
+// Thread safety: Forward() may be called from several threads (as far as the
+// backend's ops allow: the CPU runs them concurrently, CUDA serialises them).
+// Ownership: implementations own their ops.
+#ifndef VISMOE_ENGINE_ARCH_VISION_TOWER_H_
+#define VISMOE_ENGINE_ARCH_VISION_TOWER_H_
 
 #include <cstdint>
 #include <vector>
@@ -52,4 +51,4 @@ class VisionTower {
 
 }  // namespace vismoe
 
-#endif  // VISMOE_ENGINE_BACKEND_VISION_TOWER_H_
+#endif  // VISMOE_ENGINE_ARCH_VISION_TOWER_H_

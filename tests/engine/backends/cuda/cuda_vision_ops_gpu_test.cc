@@ -1,4 +1,5 @@
-// Label gpu: the CUDA vision tower against the CPU reference tower on the tiny
+// Label gpu: the vision tower over the CUDA ops against the tower over the CPU
+// ops (the reference) on the tiny
 // Qwen3-VL-MoE fixture, for one image and for several images of different
 // grids (one with two frames): merger embeddings, every DeepStack feature and
 // the per-token saliency agree within a bf16-scaled tolerance, the output
@@ -11,7 +12,7 @@
 
 #ifndef VISMOE_HAVE_CUDA
 
-TEST(Qwen3VlVisionCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+TEST(CudaVisionOpsTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 
 #else
 
@@ -23,8 +24,8 @@ TEST(Qwen3VlVisionCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without C
 #include <string>
 #include <vector>
 
-#include "engine/backends/cuda/qwen3_vl_vision_cuda.h"
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/arch/qwen3_vl_vision.h"
+#include "engine/backends/cuda/cuda_vision_ops.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
@@ -96,11 +97,16 @@ class CudaVisionTest : public ::testing::Test {
     auto cpu = Qwen3VlVisionModel::Create(config_, *ckpt_, &pool_);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     cpu_ = *std::move(cpu);
-    Qwen3VlVisionCudaModel::Options o;
+    CudaVisionOps::Options o;
     o.max_patches = kMaxPatches;
-    auto gpu = Qwen3VlVisionCudaModel::Create(config_, *ckpt_, o);
+    auto ops = CudaVisionOps::Create(config_, *ckpt_, o);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    EXPECT_EQ((*ops)->max_patches(), kMaxPatches);
+    EXPECT_GT((*ops)->device_scratch_bytes(), 0);
+    auto gpu = Qwen3VlVisionModel::Create(config_, *std::move(ops));
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     gpu_ = *std::move(gpu);
+    EXPECT_STREQ(gpu_->backend(), "cuda");
   }
 
   // Runs both towers on random patches for `grids` and compares them.
@@ -150,7 +156,7 @@ class CudaVisionTest : public ::testing::Test {
   ModelConfig config_;
   std::unique_ptr<Checkpoint> ckpt_;
   std::unique_ptr<Qwen3VlVisionModel> cpu_;
-  std::unique_ptr<Qwen3VlVisionCudaModel> gpu_;
+  std::unique_ptr<Qwen3VlVisionModel> gpu_;
 };
 
 TEST_F(CudaVisionTest, OneImageMatchesCpu) { CompareTowers({GridThw{1, 6, 8}}, 1); }
@@ -219,19 +225,19 @@ TEST(CudaVisionCreateTest, BadOptionsAndMissingVisionAreInvalidArgument) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  Qwen3VlVisionCudaModel::Options o;
+  CudaVisionOps::Options o;
   o.max_patches = 0;
-  EXPECT_EQ(Qwen3VlVisionCudaModel::Create(*config, **ckpt, o).status().code(),
+  EXPECT_EQ(CudaVisionOps::Create(*config, **ckpt, o).status().code(),
             absl::StatusCode::kInvalidArgument);
   o.max_patches = 64;
   ModelConfig no_vision = *config;
   no_vision.has_vision = false;
-  EXPECT_EQ(Qwen3VlVisionCudaModel::Create(no_vision, **ckpt, o).status().code(),
+  EXPECT_EQ(CudaVisionOps::Create(no_vision, **ckpt, o).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A checkpoint without the tower's tensors: the error names the first one.
   auto text_only = Checkpoint::Open(vismoe::testing::FixturesDir() + "/tiny-qwen3-moe");
   ASSERT_TRUE(text_only.ok()) << text_only.status();
-  auto missing = Qwen3VlVisionCudaModel::Create(*config, **text_only, o);
+  auto missing = CudaVisionOps::Create(*config, **text_only, o);
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("model.visual."), std::string::npos)
       << missing.status();

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/backends/cpu/qwen3_vl_vision.h"
+#include "engine/arch/qwen3_vl_vision.h"
 #include "engine/model/safetensors_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
