@@ -1,5 +1,6 @@
 #include "engine/arch/qwen3_vl_moe.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,6 @@ absl::StatusOr<Qwen3VlMoeModel::StepState> Qwen3VlMoeModel::Plan(const DecoderIn
   s.n = static_cast<int64_t>(input.tokens.size());
   const int64_t n = s.n;
   if (n == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  VISMOE_RETURN_IF_ERROR(ops_->CheckStepSize(n));
   VISMOE_RETURN_IF_ERROR(cache.CheckRoom(n));
   s.positions = input.positions;
   if (s.positions.empty()) {
@@ -69,104 +69,288 @@ absl::StatusOr<Qwen3VlMoeModel::StepState> Qwen3VlMoeModel::Plan(const DecoderIn
   if (static_cast<int64_t>(input.deepstack.size()) > c.num_hidden_layers) {
     return absl::InvalidArgumentError("Forward: more DeepStack features than decoder layers");
   }
+  s.n_in = n;
   return s;
 }
 
-absl::Status Qwen3VlMoeModel::Compress(const DecoderInput& input, StepState& s,
-                                       DecoderStep& step) const {
-  VISMOE_ASSIGN_OR_RETURN(const std::vector<int64_t> kept, input.select_kept_rows());
-  const int64_t old_n = s.n;
-  const int64_t m = static_cast<int64_t>(kept.size());
-  if (m == 0) return absl::InvalidArgumentError("Forward: token compression kept no rows");
-  for (int64_t i = 0; i < m; ++i) {
-    if (kept[i] < 0 || kept[i] >= old_n || (i > 0 && kept[i] <= kept[i - 1])) {
+struct Qwen3VlMoeModel::Batch {
+  absl::Span<const DecoderBatchEntry> entries;
+  std::vector<StepState> seqs;  // one per entry
+  Phase phase = Phase::kPrefill;
+  bool observed = false;  // some entry has an observer
+  // What BeginStep sees: the entries' rows concatenated.
+  std::vector<int> tokens;
+  std::vector<StepSequence> sequences;
+  const float* visual_embeds = nullptr;
+  std::vector<float> visual;  // the concatenated visual rows, when several entries have them
+  std::vector<const float*> deepstack;
+  std::vector<std::vector<float>> deepstack_rows;  // likewise, per DeepStack layer
+  // The rows in flight, rebuilt from `seqs` by Gather().
+  int64_t n = 0;
+  std::vector<int64_t> positions;    // [3][n]
+  std::vector<int64_t> visual_rows;  // step row of each visual token, -1 once dropped
+
+  void Gather() {
+    n = 0;
+    for (const StepState& s : seqs) n += s.n;
+    positions.assign(3 * n, 0);
+    visual_rows.clear();
+    int64_t off = 0;
+    for (const StepState& s : seqs) {
+      for (int a = 0; a < 3; ++a) {
+        std::copy_n(s.positions.begin() + a * s.n, s.n, positions.begin() + a * n + off);
+      }
+      for (int64_t r : s.visual_rows) visual_rows.push_back(r < 0 ? -1 : off + r);
+      off += s.n;
+    }
+  }
+};
+
+namespace {
+
+// Rows [first, first + n) of a routing result.
+RouterResult SliceRouting(const RouterResult& r, int64_t first, int64_t n) {
+  RouterResult out;
+  out.n = n;
+  out.num_experts = r.num_experts;
+  out.top_k = r.top_k;
+  auto rows = [first, n](const auto& v, int64_t width) {
+    using V = std::decay_t<decltype(v)>;
+    if (v.empty()) return V();
+    return V(v.begin() + first * width, v.begin() + (first + n) * width);
+  };
+  out.logits = rows(r.logits, r.num_experts);
+  out.experts = rows(r.experts, r.top_k);
+  out.weights = rows(r.weights, r.top_k);
+  return out;
+}
+
+// Checks `kept` (rows of a sequence of n rows to keep): non-empty, strictly
+// ascending, in range.
+absl::Status CheckKept(const std::vector<int64_t>& kept, int64_t n) {
+  if (kept.empty()) return absl::InvalidArgumentError("Forward: token compression kept no rows");
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i] < 0 || kept[i] >= n || (i > 0 && kept[i] <= kept[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat("Forward: kept row ", kept[i], " at index ", i,
-                                                     " is out of [0, ", old_n,
+                                                     " is out of [0, ", n,
                                                      ") or not strictly ascending"));
     }
   }
-  std::vector<int64_t> new_row(old_n, -1);
-  std::vector<int64_t> positions(3 * m);
-  for (int64_t i = 0; i < m; ++i) {
-    new_row[kept[i]] = i;
-    for (int a = 0; a < 3; ++a) positions[a * m + i] = s.positions[a * old_n + kept[i]];
-  }
-  for (int64_t& r : s.visual_rows) r = r < 0 ? -1 : new_row[r];
-  s.positions = std::move(positions);
-  s.n = m;
-  return step.KeepRows(kept, s.positions, s.visual_rows);
+  return absl::OkStatus();
 }
 
-absl::Status Qwen3VlMoeModel::Moe(const DecoderInput& input, int layer, const StepState& s,
-                                  DecoderStep& step, ExpertProvider* experts) const {
-  RouterObserver* observer = input.observer;
+}  // namespace
+
+absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entries,
+                                        Batch& b) const {
+  if (entries.empty()) return absl::InvalidArgumentError("Forward: no sequences");
+  int64_t total = 0;
+  for (const DecoderBatchEntry& e : entries) {
+    if (e.input == nullptr || e.cache == nullptr || e.logits == nullptr) {
+      return absl::InvalidArgumentError("Forward: a batch entry lacks its input, cache or logits");
+    }
+    total += static_cast<int64_t>(e.input->tokens.size());
+  }
+  VISMOE_RETURN_IF_ERROR(ops_->CheckStepSize(total));
+  b.entries = entries;
+  b.phase = entries[0].input->phase;
+  std::vector<const DecoderBatchEntry*> visual;  // entries with visual rows
+  for (const DecoderBatchEntry& e : entries) {
+    VISMOE_ASSIGN_OR_RETURN(StepState s, Plan(*e.input, *e.cache));
+    if (e.input->phase != b.phase) b.phase = Phase::kPrefill;
+    b.observed = b.observed || e.input->observer != nullptr;
+    b.tokens.insert(b.tokens.end(), e.input->tokens.begin(), e.input->tokens.end());
+    b.sequences.push_back({e.cache, s.n});
+    if (!s.visual_rows.empty()) visual.push_back(&e);
+    b.seqs.push_back(std::move(s));
+  }
+  if (visual.size() == 1) {  // no copy: the one entry's rows as they are
+    b.visual_embeds = visual[0]->input->visual_embeds;
+    b.deepstack = visual[0]->input->deepstack;
+  } else if (visual.size() > 1) {
+    const int64_t h = config_.text.hidden_size;
+    size_t layers = 0;
+    for (const DecoderBatchEntry* e : visual) layers = std::max(layers, e->input->deepstack.size());
+    b.deepstack_rows.resize(layers);
+    for (const DecoderBatchEntry* e : visual) {
+      const DecoderInput& in = *e->input;
+      b.visual.insert(b.visual.end(), in.visual_embeds, in.visual_embeds + in.num_visual * h);
+      for (size_t k = 0; k < layers; ++k) {
+        // A missing feature adds zeros: the entry alone would add nothing.
+        const float* f = k < in.deepstack.size() ? in.deepstack[k] : nullptr;
+        std::vector<float>& rows = b.deepstack_rows[k];
+        if (f != nullptr) rows.insert(rows.end(), f, f + in.num_visual * h);
+        if (f == nullptr) rows.resize(rows.size() + in.num_visual * h, 0.0f);
+      }
+    }
+    b.visual_embeds = b.visual.data();
+    for (size_t k = 0; k < layers; ++k) {
+      bool any = false;
+      for (const DecoderBatchEntry* e : visual) {
+        any = any || (k < e->input->deepstack.size() && e->input->deepstack[k] != nullptr);
+      }
+      b.deepstack.push_back(any ? b.deepstack_rows[k].data() : nullptr);
+    }
+  }
+  b.Gather();
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3VlMoeModel::Compress(int layer, Batch& b, DecoderStep& step) const {
+  std::vector<int64_t> kept;  // step rows
+  bool any = false;
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& input = *b.entries[i].input;
+    StepState& s = b.seqs[i];
+    const int64_t old_n = s.n;
+    if (input.select_kept_rows && input.compress_before_layer == layer) {
+      VISMOE_ASSIGN_OR_RETURN(const std::vector<int64_t> local, input.select_kept_rows());
+      VISMOE_RETURN_IF_ERROR(CheckKept(local, old_n));
+      const int64_t m = static_cast<int64_t>(local.size());
+      std::vector<int64_t> new_row(old_n, -1);
+      std::vector<int64_t> positions(3 * m);
+      for (int64_t j = 0; j < m; ++j) {
+        new_row[local[j]] = j;
+        for (int a = 0; a < 3; ++a) positions[a * m + j] = s.positions[a * old_n + local[j]];
+        kept.push_back(off + local[j]);
+      }
+      for (int64_t& r : s.visual_rows) r = r < 0 ? -1 : new_row[r];
+      s.positions = std::move(positions);
+      s.n = m;
+      s.compressed = true;
+      any = true;
+    } else {
+      for (int64_t r = 0; r < old_n; ++r) kept.push_back(off + r);
+    }
+    off += old_n;
+  }
+  if (!any) return absl::OkStatus();
+  b.Gather();
+  return step.KeepRows(kept, b.positions, b.visual_rows);
+}
+
+absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
+                                  ExpertProvider* experts) const {
+  const int64_t h = config_.text.hidden_size;
+  const bool one = b.entries.size() == 1;
   RouterResult routing;
-  VISMOE_RETURN_IF_ERROR(step.Route(layer, observer != nullptr, &routing));
+  VISMOE_RETURN_IF_ERROR(step.Route(layer, b.observed, &routing));
   for (int id : routing.experts) {
     if (id < 0 || id >= config_.text.num_experts) {
       return absl::InternalError(absl::StrCat("router returned expert ", id, " at layer ", layer));
     }
   }
-  if (observer != nullptr) {
+  if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* hidden, step.HostRows(StepRows::kNormed));
-    observer->OnRouting(input.phase, layer, hidden, routing);
+    int64_t off = 0;
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      const DecoderInput& in = *b.entries[i].input;
+      const int64_t n = b.seqs[i].n;
+      if (in.observer != nullptr) {
+        in.observer->OnRouting(in.phase, layer, hidden + off * h,
+                               one ? routing : SliceRouting(routing, off, n));
+      }
+      off += n;
+    }
   }
-  VISMOE_RETURN_IF_ERROR(step.Experts(layer, input.phase, routing, experts));
-  if (observer != nullptr) {
+  VISMOE_RETURN_IF_ERROR(step.Experts(layer, b.phase, routing, experts));
+  if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* out, step.HostRows(StepRows::kMoeOutput));
-    observer->OnMoeOutput(input.phase, layer, out, s.n);
+    int64_t off = 0;
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      const DecoderInput& in = *b.entries[i].input;
+      if (in.observer != nullptr) in.observer->OnMoeOutput(in.phase, layer, out + off * h, b.seqs[i].n);
+      off += b.seqs[i].n;
+    }
   }
   return step.AddMoeOutput();
 }
 
-absl::Status Qwen3VlMoeModel::Layer(const DecoderInput& input, int layer, const StepState& s,
-                                    DecoderStep& step, ExpertProvider* experts) const {
+absl::Status Qwen3VlMoeModel::Layer(int layer, Batch& b, DecoderStep& step,
+                                    ExpertProvider* experts) const {
   const bool moe = config_.text.IsMoeLayer(layer);
   VISMOE_RETURN_IF_ERROR(step.Norm(layer, NormSite::kInput));
   VISMOE_RETURN_IF_ERROR(step.Attention(layer));  // hs += attention
-  if (moe && input.observer != nullptr) {
+  if (moe && b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* residual, step.HostRows(StepRows::kResidual));
-    input.observer->OnPostAttention(input.phase, layer, residual, s.n);
+    int64_t off = 0;
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      const DecoderInput& in = *b.entries[i].input;
+      if (in.observer != nullptr) {
+        in.observer->OnPostAttention(in.phase, layer,
+                                     residual + off * config_.text.hidden_size, b.seqs[i].n);
+      }
+      off += b.seqs[i].n;
+    }
   }
   VISMOE_RETURN_IF_ERROR(step.Norm(layer, NormSite::kPostAttention));
   if (moe) {
-    VISMOE_RETURN_IF_ERROR(Moe(input, layer, s, step, experts));  // hs += MoE
+    VISMOE_RETURN_IF_ERROR(Moe(layer, b, step, experts));  // hs += MoE
   } else {
     VISMOE_RETURN_IF_ERROR(step.DenseMlp(layer));  // hs += MLP
   }
-  if (layer < static_cast<int>(input.deepstack.size()) && input.deepstack[layer] != nullptr) {
+  if (layer < static_cast<int>(b.deepstack.size()) && b.deepstack[layer] != nullptr) {
     VISMOE_RETURN_IF_ERROR(step.AddDeepStack(layer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3VlMoeModel::Logits(Batch& b, DecoderStep& step) const {
+  bool all = false;
+  for (const DecoderBatchEntry& e : b.entries) all = all || e.input->all_logits;
+  if (b.entries.size() == 1) return step.Logits(all, b.entries[0].logits);
+  std::vector<float> logits;
+  VISMOE_RETURN_IF_ERROR(step.Logits(all, &logits));
+  const int64_t vocab = config_.text.vocab_size;
+  int64_t row = 0;  // the entry's first row in `logits`
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const int64_t n = all ? b.seqs[i].n : 1;
+    // Without all_logits an entry gets its last row only.
+    const int64_t first = b.entries[i].input->all_logits ? row : row + n - 1;
+    b.entries[i].logits->assign(logits.begin() + first * vocab,
+                                logits.begin() + (row + n) * vocab);
+    row += n;
   }
   return absl::OkStatus();
 }
 
 absl::Status Qwen3VlMoeModel::Forward(const DecoderInput& input, KvCache* cache,
                                       ExpertProvider* experts, std::vector<float>* logits) const {
-  VISMOE_ASSIGN_OR_RETURN(StepState s, Plan(input, *cache));
-  const int64_t n_in = s.n;
+  const DecoderBatchEntry entry{&input, cache, logits};
+  return ForwardBatch(absl::MakeConstSpan(&entry, 1), experts);
+}
+
+absl::Status Qwen3VlMoeModel::ForwardBatch(absl::Span<const DecoderBatchEntry> batch,
+                                           ExpertProvider* experts) const {
+  Batch b;
+  VISMOE_RETURN_IF_ERROR(PlanBatch(batch, b));
   StepInput in;
-  in.tokens = input.tokens;
-  in.positions = s.positions;
-  in.visual_rows = s.visual_rows;
-  in.visual_embeds = input.visual_embeds;
-  in.deepstack = input.deepstack;
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderStep> step, ops_->BeginStep(in, cache));
-  bool compressed = false;
+  in.tokens = b.tokens;
+  in.positions = b.positions;
+  in.visual_rows = b.visual_rows;
+  in.visual_embeds = b.visual_embeds;
+  in.deepstack = b.deepstack;
+  in.sequences = b.sequences;
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderStep> step, ops_->BeginStep(in));
+  const DecoderInput& first = *batch[0].input;
   for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
-    if (input.is_cancelled && input.is_cancelled()) return absl::CancelledError("cancelled");
-    if (input.select_kept_rows && l == input.compress_before_layer) {
-      VISMOE_RETURN_IF_ERROR(Compress(input, s, *step));
-      compressed = true;
+    if (batch.size() == 1 && first.is_cancelled && first.is_cancelled()) {
+      return absl::CancelledError("cancelled");
     }
-    VISMOE_RETURN_IF_ERROR(Layer(input, l, s, *step, experts));
+    VISMOE_RETURN_IF_ERROR(Compress(l, b, *step));
+    VISMOE_RETURN_IF_ERROR(Layer(l, b, *step, experts));
   }
-  // A backend's asynchronous errors surface in Logits at the latest: the cache
-  // advances only after it.
-  VISMOE_RETURN_IF_ERROR(step->Logits(input.all_logits, logits));
-  if (compressed) {
-    cache->Advance(n_in, input.compress_before_layer, s.n);
-  } else {
-    cache->Advance(n_in);
+  // A backend's asynchronous errors surface in Logits at the latest: the
+  // caches advance only after it.
+  VISMOE_RETURN_IF_ERROR(Logits(b, *step));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const StepState& s = b.seqs[i];
+    if (s.compressed) {
+      batch[i].cache->Advance(s.n_in, batch[i].input->compress_before_layer, s.n);
+    } else {
+      batch[i].cache->Advance(s.n_in);
+    }
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,9 @@
 // the visual rows after decoder layer k. Experts come from an ExpertProvider.
 // This class owns what is the same on every backend: input validation,
 // positions, visual rows, token compression, DeepStack bookkeeping, the
-// observer calls and the KV cache protocol.
+// observer calls and the KV cache protocol -- for one sequence or a batch of
+// them in one step (rows concatenated; each sequence's rows attend over its
+// own cache).
 //
 // Thread safety: immutable after Create(); Forward() may run concurrently on
 // different KV caches (as far as the ops allow: see the backend).
@@ -57,6 +59,8 @@ class Qwen3VlMoeModel final : public TextDecoder {
 
   absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
                        std::vector<float>* logits) const override;
+  absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,
+                            ExpertProvider* experts) const override;
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override {
     return ops_->CreateKvCache(capacity);
   }
@@ -64,23 +68,30 @@ class Qwen3VlMoeModel final : public TextDecoder {
   const char* backend() const override { return ops_->name(); }
 
  private:
-  // The host side of a step: rows in flight, their positions and where the
-  // visual tokens are.
+  // The host side of one sequence in a step: its rows in flight, their
+  // positions and where its visual tokens are (rows local to the sequence).
   struct StepState {
     int64_t n = 0;
+    int64_t n_in = 0;                  // rows the step started with
     std::vector<int64_t> positions;    // [3][n]
     std::vector<int64_t> visual_rows;  // row of each visual token, -1 once dropped
+    bool compressed = false;
   };
+  // The whole step: one StepState per entry and what the ops see.
+  struct Batch;
 
   Qwen3VlMoeModel(const ModelConfig& config, std::unique_ptr<DecoderOps> ops)
       : config_(config), ops_(std::move(ops)) {}
 
   absl::StatusOr<StepState> Plan(const DecoderInput& input, const KvCache& cache) const;
-  absl::Status Compress(const DecoderInput& input, StepState& s, DecoderStep& step) const;
-  absl::Status Layer(const DecoderInput& input, int layer, const StepState& s, DecoderStep& step,
-                     ExpertProvider* experts) const;
-  absl::Status Moe(const DecoderInput& input, int layer, const StepState& s, DecoderStep& step,
-                   ExpertProvider* experts) const;
+  // Validates the batch and builds the step's concatenated input.
+  absl::Status PlanBatch(absl::Span<const DecoderBatchEntry> entries, Batch& b) const;
+  // Token compression of the entries that compress before `layer`.
+  absl::Status Compress(int layer, Batch& b, DecoderStep& step) const;
+  absl::Status Layer(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
+  absl::Status Moe(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
+  // Splits the step's logits over the entries.
+  absl::Status Logits(Batch& b, DecoderStep& step) const;
 
   ModelConfig config_;
   std::unique_ptr<DecoderOps> ops_;

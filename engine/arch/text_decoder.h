@@ -53,6 +53,13 @@ struct DecoderInput {
   std::function<bool()> is_cancelled;  // optional; polled between layers
 };
 
+// One sequence of a batched forward step.
+struct DecoderBatchEntry {
+  const DecoderInput* input = nullptr;
+  KvCache* cache = nullptr;             // this sequence's own cache
+  std::vector<float>* logits = nullptr;  // its logits, as Forward writes them
+};
+
 class TextDecoder {
  public:
   virtual ~TextDecoder() = default;
@@ -67,6 +74,16 @@ class TextDecoder {
   // is_cancelled fired (the cache is then left unchanged in length).
   virtual absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
                                std::vector<float>* logits) const = 0;
+  // Runs several sequences as one step: each entry's result is what Forward
+  // gives it alone (bit for bit on the CPU backend), but every MoE layer asks
+  // `experts` once for the union of the batch's experts. Each entry keeps its
+  // own positions, visual rows, token compression and observer; a step whose
+  // entries differ in phase asks for its experts as prefill. The whole
+  // batch fails if one entry is invalid (no cache advances). is_cancelled is
+  // polled only in a batch of one: a caller drops cancelled sequences between
+  // steps.
+  virtual absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,
+                                    ExpertProvider* experts) const = 0;
   virtual const ModelConfig& config() const = 0;
   // "cpu" or "cuda".
   virtual const char* backend() const = 0;

@@ -1,5 +1,10 @@
 // DecoderOps: the operations a backend provides to run a MoE text decoder.
 //
+// A step may carry several sequences (a batch): their rows are concatenated,
+// every op but attention works on all rows at once (so a MoE layer fetches
+// each expert once for every sequence that routes to it), and attention runs
+// each sequence's rows over its own KV cache.
+//
 // The decoder loop (positions, visual scatter, token compression, DeepStack,
 // observers, the KV cache protocol) is written once, in engine/arch, over
 // these ops; each backend (engine/backends/cpu, engine/backends/cuda)
@@ -37,7 +42,16 @@
 
 namespace vismoe {
 
-// What a step starts from, validated by the decoder loop.
+// One sequence of a step: its `rows` consecutive rows (sequences follow each
+// other in the order listed) attend over, and append to, `cache`.
+struct StepSequence {
+  KvCache* cache = nullptr;
+  int64_t rows = 0;
+};
+
+// What a step starts from, validated by the decoder loop. Rows of all
+// sequences are concatenated: tokens, positions, visual rows and the visual
+// and DeepStack rows are those of the whole step.
 struct StepInput {
   absl::Span<const int> tokens;           // ids in [0, vocab)
   absl::Span<const int64_t> positions;    // [3][n] (t, h, w) absolute positions
@@ -46,7 +60,18 @@ struct StepInput {
   // DeepStack: deepstack[k] [visual_rows.size(), hidden] (or null) is added to
   // the visual rows after decoder layer k.
   absl::Span<const float* const> deepstack;
+  // The sequences in row order (see CheckStepSequences); a step copies them.
+  absl::Span<const StepSequence> sequences;
 };
+
+// OK when `input` has at least one sequence, each with >= 1 row and its own
+// non-null cache, and the rows sum to tokens.size(); InvalidArgument otherwise.
+absl::Status CheckStepSequences(const StepInput& input);
+
+// The rows each sequence keeps when the step keeps rows `kept` (strictly
+// ascending step rows) of sequences of `rows` rows each.
+std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows,
+                                   absl::Span<const int64_t> kept);
 
 // The two RMSNorms of a decoder layer: x = RMSNorm(hs) * w.
 enum class NormSite { kInput, kPostAttention };
@@ -58,14 +83,16 @@ class DecoderStep {
  public:
   virtual ~DecoderStep() = default;
 
-  // Keeps rows `kept` (strictly ascending, validated) of every activation;
+  // Keeps rows `kept` (strictly ascending, validated; each sequence keeps at
+  // least one) of every activation;
   // `positions` [3][kept] and `visual_rows` (the new row of each visual token,
   // -1 once dropped) are the decoder's remapped host values.
   virtual absl::Status KeepRows(absl::Span<const int64_t> kept, absl::Span<const int64_t> positions,
                                 absl::Span<const int64_t> visual_rows) = 0;
   virtual absl::Status Norm(int layer, NormSite site) = 0;
-  // hs += o_proj(attention(RoPE(q_norm(q)), RoPE(k_norm(k)), v)) of x; writes
-  // the step's rows of `layer` into the KV cache (at layer_length(layer)).
+  // hs += o_proj(attention(RoPE(q_norm(q)), RoPE(k_norm(k)), v)) of x, each
+  // sequence's rows over its own cache; writes each sequence's rows of `layer`
+  // into its KV cache (at layer_length(layer)).
   virtual absl::Status Attention(int layer) = 0;
   // Runs `layer`'s router on x: the top-k ids always, the combine weights and
   // logits too when `with_scores` (observers need them; the ids suffice for
@@ -81,8 +108,9 @@ class DecoderStep {
   virtual absl::Status DenseMlp(int layer) = 0;  // hs += down(silu(gate(x)) * up(x))
   // Adds DeepStack feature `layer` to the visual rows still in the step.
   virtual absl::Status AddDeepStack(int layer) = 0;
-  // Final norm and LM head of the last row (or every row): host fp32 logits
-  // [rows, vocab]. A backend surfaces its asynchronous errors here at the latest.
+  // Final norm and LM head of every row ([rows, vocab]) or of the last row of
+  // each sequence ([sequences, vocab]): host fp32 logits. A backend surfaces
+  // its asynchronous errors here at the latest.
   virtual absl::Status Logits(bool all_rows, std::vector<float>* logits) = 0;
   // [n, hidden] host fp32 rows of an activation, valid until the next op.
   virtual absl::StatusOr<const float*> HostRows(StepRows which) = 0;
@@ -99,10 +127,13 @@ class DecoderOps {
   virtual absl::Status CheckStepSize(int64_t /*tokens*/) const { return absl::OkStatus(); }
   // A KV cache of `capacity` tokens in the backend's memory.
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
-  // Starts a step of input.tokens.size() rows on `cache` (from CreateKvCache):
-  // hs = the token embeddings with the visual rows replaced.
-  virtual absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
-                                                                 KvCache* cache) const = 0;
+  // Starts a step of input.tokens.size() rows over input.sequences (caches
+  // from CreateKvCache): hs = the token embeddings with the visual rows
+  // replaced. InvalidArgument when CheckStepSequences fails.
+  virtual absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const = 0;
+  // A step of one sequence: every row on `cache` (input.sequences ignored).
+  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
+                                                         KvCache* cache) const;
 };
 
 }  // namespace vismoe

@@ -22,14 +22,18 @@ const TensorView* Bias(const TensorView& b) { return b.empty() ? nullptr : &b; }
 // One forward step on host fp32 rows.
 class CpuDecoderStep final : public DecoderStep {
  public:
-  CpuDecoderStep(const CpuDecoderOps& ops, KvCache* cache, const StepInput& in)
+  // REQUIRES: CheckStepSequences(in) is OK and every cache holds host rows.
+  CpuDecoderStep(const CpuDecoderOps& ops, const StepInput& in)
       : ops_(ops),
         c_(ops.config().text),
-        cache_(cache),
         n_(static_cast<int64_t>(in.tokens.size())),
         h_(c_.hidden_size),
         visual_rows_(in.visual_rows.begin(), in.visual_rows.end()),
         deepstack_(in.deepstack.begin(), in.deepstack.end()) {
+    for (const StepSequence& seq : in.sequences) {
+      caches_.push_back(seq.cache);
+      seq_rows_.push_back(seq.rows);
+    }
     Embed(in);
     SetPositions(in.positions);
     x_.resize(n_ * h_);
@@ -62,7 +66,8 @@ class CpuDecoderStep final : public DecoderStep {
 
   const CpuDecoderOps& ops_;
   const TextConfig& c_;
-  KvCache* cache_;
+  std::vector<KvCache*> caches_;   // one per sequence
+  std::vector<int64_t> seq_rows_;  // rows of each sequence in flight
   int64_t n_;  // rows in flight; shrinks when tokens are compressed away
   const int64_t h_;
   std::vector<float> hs_, x_, y_;
@@ -95,6 +100,7 @@ absl::Status CpuDecoderStep::KeepRows(absl::Span<const int64_t> kept,
     std::copy_n(hs_.data() + kept[i] * h_, h_, new_hs.data() + i * h_);
   hs_ = std::move(new_hs);
   n_ = m;
+  seq_rows_ = RowsAfterKeep(seq_rows_, kept);
   visual_rows_.assign(visual_rows.begin(), visual_rows.end());
   SetPositions(positions);
   x_.resize(n_ * h_);
@@ -123,15 +129,22 @@ absl::Status CpuDecoderStep::Attention(int layer) {
   RmsNorm(pool, k.data(), n * c_.num_key_value_heads, hd, w.k_norm, c_.rms_norm_eps, k.data());
   ApplyRope(pool, rope_, q.data(), n, c_.num_attention_heads, c_.head_dim, qd);
   ApplyRope(pool, rope_, k.data(), n, c_.num_key_value_heads, c_.head_dim, kvd);
-  const int64_t start = cache_->layer_length(layer);
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(k.data() + t * kvd, kvd, cache_->KeyRow(layer, start + t));
-    std::copy_n(v.data() + t * kvd, kvd, cache_->ValueRow(layer, start + t));
-  }
   std::vector<float> attn(n * qd);
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim, qd, kvd};
-  cpu::Attention(pool, shape, q.data(), n, cache_->Keys(layer), cache_->Values(layer), start + n,
-                 /*causal=*/true, /*q_pos0=*/start, attn.data());
+  int64_t row = 0;  // the sequence's first row
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    KvCache* cache = caches_[s];
+    const int64_t rows = seq_rows_[s];
+    const int64_t start = cache->layer_length(layer);
+    for (int64_t t = 0; t < rows; ++t) {
+      std::copy_n(k.data() + (row + t) * kvd, kvd, cache->KeyRow(layer, start + t));
+      std::copy_n(v.data() + (row + t) * kvd, kvd, cache->ValueRow(layer, start + t));
+    }
+    cpu::Attention(pool, shape, q.data() + row * qd, rows, cache->Keys(layer),
+                   cache->Values(layer), start + rows, /*causal=*/true, /*q_pos0=*/start,
+                   attn.data() + row * qd);
+    row += rows;
+  }
   y_.resize(n * h);
   Linear(pool, attn.data(), n, qd, w.o, Bias(w.o_bias), y_.data());
   return AddY();
@@ -240,11 +253,21 @@ absl::Status CpuDecoderStep::AddDeepStack(int layer) {
 
 absl::Status CpuDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
   const TextWeights& w = ops_.weights();
-  const int64_t first = all_rows ? 0 : n_ - 1;
-  const int64_t rows = n_ - first;
+  const float* src = hs_.data();
+  int64_t rows = n_;
+  std::vector<float> last;  // the last row of each sequence
+  if (!all_rows) {
+    rows = static_cast<int64_t>(seq_rows_.size());
+    last.resize(rows * h_);
+    int64_t end = 0;
+    for (int64_t s = 0; s < rows; ++s) {
+      end += seq_rows_[s];
+      std::copy_n(hs_.data() + (end - 1) * h_, h_, last.data() + s * h_);
+    }
+    src = last.data();
+  }
   std::vector<float> normed(rows * h_);
-  RmsNorm(ops_.pool(), hs_.data() + first * h_, rows, h_, w.final_norm, c_.rms_norm_eps,
-          normed.data());
+  RmsNorm(ops_.pool(), src, rows, h_, w.final_norm, c_.rms_norm_eps, normed.data());
   logits->resize(rows * c_.vocab_size);
   Linear(ops_.pool(), normed.data(), rows, h_, w.lm_head, nullptr, logits->data());
   return absl::OkStatus();
@@ -277,12 +300,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> CpuDecoderOps::CreateKvCache(int64_t ca
                                    int64_t{c.num_key_value_heads} * c.head_dim);
 }
 
-absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(const StepInput& input,
-                                                                      KvCache* cache) const {
-  if (cache == nullptr || !cache->has_host_rows()) {
-    return absl::InvalidArgumentError("CPU step: the KV cache must hold host rows");
+absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(
+    const StepInput& input) const {
+  VISMOE_RETURN_IF_ERROR(CheckStepSequences(input));
+  for (const StepSequence& seq : input.sequences) {
+    if (!seq.cache->has_host_rows()) {
+      return absl::InvalidArgumentError("CPU step: the KV cache must hold host rows");
+    }
   }
-  return std::unique_ptr<DecoderStep>(new CpuDecoderStep(*this, cache, input));
+  return std::unique_ptr<DecoderStep>(new CpuDecoderStep(*this, input));
 }
 
 }  // namespace vismoe::cpu

@@ -35,8 +35,8 @@ class CpuDecoderOps final : public DecoderOps {
 
   const char* name() const override { return "cpu"; }
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
-  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
-                                                         KvCache* cache) const override;
+  using DecoderOps::BeginStep;
+  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 
   const ModelConfig& config() const { return config_; }
   const TextWeights& weights() const { return weights_; }

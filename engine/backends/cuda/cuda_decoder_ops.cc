@@ -112,11 +112,12 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
 // that follows the rows through compression. Holds the ops' lock for its life.
 class CudaDecoderStep final : public DecoderStep {
  public:
-  CudaDecoderStep(const CudaDecoderOps& ops, DeviceKvCache* cache,
-                  std::unique_lock<std::mutex> lock)
+  CudaDecoderStep(const CudaDecoderOps& ops, std::vector<DeviceKvCache*> caches,
+                  std::vector<int64_t> seq_rows, std::unique_lock<std::mutex> lock)
       : ops_(ops),
         c_(ops.config_.text),
-        cache_(cache),
+        caches_(std::move(caches)),
+        seq_rows_(std::move(seq_rows)),
         lock_(std::move(lock)),
         st_(ops.stream_.get()),
         h_(c_.hidden_size) {}
@@ -150,7 +151,8 @@ class CudaDecoderStep final : public DecoderStep {
 
   const CudaDecoderOps& ops_;
   const TextConfig& c_;
-  DeviceKvCache* cache_;
+  std::vector<DeviceKvCache*> caches_;  // one per sequence
+  std::vector<int64_t> seq_rows_;       // rows of each sequence in flight
   std::unique_lock<std::mutex> lock_;
   StreamHandle st_;
   const int64_t h_;
@@ -287,6 +289,7 @@ absl::Status CudaDecoderStep::KeepRows(absl::Span<const int64_t> kept,
   // DeepStack goes on adding to the visual rows that survived.
   if (!deepstack_.empty()) VISMOE_RETURN_IF_ERROR(SetVisualRows(visual_rows));
   n_ = m;
+  seq_rows_ = RowsAfterKeep(seq_rows_, kept);
   return absl::OkStatus();
 }
 
@@ -322,18 +325,25 @@ absl::Status CudaDecoderStep::Attention(int layer) {
                                    positions_, ops_.inv_freq_, section, st_));
   VISMOE_RETURN_IF_ERROR(ApplyRope(k, n, c_.num_key_value_heads, static_cast<int>(hd), width,
                                    positions_, ops_.inv_freq_, section, st_));
-  const int64_t start = cache_->layer_length(layer);
   const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(Bf16);
-  VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(cache_->Keys(layer) + start * kvd, row_bytes, k,
-                                                width * sizeof(Bf16), row_bytes, n,
-                                                cudaMemcpyDeviceToDevice, st_));
-  VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(cache_->Values(layer) + start * kvd, row_bytes, v,
-                                                width * sizeof(Bf16), row_bytes, n,
-                                                cudaMemcpyDeviceToDevice, st_));
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, static_cast<int>(hd), width,
                        kvd};
-  VISMOE_RETURN_IF_ERROR(cuda::Attention(shape, q, n, cache_->Keys(layer), cache_->Values(layer),
-                                         start + n, /*causal=*/true, /*q_pos0=*/start, attn_, st_));
+  int64_t row = 0;  // the sequence's first row
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    DeviceKvCache* cache = caches_[s];
+    const int64_t rows = seq_rows_[s];
+    const int64_t start = cache->layer_length(layer);
+    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        cache->Keys(layer) + start * kvd, row_bytes, k + row * width, width * sizeof(Bf16),
+        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
+    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        cache->Values(layer) + start * kvd, row_bytes, v + row * width, width * sizeof(Bf16),
+        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
+    VISMOE_RETURN_IF_ERROR(cuda::Attention(shape, q + row * width, rows, cache->Keys(layer),
+                                           cache->Values(layer), start + rows, /*causal=*/true,
+                                           /*q_pos0=*/start, attn_ + row * qd, st_));
+    row += rows;
+  }
   // hs += o_proj(attn): the residual add is the GEMM's beta = 1.
   return blas.Linear(attn_, n, qd, w.o, WeightLayout::kOutIn, h, hs_, GemmOut::kBf16, 1.0f);
 }
@@ -417,15 +427,26 @@ absl::Status CudaDecoderStep::AddDeepStack(int layer) {
 
 absl::Status CudaDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
   const int64_t vocab = c_.vocab_size;
-  const int64_t first = all_rows ? 0 : n_ - 1;
-  const int64_t rows = n_ - first;
+  const Bf16* src = hs_;
+  int64_t rows = n_;
+  if (!all_rows) {  // the last row of each sequence, gathered
+    rows = static_cast<int64_t>(seq_rows_.size());
+    std::vector<int32_t> last(rows);
+    int64_t end = 0;
+    for (int64_t s = 0; s < rows; ++s) last[s] = static_cast<int32_t>((end += seq_rows_[s]) - 1);
+    VISMOE_ASSIGN_OR_RETURN(int32_t * last_dev, scratch().AllocateArray<int32_t>(rows));
+    VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(last_dev, last.data(), rows * sizeof(int32_t), st_));
+    VISMOE_ASSIGN_OR_RETURN(Bf16 * gathered, scratch().AllocateArray<Bf16>(rows * h_));
+    VISMOE_RETURN_IF_ERROR(PermuteRows(hs_, static_cast<int>(h_), last_dev, rows, gathered, st_));
+    src = gathered;
+  }
   const int64_t chunk = std::min(rows, kLogitRowsPerChunk);
   VISMOE_ASSIGN_OR_RETURN(Bf16 * normed, scratch().AllocateArray<Bf16>(chunk * h_));
   VISMOE_ASSIGN_OR_RETURN(float* out, scratch().AllocateArray<float>(chunk * vocab));
   logits->resize(static_cast<size_t>(rows * vocab));
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t m = std::min(chunk, rows - r);
-    VISMOE_RETURN_IF_ERROR(RmsNorm(hs_ + (first + r) * h_, h_, m, 1, static_cast<int>(h_),
+    VISMOE_RETURN_IF_ERROR(RmsNorm(src + r * h_, h_, m, 1, static_cast<int>(h_),
                                    ops_.final_norm_, c_.rms_norm_eps, normed, h_, st_));
     VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(normed, m, h_, ops_.lm_head_, WeightLayout::kOutIn,
                                               vocab, out, GemmOut::kF32));
@@ -482,6 +503,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += b(n * 2 * inter, 2) + b(n * inter, 2);    // gate_up, act
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
+  total += b(n * h, 2) + b(n, 4);  // each sequence's last row for the logits, and its index
   total += b(kLogitRowsPerChunk * int64_t{c.vocab_size}, 4);
   total += 64 * static_cast<int64_t>(kAlign);  // slack for per-allocation alignment
   return total;
@@ -590,12 +612,19 @@ absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
                                                  max_tokens_, " (max_context_tokens)"));
 }
 
-absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(const StepInput& input,
-                                                                       KvCache* cache) const {
-  auto* device_cache = dynamic_cast<DeviceKvCache*>(cache);
-  if (device_cache == nullptr) {
-    return absl::InvalidArgumentError(
-        "CUDA Forward: the KV cache must come from this model's CreateKvCache");
+absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(
+    const StepInput& input) const {
+  VISMOE_RETURN_IF_ERROR(CheckStepSequences(input));
+  std::vector<DeviceKvCache*> caches;
+  std::vector<int64_t> seq_rows;
+  for (const StepSequence& seq : input.sequences) {
+    auto* device_cache = dynamic_cast<DeviceKvCache*>(seq.cache);
+    if (device_cache == nullptr) {
+      return absl::InvalidArgumentError(
+          "CUDA Forward: the KV cache must come from this model's CreateKvCache");
+    }
+    caches.push_back(device_cache);
+    seq_rows.push_back(seq.rows);
   }
   VISMOE_RETURN_IF_ERROR(CheckStepSize(static_cast<int64_t>(input.tokens.size())));
   if (input.deepstack.size() > config_.vision.deepstack_visual_indexes.size()) {
@@ -608,7 +637,8 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(const Ste
   // The calling thread (a scheduler's) may never have selected our device.
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   scratch_.Reset();
-  auto step = std::make_unique<CudaDecoderStep>(*this, device_cache, std::move(lock));
+  auto step = std::make_unique<CudaDecoderStep>(*this, std::move(caches), std::move(seq_rows),
+                                                std::move(lock));
   VISMOE_RETURN_IF_ERROR(step->Begin(input));
   return std::unique_ptr<DecoderStep>(std::move(step));
 }

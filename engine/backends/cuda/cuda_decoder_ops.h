@@ -78,10 +78,10 @@ class CudaDecoderOps final : public DecoderOps {
   // InvalidArgument over Options::max_tokens_per_step.
   absl::Status CheckStepSize(int64_t tokens) const override;
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
-  // Also InvalidArgument when `cache` is not a DeviceKvCache or the step has
+  // Also InvalidArgument when a cache is not a DeviceKvCache or the step has
   // more DeepStack features than the config declares.
-  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,
-                                                         KvCache* cache) const override;
+  using DecoderOps::BeginStep;
+  absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 
   int64_t weight_bytes() const { return static_cast<int64_t>(weights_.size()); }
   int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.capacity()); }

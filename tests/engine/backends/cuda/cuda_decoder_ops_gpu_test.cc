@@ -233,6 +233,66 @@ TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
   }
 }
 
+// A batched step on the device matches the CPU's batched step (itself equal
+// to each sequence alone, qwen3_vl_moe_batch_test): every text case prefilled
+// in one step, then one decode token each in the next, joined by a new prefill.
+TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  auto device = DeviceProvider(1, 2, "none");
+  ASSERT_NE(device, nullptr);
+  const int vocab = config_.text.vocab_size;
+  const size_t m = cases.size();
+  std::vector<std::vector<int>> ids(m + 1);
+  for (size_t i = 0; i < m; ++i) ids[i] = cases[i]["input_ids"].get<std::vector<int>>();
+  ids[m] = ids[0];  // the late joiner
+  std::vector<std::unique_ptr<KvCache>> cpu_caches, gpu_caches;
+  for (size_t i = 0; i <= m; ++i) {
+    auto c = cpu_->CreateKvCache(256);
+    auto g = gpu_->CreateKvCache(256);
+    ASSERT_TRUE(c.ok() && g.ok());
+    cpu_caches.push_back(*std::move(c));
+    gpu_caches.push_back(*std::move(g));
+  }
+  std::vector<DecoderInput> inputs(m + 1);
+  std::vector<std::vector<float>> cpu_logits(m + 1), gpu_logits(m + 1);
+  auto run = [&](const std::vector<size_t>& which) {
+    std::vector<DecoderBatchEntry> cpu_batch, gpu_batch;
+    for (size_t i : which) {
+      cpu_batch.push_back({&inputs[i], cpu_caches[i].get(), &cpu_logits[i]});
+      gpu_batch.push_back({&inputs[i], gpu_caches[i].get(), &gpu_logits[i]});
+    }
+    ASSERT_TRUE(cpu_->ForwardBatch(cpu_batch, resident_.get()).ok());
+    absl::Status st = gpu_->ForwardBatch(gpu_batch, device.get());
+    ASSERT_TRUE(st.ok()) << st;
+    for (size_t i : which) {
+      SCOPED_TRACE(::testing::Message() << "sequence " << i);
+      const int token = static_cast<int>(std::max_element(cpu_logits[i].begin(),
+                                                          cpu_logits[i].end()) -
+                                         cpu_logits[i].begin());
+      const int gpu_token = static_cast<int>(std::max_element(gpu_logits[i].begin(),
+                                                              gpu_logits[i].end()) -
+                                             gpu_logits[i].begin());
+      ExpectGreedyAgrees({cpu_logits[i]}, {token}, {gpu_logits[i]}, {gpu_token}, vocab);
+      ids[i] = {token};  // both backends decode the CPU's token next
+    }
+  };
+  std::vector<size_t> first(m);
+  for (size_t i = 0; i < m; ++i) first[i] = i;
+  for (size_t i = 0; i < m; ++i) inputs[i].tokens = ids[i];
+  run(first);
+  std::vector<size_t> second = first;
+  second.push_back(m);
+  for (size_t i = 0; i < m; ++i) {
+    inputs[i].tokens = ids[i];
+    inputs[i].phase = Phase::kDecode;
+  }
+  inputs[m].tokens = ids[m];
+  run(second);
+  std::string why;
+  EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+}
+
 TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
   auto device = DeviceProvider(1, 2, "none");
   ASSERT_NE(device, nullptr);
