@@ -160,6 +160,7 @@ TEST(SchedulerTest, CancelledWhileQueuedNeverReachesTheEngine) {
   second.cancel = true;
   engine.Release();
   second.done.WaitForNotification();
+  first.done.WaitForNotification();  // second ends in preparation, maybe before first
   EXPECT_EQ(second.status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(engine.started(), 1);
 }
