@@ -3,7 +3,8 @@
 // hit ratio, Hot Recall, bytes moved, stall time, and the bound
 // max(compute, missed bytes / measured copy bandwidth) measured in this run.
 // --ablation adds the VisMMOE Table 4 rows (ablation.h), --micro the policy
-// micro benchmarks (micro.h). Flags: bench_options.cc; README.md documents them.
+// micro benchmarks (micro.h), --batch_sizes the batch sweep (batch_sweep.h).
+// Flags: bench_options.cc; README.md documents them.
 //
 //   vismoe-bench --model DIR --budget 24G [--requests FILE.jsonl | --prompt T [--image F]]
 //                [--prefetch none|history|router-lookahead|mlp-lookahead] [--repeat N]
@@ -18,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "engine/bench/ablation.h"
+#include "engine/bench/batch_sweep.h"
 #include "engine/bench/bench_options.h"
 #include "engine/bench/micro.h"
 #include "engine/bench/report.h"
@@ -108,6 +110,28 @@ int Main() {
     report["micro"] = MicroJson(*micro);
   }
 
+  if (!b.batch_sizes.empty()) {
+    BatchSweepOptions so;
+    so.model_path = b.engine.model_path;
+    so.synthetic_weights = b.engine.synthetic_weights;
+    so.synthetic_seed = b.engine.synthetic_seed;
+    so.budget_bytes = b.engine.gpu_memory_budget_bytes;
+    so.pinned_layers = b.engine.offload.pinned_layers;
+    so.kv_cache_tokens = b.engine.max_context_tokens;
+    so.batch_sizes = b.batch_sizes;
+    so.prompt_tokens = b.batch_prompt_tokens;
+    so.decode_steps = b.batch_decode_steps;
+    so.num_threads = b.engine.num_threads;
+    auto rows = RunBatchSweep(so);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "batch sweep: %s\n", rows.status().ToString().c_str());
+      return 1;
+    }
+    report["batch_sweep"] = {{"backend", "cpu"},
+                             {"prompt_tokens", so.prompt_tokens},
+                             {"decode_steps", so.decode_steps},
+                             {"rows", BatchSweepJson(*rows, so.decode_steps)}};
+  }
   const std::string text = report.dump(2);
   std::printf("%s\n", text.c_str());
   if (!b.json_out.empty()) {

@@ -49,6 +49,11 @@ ABSL_FLAG(std::string, ablation_predictor, "",
           "mlp-lookahead with --calibration_profile");
 ABSL_FLAG(bool, micro, false, "also run predictor and compressor micro benchmarks");
 ABSL_FLAG(double, micro_seconds, 0.2, "minimum timed seconds per micro benchmark");
+ABSL_FLAG(std::vector<std::string>, batch_sizes, {},
+          "also run the batch sweep (batched decode steps on the CPU decoder) for these batch "
+          "sizes, e.g. 1,4,16");
+ABSL_FLAG(int, batch_prompt_tokens, 32, "prompt tokens of each batch sweep sequence");
+ABSL_FLAG(int, batch_decode_steps, 16, "decode steps of each batch sweep run");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
 
 namespace vismoe::bench {
@@ -166,6 +171,20 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
         "--ablation needs --budget > 0: prefetch and eviction act only on the offload runtime");
   }
 
+  for (const std::string& v : absl::GetFlag(FLAGS_batch_sizes)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batch_sizes: '", v, "' is not a batch size (an integer >= 1)"));
+    }
+    b.batch_sizes.push_back(n);
+  }
+  b.batch_prompt_tokens = absl::GetFlag(FLAGS_batch_prompt_tokens);
+  b.batch_decode_steps = absl::GetFlag(FLAGS_batch_decode_steps);
+  if (b.batch_prompt_tokens < 1 || b.batch_decode_steps < 1) {
+    return absl::InvalidArgumentError(
+        "--batch_prompt_tokens and --batch_decode_steps must be >= 1");
+  }
   b.micro = absl::GetFlag(FLAGS_micro);
   b.micro_seconds = absl::GetFlag(FLAGS_micro_seconds);
   if (!(b.micro_seconds > 0)) {

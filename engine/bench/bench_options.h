@@ -7,6 +7,7 @@
 #define VISMOE_ENGINE_BENCH_BENCH_OPTIONS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/api/engine.h"
@@ -32,6 +33,11 @@ struct BenchOptions {
 
   bool micro = false;
   double micro_seconds = 0.2;  // minimum timed seconds per micro benchmark
+
+  // Batch sweep (batch_sweep.h): batch sizes, empty = off.
+  std::vector<int> batch_sizes;
+  int batch_prompt_tokens = 32;
+  int batch_decode_steps = 16;
 
   std::string json_out;
 };

@@ -245,6 +245,30 @@ TEST(VismoeBenchE2eTest, MicroBenchmarksReportEveryEntry) {
   EXPECT_TRUE(names.count("predict.mlp-lookahead.forward"));
 }
 
+// The batch sweep at the tiny fixture's offloading budget: one row per batch
+// size, every decode token counted, experts copied in.
+TEST(VismoeBenchE2eTest, BatchSweepReportsEveryBatchSize) {
+  const BenchRun run =
+      RunBench("vismoe_bench_batch", {"--max_new_tokens=1", "--batch_sizes=1,3",
+                                      "--batch_prompt_tokens=8", "--batch_decode_steps=4"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& s = run.report["batch_sweep"];
+  ASSERT_TRUE(s.is_object()) << run.log;
+  EXPECT_EQ(s["decode_steps"].get<int>(), 4);
+  const nlohmann::json& rows = s["rows"];
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int batch = i == 0 ? 1 : 3;
+    EXPECT_EQ(rows[i]["batch"].get<int>(), batch);
+    EXPECT_EQ(rows[i]["tokens"].get<int64_t>(), 4 * batch);
+    EXPECT_GT(rows[i]["tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(rows[i]["bytes_h2d"].get<uint64_t>(), 0u) << "the budget offloads experts";
+  }
+  const BenchRun bad = RunBench("vismoe_bench_bad_batch", {"--batch_sizes=1,0"});
+  EXPECT_EQ(bad.rc, 2) << bad.log;
+  EXPECT_NE(bad.log.find("--batch_sizes"), std::string::npos) << bad.log;
+}
+
 // --synthetic_weights on the scaled "mid" config, whose directory holds no
 // safetensors: the run offloads, and expert_bytes is the config's (3 x 512 x 256 BF16).
 TEST(VismoeBenchE2eTest, SyntheticWeightsRunOnAConfigOnlyDirectory) {
