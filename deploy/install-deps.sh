@@ -23,6 +23,9 @@ BUILD_PKGS=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev
   # tests: a real Prometheus server (promtool too) for the metrics e2e tests.
   prometheus
+  # fuzz preset (tests/fuzz): clang, libFuzzer + sanitizer runtimes, and
+  # llvm-symbolizer for readable crash reports.
+  clang libclang-rt-14-dev llvm
   # tests: Python + grpcio for the example client smoke test is optional; not installed here.
 )
 
