@@ -111,6 +111,16 @@ TEST(ImageDecoderTest, PngBombRejectedFromHeader) {
   EXPECT_THAT(std::string(img.status().message()), HasSubstr("over the limit"));
 }
 
+// Found by tests/fuzz/image_decoder_fuzzer: 0xFFFFFFFF x 0xFFFFFEB8 overflowed
+// the pixel count to a negative number, which passed the pixel limit.
+TEST(ImageDecoderTest, PngDimensionsOverflowingThePixelCountAreRejected) {
+  std::string png = EncodeMat(".png", cv::Mat(4, 4, CV_8UC3, cv::Scalar::all(1)));
+  png.replace(16, 8, std::string("\xFF\xFF\xFF\xFF\xFF\xFF\xFE\xB8", 8));
+  const absl::Status s = MakeDecoder()->CheckLimits(png);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("malformed PNG image"));
+}
+
 TEST(ImageDecoderTest, EncodedSizeLimit) {
   std::string png = EncodeMat(".png", cv::Mat(64, 64, CV_8UC3, cv::Scalar::all(9)));
   auto decoder = MakeDecoder(/*max_bytes=*/16);
