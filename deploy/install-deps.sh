@@ -9,7 +9,7 @@ set -euo pipefail
 
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623
-  libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406
+  libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406 libwebp7
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
   libpcre2-8-0 libutf8proc2 libspdlog1.10 ca-certificates
 )
@@ -17,12 +17,15 @@ BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config git curl
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev
-  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev libwebp-dev
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev
   # tests: a real Prometheus server (promtool too) for the metrics e2e tests.
   prometheus
+  # fuzz preset (tests/fuzz): clang, libFuzzer + sanitizer runtimes, and
+  # llvm-symbolizer for readable crash reports.
+  clang libclang-rt-14-dev llvm
   # tests: Python + grpcio for the example client smoke test is optional; not installed here.
 )
 

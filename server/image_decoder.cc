@@ -5,6 +5,8 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "webp/decode.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/image.h"
@@ -41,6 +43,25 @@ void ApplyExifOrientation(int orientation, cv::Mat* image) {
     default:
       break;
   }
+}
+
+// cv::imdecode picks the first decoder whose signature test passes, and its
+// WebP decoder's test is WebPGetFeatures on the first 32 bytes. Data that
+// starts "RIFF....WEBP" but fails that test goes on to OpenCV's other
+// decoders, among them GDCM (DICOM) and GDAL, which it feeds from a temporary
+// file: client bytes we accepted as WebP would reach those parsers. Run the
+// same test first so that such data reaches libwebp or nothing.
+absl::Status CheckWebpAcceptedByOpenCv(absl::string_view data) {
+  constexpr size_t kOpenCvWebpSignatureBytes = 32;  // WEBP_HEADER_SIZE in grfmt_webp.cpp
+  WebPBitstreamFeatures features;
+  if (data.size() < kOpenCvWebpSignatureBytes ||
+      WebPGetFeatures(reinterpret_cast<const uint8_t*>(data.data()), kOpenCvWebpSignatureBytes,
+                      &features) != VP8_STATUS_OK) {
+    return absl::InvalidArgumentError(
+        "malformed WebP image: libwebp rejects the first 32 bytes (RIFF / VP8 / VP8L / VP8X "
+        "headers)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -91,6 +112,10 @@ absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
   if (jpeg) {
     absl::Status complete = CheckJpegComplete(data);
     if (!complete.ok()) return complete;
+  }
+  if (header.format == ImageFormat::kWebp) {
+    absl::Status accepted = CheckWebpAcceptedByOpenCv(data);
+    if (!accepted.ok()) return accepted;
   }
   try {
     const cv::Mat encoded(1, static_cast<int>(data.size()), CV_8UC1,

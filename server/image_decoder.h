@@ -1,9 +1,11 @@
 // ImageDecoder: turns encoded JPEG / PNG / WebP bytes into 8-bit RGB images
 // with OpenCV, under limits checked BEFORE decoding (encoded size, and the
 // pixel count read from the header), on a bounded pool of worker threads.
-// Truncated files are rejected (JPEG: no end-of-image marker). A JPEG's EXIF
-// orientation is applied, as transformers' load_image (exif_transpose) does,
-// unless Options::apply_exif_orientation is false.
+// Truncated files are rejected (JPEG: no end-of-image marker), and so is
+// WebP data libwebp rejects (OpenCV would try its other decoders on it, GDAL
+// among them). A JPEG's EXIF orientation is applied, as transformers'
+// load_image (exif_transpose) does, unless Options::apply_exif_orientation is
+// false.
 //
 // Thread safety: Decode and DecodeAll may be called from several threads at
 // once; at most `num_threads` images are decoded at the same time.

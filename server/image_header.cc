@@ -26,6 +26,13 @@ absl::StatusOr<ImageHeader> ParsePng(absl::string_view d) {
     return absl::InvalidArgumentError("malformed PNG image: first chunk is not IHDR");
   }
   ImageHeader h{ImageFormat::kPng, Be32(d, 16), Be32(d, 20)};
+  // The PNG spec caps both at 2^31 - 1; larger values would also overflow
+  // pixels() and slip past the decoder's pixel limit as a negative count.
+  constexpr int64_t kMaxPngDimension = (int64_t{1} << 31) - 1;
+  if (h.width > kMaxPngDimension || h.height > kMaxPngDimension) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed PNG image: ", h.width, "x", h.height,
+                                                   " exceeds the format's 2^31-1 limit"));
+  }
   return h;
 }
 

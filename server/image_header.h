@@ -23,12 +23,14 @@ struct ImageHeader {
   ImageFormat format = ImageFormat::kUnknown;
   int64_t width = 0;
   int64_t height = 0;
+  // Parsed dimensions are below 2^31 (PNG) or 2^24 (JPEG, WebP): no overflow.
   int64_t pixels() const { return width * height; }
 };
 
 // Parses the dimensions from the header: PNG IHDR, the JPEG SOFn segment, or
 // the WebP VP8 / VP8L / VP8X chunk. InvalidArgument for unknown formats,
-// truncated or malformed headers, and zero dimensions.
+// truncated or malformed headers, zero dimensions, and PNG dimensions over
+// 2^31 - 1.
 absl::StatusOr<ImageHeader> ParseImageHeader(absl::string_view data);
 
 // JPEG only. OK when the data has an end-of-image marker (FFD9) after the

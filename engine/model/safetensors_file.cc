@@ -156,6 +156,11 @@ absl::Status CheckTiling(std::vector<Range> ranges, uint64_t data_size) {
   return absl::OkStatus();
 }
 
+absl::Status TooShort(const std::string& path, size_t size) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": file is ", size, " bytes, too short for the 8-byte safetensors header length"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
@@ -174,8 +179,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": file is ", size, " bytes, too short for the 8-byte safetensors header length"));
+    return TooShort(path, size);
   }
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int mmap_errno = errno;
@@ -188,8 +192,20 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   return file;
 }
 
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(
+    std::string label, absl::string_view bytes) {
+  if (bytes.size() < 8) return TooShort(label, bytes.size());
+  auto copy = std::make_unique_for_overwrite<char[]>(bytes.size());
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  std::unique_ptr<SafetensorsFile> file(
+      new SafetensorsFile(std::move(label), copy.get(), bytes.size()));
+  file->owned_ = std::move(copy);
+  VISMOE_RETURN_IF_ERROR(file->ParseHeader());
+  return file;
+}
+
 SafetensorsFile::~SafetensorsFile() {
-  if (base_ != nullptr) ::munmap(const_cast<char*>(base_), size_);
+  if (base_ != nullptr && owned_ == nullptr) ::munmap(const_cast<char*>(base_), size_);
 }
 
 absl::Status SafetensorsFile::ParseHeader() {

@@ -57,6 +57,13 @@ class SafetensorsFile {
   // InvalidArgument (message names the file and the offending tensor/field) if
   // it is not a well-formed safetensors file.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // Validates a copy of a whole file's `bytes` held in memory instead of a
+  // mapping (the fuzzer's entry point: ASan then sees every read past the
+  // end). `label` stands in for the path in path() and in errors. Same checks
+  // and errors as Open(). The copy is allocated with operator new[], so its
+  // alignment is at least that of the page-aligned mapping for F32/F16/BF16.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(std::string label,
+                                                                    absl::string_view bytes);
 
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -92,8 +99,9 @@ class SafetensorsFile {
   absl::Status ParseHeader();
 
   std::string path_;
-  const char* base_ = nullptr;  // start of the read-only mapping
+  const char* base_ = nullptr;  // start of the read-only mapping (or of owned_)
   size_t size_ = 0;             // mapping length == file size
+  std::unique_ptr<char[]> owned_;  // FromBytes only; then nothing is mapped
   absl::flat_hash_map<std::string, Entry> entries_;
   std::vector<std::string> names_;
   std::map<std::string, std::string> metadata_;

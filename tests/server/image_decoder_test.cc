@@ -3,10 +3,12 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/image_header.h"
 
 namespace vismoe::server {
 namespace {
@@ -109,6 +111,34 @@ TEST(ImageDecoderTest, PngBombRejectedFromHeader) {
   EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(img.status().message()), HasSubstr("50000x50000"));
   EXPECT_THAT(std::string(img.status().message()), HasSubstr("over the limit"));
+}
+
+// Found by tests/fuzz/image_decoder_fuzzer: 0xFFFFFFFF x 0xFFFFFEB8 overflowed
+// the pixel count to a negative number, which passed the pixel limit.
+TEST(ImageDecoderTest, PngDimensionsOverflowingThePixelCountAreRejected) {
+  std::string png = EncodeMat(".png", cv::Mat(4, 4, CV_8UC3, cv::Scalar::all(1)));
+  png.replace(16, 8, std::string("\xFF\xFF\xFF\xFF\xFF\xFF\xFE\xB8", 8));
+  const absl::Status s = MakeDecoder()->CheckLimits(png);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("malformed PNG image"));
+}
+
+// Found by tests/fuzz/image_decoder_fuzzer: a WebP header our parser accepts
+// but libwebp rejects (here: VP8L version bits set) made cv::imdecode try its
+// other decoders; with "DTED" at byte 140 it handed the bytes to GDAL through
+// a temporary file, with "DICM" at byte 128 to GDCM. Now libwebp's verdict
+// comes first.
+TEST(ImageDecoderTest, WebpThatLibwebpRejectsNeverReachesOtherDecoders) {
+  for (const auto& [offset, tag] : {std::pair<size_t, std::string>{140, "DTED"}, {128, "DICM"}}) {
+    std::string webp("RIFF\x98\0\0\0WEBPVP8L\x8b\0\0\0\x2f", 21);
+    webp += std::string("\x03\x40\x00\xe0", 4);  // 4x2, version 7 (libwebp wants 0)
+    webp.resize(160, '\x13');
+    webp.replace(offset, 4, tag);
+    ASSERT_TRUE(ParseImageHeader(webp).ok()) << tag;
+    absl::StatusOr<RgbImage> img = MakeDecoder()->Decode(webp);
+    EXPECT_EQ(img.status().code(), absl::StatusCode::kInvalidArgument) << tag;
+    EXPECT_THAT(std::string(img.status().message()), HasSubstr("libwebp rejects")) << tag;
+  }
 }
 
 TEST(ImageDecoderTest, EncodedSizeLimit) {

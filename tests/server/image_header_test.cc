@@ -79,6 +79,21 @@ TEST(ImageHeaderTest, ForgedPngIhdrReportsHugeSize) {
   EXPECT_EQ(h->pixels(), 10000000000LL);
 }
 
+// Found by tests/fuzz/image_header_fuzzer: 0xFFFFFFFF x 0xFFFFFFFF was
+// accepted and pixels() overflowed (a negative count passed the pixel limit).
+TEST(ImageHeaderTest, RejectsPngDimensionsOverTheSpecLimit) {
+  std::string png = Encode(".png", 4, 4);
+  png.replace(16, 8, std::string(8, '\xFF'));
+  absl::StatusOr<ImageHeader> h = ParseImageHeader(png);
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("exceeds the format's 2^31-1 limit"));
+  // The largest legal size still parses, and its pixel count is exact.
+  png.replace(16, 8, std::string("\x7F\xFF\xFF\xFF\x7F\xFF\xFF\xFF", 8));
+  h = ParseImageHeader(png);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->pixels(), int64_t{0x7FFFFFFF} * 0x7FFFFFFF);
+}
+
 TEST(ImageHeaderTest, RejectsUnknownTruncatedAndZeroSized) {
   EXPECT_THAT(std::string(ParseImageHeader("hello world, not an image").status().message()),
               HasSubstr("unsupported image format"));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ std::string LengthPrefix(uint64_t n) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return s;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // A raw file: `header` (padded with spaces to a multiple of 8 bytes, so that
@@ -111,6 +117,28 @@ TEST(SafetensorsFileTest, RoundTripF32F16Bf16) {
               HasSubstr("tensor 'missing' not found"));
 }
 
+TEST(SafetensorsFileTest, FromBytesReadsWhatOpenReads) {
+  const std::string path = TestDir() + "/t.safetensors";
+  const std::vector<float> f32 = {1.5f, -2.0f, 3.25f};
+  const std::vector<uint16_t> bf16 = {FloatToBf16(1.0f), FloatToBf16(-3.0f), FloatToBf16(0.25f)};
+  ASSERT_TRUE(WriteSafetensors(path,
+                               {{"b", {bf16.data(), DType::kBF16, {3}}},
+                                {"a", {f32.data(), DType::kF32, {3}}}},
+                               {{"format", "pt"}})
+                  .ok());
+  auto file = SafetensorsFile::FromBytes("in-memory", ReadBytes(path));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->path(), "in-memory");
+  EXPECT_THAT((*file)->names(), ElementsAre("a", "b"));
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  const TensorView* a = (*file)->Find("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(std::memcmp(a->data, f32.data(), a->nbytes()), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data) % 4, 0u);
+  EXPECT_THAT(std::string(SafetensorsFile::FromBytes("x", "short").status().message()),
+              HasSubstr("x: file is 5 bytes, too short"));
+}
+
 TEST(SafetensorsFileTest, EmptyHeaderObjectIsAValidEmptyFile) {
   const std::string path = TestDir() + "/empty.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, {}).ok());
@@ -155,6 +183,8 @@ void ExpectInvalid(const std::string& path, const std::string& substring) {
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << file.status();
   EXPECT_THAT(std::string(file.status().message()), HasSubstr(substring));
   EXPECT_THAT(std::string(file.status().message()), HasSubstr(path));
+  // The in-memory entry point runs the same checks.
+  EXPECT_EQ(SafetensorsFile::FromBytes(path, ReadBytes(path)).status(), file.status());
 }
 
 TEST(SafetensorsFileTest, RejectsEmptyAndShortFiles) {
