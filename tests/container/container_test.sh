@@ -78,12 +78,12 @@ export CONTAINERS_CONF="$work/containers.conf"
 
 compose=(podman-compose -p "$project" -f "$src/deploy/docker-compose.yml")
 cleanup() {
-  local rc=$?
+  local rc=$? ids
   set +e
+  [[ -z "${cli_pid:-}" ]] || kill "$cli_pid" 2>/dev/null
   podman rm -f -t 0 "$ctr" >/dev/null 2>&1
   if [[ -n "${compose_up:-}" ]]; then
     "${compose[@]}" down -v >"$logs/compose-down.log" 2>&1
-    local ids
     mapfile -t ids < <(podman ps -aq --filter "label=io.podman.compose.project=$project")
     ((${#ids[@]} == 0)) || podman rm -f -t 0 "${ids[@]}" >/dev/null 2>&1
     mapfile -t ids < <(podman volume ls -q --filter "label=io.podman.compose.project=$project")
@@ -97,14 +97,15 @@ cleanup() {
     mapfile -t ids < <(podman images -aq --no-trunc | sort -u | comm -13 "$work/images-before" -)
     ((${#ids[@]} == 0)) || podman rmi -f "${ids[@]}" >/dev/null 2>&1
   fi
-  if [[ $rc -ne 0 && $rc -ne $SKIP ]]; then
-    echo "logs: $logs"
-    [[ -n "${VISMOE_CONTAINER_LOGS:-}" ]] || trap - EXIT  # keep $work for inspection
-  fi
-  [[ $rc -ne 0 && -z "${VISMOE_CONTAINER_LOGS:-}" ]] || rm -rf "$work"
+  ((rc == 0)) || echo "logs: $logs"
+  # After a failure $work is kept when it holds the logs.
+  if ((rc == 0)) || [[ -n "${VISMOE_CONTAINER_LOGS:-}" ]]; then rm -rf "$work"; fi
   exit "$rc"
 }
 trap cleanup EXIT
+# CTest's timeout and Ctrl-C end the script through the EXIT trap, so it cleans up.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # Port that nothing listens on now (published ports of the compose services).
 free_port() {
@@ -251,7 +252,7 @@ until [[ $(metric "$metrics_port" vismoe_running_requests) == 1 ]]; do
   sleep 0.2
 done
 stop_ns=$(date +%s%N)
-podman stop -t 150 "$ctr" >/dev/null
+podman stop -t 150 "$ctr" >/dev/null 2>>"$logs/podman.log"
 cli_rc=0
 wait "$cli_pid" || cli_rc=$?
 done_ns=$(date +%s%N)
@@ -269,9 +270,9 @@ drain_log=$(sed -n '/received SIGTERM/,/shutdown complete/p' "$logs/server.log")
 grep -q 'request .* ok:' <<<"$drain_log" || fail "server log shows no request completed during the drain"
 code=$(podman inspect -f '{{.State.ExitCode}}' "$ctr")
 ((code == 0)) || fail "server exited with $code after SIGTERM"
-echo "request finished $(((done_ns - stop_ns) / 1000000)) ms after SIGTERM with $drained tokens; server exit 0"
+echo "in-flight request completed with $drained tokens; podman stop (SIGTERM, drain, exit 0) took $(((done_ns - stop_ns) / 1000000)) ms"
 echo "$drain_log"
-podman rm -f "$ctr" >/dev/null
+podman rm -f "$ctr" >/dev/null 2>>"$logs/podman.log"
 
 # ---------------------------------------------------------------------------
 step "deploy/docker-compose.yml: vismoe + prometheus (podman-compose)"
