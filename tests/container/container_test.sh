@@ -255,6 +255,7 @@ stop_ns=$(date +%s%N)
 podman stop -t 150 "$ctr" >/dev/null 2>>"$logs/podman.log"
 cli_rc=0
 wait "$cli_pid" || cli_rc=$?
+cli_pid=""  # reaped: cleanup must not signal whatever gets the pid next
 done_ns=$(date +%s%N)
 podman logs "$ctr" >"$logs/server.log" 2>&1
 cat "$work/drain.err"
