@@ -61,7 +61,7 @@ class Scheduler {
   struct Options {
     int max_queue = 64;  // jobs waiting for a worker
     int workers = 1;     // jobs running on the engine at once
-    int preparers = 1;   // jobs being prepared at once
+    int preparers = 2;   // jobs being prepared at once
   };
 
   // REQUIRES: engine != nullptr; both pointers outlive the scheduler.

@@ -44,7 +44,7 @@ struct ServerOptions {
   // ---- admission ----
   int max_queue = 64;      // requests waiting for a worker
   int workers = 1;         // requests running on the engine at once
-  int prepare_threads = 1;  // requests prepared (images decoded, prompt built) at once
+  int prepare_threads = 2;  // requests prepared (images decoded, prompt built) at once
   int decode_threads = 2;  // concurrent image decodes
   absl::Duration drain_timeout = absl::Seconds(30);
   // ---- request limits ----
