@@ -179,8 +179,11 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
         // A missing feature adds zeros: the entry alone would add nothing.
         const float* f = k < in.deepstack.size() ? in.deepstack[k] : nullptr;
         std::vector<float>& rows = b.deepstack_rows[k];
-        if (f != nullptr) rows.insert(rows.end(), f, f + in.num_visual * h);
-        if (f == nullptr) rows.resize(rows.size() + in.num_visual * h, 0.0f);
+        if (f != nullptr) {
+          rows.insert(rows.end(), f, f + in.num_visual * h);
+        } else {
+          rows.resize(rows.size() + in.num_visual * h, 0.0f);
+        }
       }
     }
     b.visual_embeds = b.visual.data();

@@ -21,18 +21,12 @@
 #include "engine/offload/resident_expert_provider.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/reference_math.h"
 
 namespace vismoe {
 namespace {
 
-// Deterministic values in [-scale, scale).
-std::vector<float> Pattern(int64_t count, int64_t salt, float scale) {
-  std::vector<float> v(count);
-  for (int64_t i = 0; i < count; ++i) {
-    v[i] = scale * (static_cast<float>((i * 7919 + salt * 104729) % 2001) / 1000.0f - 1.0f);
-  }
-  return v;
-}
+using testing::Pattern;
 
 // Records what an observer is shown, to compare a sequence alone and batched.
 class Recorder final : public RouterObserver {

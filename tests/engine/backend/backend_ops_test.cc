@@ -28,9 +28,15 @@
 #include "engine/offload/resident_expert_provider.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/reference_math.h"
 
 namespace vismoe {
 namespace {
+
+using testing::AsDouble;
+using testing::MatMulT;
+using testing::ExpectClose;
+using testing::Pattern;
 
 // ---- The models of the table ------------------------------------------------
 
@@ -68,29 +74,6 @@ std::vector<Model> Models() {
 }
 
 // ---- The reference ----------------------------------------------------------
-
-std::vector<double> AsDouble(const TensorView& t) {
-  std::vector<float> f(static_cast<size_t>(t.numel()));
-  ToFloat(t.dtype, t.data, f.size(), f.data());
-  return std::vector<double>(f.begin(), f.end());
-}
-
-// y[n, out] = x[n, in] . W[out, in]^T (+ b).
-std::vector<double> MatMulT(const std::vector<double>& x, int64_t n, int64_t in,
-                            const TensorView& w, const TensorView& b) {
-  const std::vector<double> wd = AsDouble(w);
-  const int64_t out = w.shape[0];
-  const std::vector<double> bd = b.empty() ? std::vector<double>(out, 0.0) : AsDouble(b);
-  std::vector<double> y(n * out);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = bd[o];
-      for (int64_t k = 0; k < in; ++k) s += x[i * in + k] * wd[o * in + k];
-      y[i * out + o] = s;
-    }
-  }
-  return y;
-}
 
 void RmsNormRows(std::vector<double>& x, int64_t rows, int64_t dim, const TensorView& g, double eps,
                  int64_t stride, int64_t offset) {
@@ -323,20 +306,6 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
 
 // ---- Comparison -------------------------------------------------------------
 
-// Max |a - b| against tol * max(1, max |b|).
-void ExpectClose(const float* got, const std::vector<double>& want, double rel,
-                 const std::string& what) {
-  double scale = 1.0, worst = 0.0;
-  for (double v : want) scale = std::max(scale, std::fabs(v));
-  size_t at = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (d > worst) worst = d, at = i;
-  }
-  EXPECT_LE(worst, rel * scale) << what << ": max |diff| " << worst << " at " << at << " (got "
-                                << got[at] << ", want " << want[at] << "), scale " << scale;
-}
-
 // ---- The table ----------------------------------------------------------------
 
 struct Shape {
@@ -353,15 +322,6 @@ std::vector<int> Tokens(int64_t n, int vocab, int64_t salt) {
   std::vector<int> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int>((37 * (i + salt) + 11) % (vocab - 64));
   return ids;
-}
-
-// Deterministic values in [-scale, scale).
-std::vector<float> Pattern(int64_t count, int64_t salt, float scale) {
-  std::vector<float> v(count);
-  for (int64_t i = 0; i < count; ++i) {
-    v[i] = scale * (static_cast<float>((i * 7919 + salt * 104729) % 2001) / 1000.0f - 1.0f);
-  }
-  return v;
 }
 
 // The visual part of a step: which rows, their embeddings, DeepStack

@@ -25,9 +25,15 @@
 #include "engine/model/vision_weights.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/reference_math.h"
 
 namespace vismoe {
 namespace {
+
+using testing::AsDouble;
+using testing::MatMulT;
+using testing::ExpectClose;
+using testing::Pattern;
 
 struct Model {
   std::string name;
@@ -55,29 +61,6 @@ std::vector<Model> Models() {
 }
 
 // ---- The reference ----------------------------------------------------------
-
-std::vector<double> AsDouble(const TensorView& t) {
-  std::vector<float> f(static_cast<size_t>(t.numel()));
-  ToFloat(t.dtype, t.data, f.size(), f.data());
-  return std::vector<double>(f.begin(), f.end());
-}
-
-// y[n, out] = x[n, in] . W[out, in]^T + b.
-std::vector<double> MatMulT(const std::vector<double>& x, int64_t n, int64_t in,
-                            const TensorView& w, const TensorView& b) {
-  const std::vector<double> wd = AsDouble(w);
-  const std::vector<double> bd = AsDouble(b);
-  const int64_t out = static_cast<int64_t>(bd.size());
-  std::vector<double> y(n * out);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = bd[o];
-      for (int64_t k = 0; k < in; ++k) s += x[i * in + k] * wd[o * in + k];
-      y[i * out + o] = s;
-    }
-  }
-  return y;
-}
 
 std::vector<double> LayerNormRows(const std::vector<double>& x, int64_t dim, const TensorView& w,
                                   const TensorView& b, double eps) {
@@ -199,29 +182,6 @@ void ReferenceStep::Attention(int block, bool saliency) {
 }
 
 // ---- Comparison -------------------------------------------------------------
-
-// Max |got - want| against rel * max(1, max |want|).
-void ExpectClose(const float* got, const std::vector<double>& want, double rel,
-                 const std::string& what) {
-  double scale = 1.0, worst = 0.0;
-  for (double v : want) scale = std::max(scale, std::fabs(v));
-  size_t at = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(d <= worst)) worst = d, at = i;  // NaN is the worst
-  }
-  EXPECT_LE(worst, rel * scale) << what << ": max |diff| " << worst << " at " << at << " (got "
-                                << got[at] << ", want " << want[at] << "), scale " << scale;
-}
-
-// Deterministic values in [-scale, scale).
-std::vector<float> Pattern(int64_t count, int64_t salt, float scale) {
-  std::vector<float> v(count);
-  for (int64_t i = 0; i < count; ++i) {
-    v[i] = scale * (static_cast<float>((i * 7919 + salt * 104729) % 2001) / 1000.0f - 1.0f);
-  }
-  return v;
-}
 
 // A step's host inputs for `grids`: pattern patches and position embeddings,
 // the real rotary tables.
