@@ -80,6 +80,9 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.workers = 0;
   fails(o, "workers");
   o = base;
+  o.prepare_threads = 0;
+  fails(o, "prepare_threads");
+  o = base;
   o.backend = "tpu";
   fails(o, "backend");
   o = base;
