@@ -208,7 +208,10 @@ TEST(SchedulerTest, DrainTimeoutCancelsRunningAndQueued) {
 TEST(SchedulerTest, PreparesTheNextJobWhileTheEngineRuns) {
   testing::FakeEngine engine;
   engine.Hold();
-  auto scheduler = std::move(*Scheduler::Create({4, /*workers=*/1}, &engine, nullptr));
+  // One preparer: with two, b and c could both be in preparation at once
+  // (the bound counts prepared jobs, not jobs being prepared).
+  auto scheduler =
+      std::move(*Scheduler::Create({4, /*workers=*/1, /*preparers=*/1}, &engine, nullptr));
   std::atomic<int> prepared{0};
   auto count = [&] { prepared.fetch_add(1); };
   Outcome a, b, c;
