@@ -136,6 +136,12 @@ const prometheus::Histogram::BucketBoundaries kImageDecodeBuckets = {
 const prometheus::Histogram::BucketBoundaries kPolicyBuckets = {
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1};
 
+// Sequences per step and rows per step: powers of two up to large batches
+// and long prefill chunks.
+const prometheus::Histogram::BucketBoundaries kBatchSizeBuckets = {1, 2, 4, 8, 16, 32, 64, 128};
+const prometheus::Histogram::BucketBoundaries kStepTokensBuckets = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+
 const char* SlotStateName(int s) {
   static const char* const kNames[] = {"free", "required", "speculative", "expired"};
   return kNames[s];
@@ -282,6 +288,7 @@ ServerMetrics::ServerMetrics(const Options& options)
                                "Time of one token-compression pass.", kPolicyBuckets);
   predictor_ = &NewHistogram(r, "vismoe_predictor_seconds", "Time of one expert-predictor refresh.",
                              kPolicyBuckets);
+  RegisterSchedulerMetrics(r);
 
   // Zero series so request-rate, error-rate and rate(hits)/rate(queries)
   // panels and alerts have data (0, not "no data") before the first request
@@ -343,6 +350,42 @@ void ServerMetrics::ObserveResult(const GenerateResult& r) {
 
 void ServerMetrics::ObserveImageDecode(double seconds) {
   if (ValidSeconds(seconds)) image_decode_->Observe(seconds);
+}
+
+void ServerMetrics::RegisterSchedulerMetrics(prometheus::Registry& r) {
+  auto& sequences = prometheus::BuildGauge()
+                        .Name("vismoe_engine_sequences")
+                        .Help("Requests inside the engine: running in its forward steps "
+                              "(holding KV blocks) or waiting to be admitted.")
+                        .Register(r);
+  sequences_running_ = &sequences.Add({{"state", "running"}});
+  sequences_waiting_ = &sequences.Add({{"state", "waiting"}});
+  auto& blocks = prometheus::BuildGauge()
+                     .Name("vismoe_kv_blocks")
+                     .Help("KV cache blocks (16 tokens) reserved by running requests, and free.")
+                     .Register(r);
+  kv_blocks_used_ = &blocks.Add({{"state", "used"}});
+  kv_blocks_free_ = &blocks.Add({{"state", "free"}});
+  batch_size_ = &NewHistogram(r, "vismoe_batch_size", "Sequences in one forward step.",
+                              kBatchSizeBuckets);
+  step_tokens_ = &NewHistogram(r, "vismoe_step_tokens",
+                               "Rows of one forward step (decode tokens + prefill chunk tokens).",
+                               kStepTokensBuckets);
+}
+
+void ServerMetrics::OnSchedulerStep(int sequences, int64_t tokens) {
+  batch_size_->Observe(static_cast<double>(sequences));
+  step_tokens_->Observe(static_cast<double>(tokens));
+}
+
+void ServerMetrics::SetSequences(int64_t running, int64_t waiting) {
+  sequences_running_->Set(static_cast<double>(running));
+  sequences_waiting_->Set(static_cast<double>(waiting));
+}
+
+void ServerMetrics::SetKvBlocks(int64_t used, int64_t total) {
+  kv_blocks_used_->Set(static_cast<double>(used));
+  kv_blocks_free_->Set(static_cast<double>(total - used));
 }
 
 void ServerMetrics::SetQueueDepth(int64_t n) { queue_depth_->Set(static_cast<double>(n)); }

@@ -128,6 +128,9 @@ class ServerMetrics : public StatsSink {
   void OnPredictorTime(double seconds) override;
   void SetSlotCount(SlotState state, int64_t count) override;
   void SetMemoryRegion(std::string_view region, int64_t bytes) override;
+  void OnSchedulerStep(int sequences, int64_t tokens) override;
+  void SetSequences(int64_t running, int64_t waiting) override;
+  void SetKvBlocks(int64_t used, int64_t total) override;
 
   // TCP port the exposer listens on (resolved when 0 was asked); 0 without
   // an exposer.
@@ -144,6 +147,8 @@ class ServerMetrics : public StatsSink {
   explicit ServerMetrics(const Options& options);
   // REQUIRES: layer >= 0.
   CachePair& CacheSeries(Phase phase, int layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine's batch scheduler: sequences, KV blocks, per-step histograms.
+  void RegisterSchedulerMetrics(prometheus::Registry& r);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<SlidingWindowRatios> window_;
@@ -165,6 +170,12 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* visual_pruned_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* running_requests_ = nullptr;
+  prometheus::Gauge* sequences_running_ = nullptr;
+  prometheus::Gauge* sequences_waiting_ = nullptr;
+  prometheus::Gauge* kv_blocks_used_ = nullptr;
+  prometheus::Gauge* kv_blocks_free_ = nullptr;
+  prometheus::Histogram* batch_size_ = nullptr;
+  prometheus::Histogram* step_tokens_ = nullptr;
   prometheus::Gauge* slots_[4] = {};  // indexed by SlotState
   prometheus::Histogram* ttft_ = nullptr;
   prometheus::Histogram* tpot_ = nullptr;

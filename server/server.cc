@@ -130,6 +130,9 @@ absl::Status VismoeServer::LoadModel() {
   eo.num_threads = options_.engine_threads;
   eo.gpu_memory_budget_bytes = options_.gpu_memory_budget;
   eo.max_context_tokens = options_.max_context_tokens;
+  eo.max_running_sequences = options_.workers;
+  eo.max_step_tokens = options_.max_step_tokens;
+  eo.kv_cache_tokens = options_.kv_cache_tokens;
   eo.offload.pinned_layers = options_.pinned_layers;
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;

@@ -54,7 +54,14 @@ ABSL_FLAG(std::string, api_key, "",
 ABSL_FLAG(std::string, api_key_file, "", "File holding the API key (alternative to --api_key)");
 ABSL_FLAG(int, max_queue, kDefaults.max_queue,
           "Requests waiting for a worker; beyond it calls get RESOURCE_EXHAUSTED");
-ABSL_FLAG(int, workers, kDefaults.workers, "Requests running on the engine at once");
+ABSL_FLAG(int, workers, kDefaults.workers,
+          "Requests the engine runs at once, batched into each forward step");
+ABSL_FLAG(int, max_step_tokens, kDefaults.max_step_tokens,
+          "Rows of one forward step: every running request's decode token plus chunks of "
+          "prompts being prefilled (>= --workers)");
+ABSL_FLAG(int, kv_cache_tokens, kDefaults.kv_cache_tokens,
+          "KV cache tokens shared by all running requests (each reserves its prompt plus "
+          "max_new_tokens); 0 = --max_context_tokens");
 ABSL_FLAG(int, prepare_threads, kDefaults.prepare_threads,
           "Requests prepared (images decoded, prompt tokenized) at once, off the engine's workers");
 ABSL_FLAG(int, decode_threads, kDefaults.decode_threads, "Concurrent image decodes");
@@ -212,6 +219,8 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(api_key_file),
       VISMOE_INT_OPTION(max_queue),
       VISMOE_INT_OPTION(workers),
+      VISMOE_INT_OPTION(max_step_tokens),
+      VISMOE_INT_OPTION(kv_cache_tokens),
       VISMOE_INT_OPTION(prepare_threads),
       VISMOE_INT_OPTION(decode_threads),
       OptionDef{"drain_timeout",
@@ -353,6 +362,16 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   }
   if (o->max_queue < 0) return absl::InvalidArgumentError("option max_queue must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequirePositive("workers", o->workers));
+  if (o->max_step_tokens < o->workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option max_step_tokens (", o->max_step_tokens, ") must be >= workers (", o->workers,
+        "): every running request decodes one token per step"));
+  }
+  if (o->kv_cache_tokens != 0 && o->kv_cache_tokens < o->max_context_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option kv_cache_tokens (", o->kv_cache_tokens, ") must be 0 or >= max_context_tokens (",
+        o->max_context_tokens, ")"));
+  }
   VISMOE_RETURN_IF_ERROR(RequirePositive("prepare_threads", o->prepare_threads));
   VISMOE_RETURN_IF_ERROR(RequirePositive("decode_threads", o->decode_threads));
   if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");

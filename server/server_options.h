@@ -43,7 +43,9 @@ struct ServerOptions {
   std::string api_key_file;  // alternative to api_key
   // ---- admission ----
   int max_queue = 64;      // requests waiting for a worker
-  int workers = 1;         // requests running on the engine at once
+  int workers = 8;         // requests the engine runs at once, batched into each step
+  int max_step_tokens = 2048;  // rows of one forward step (decode tokens + prefill chunks)
+  int kv_cache_tokens = 0;    // KV cache shared by all requests; 0 = max_context_tokens
   int prepare_threads = 2;  // requests prepared (images decoded, prompt built) at once
   int decode_threads = 2;  // concurrent image decodes
   absl::Duration drain_timeout = absl::Seconds(30);

@@ -2,9 +2,11 @@
 // engine/api/stats_sink.h, the only engine headers the server includes).
 // Loads one model and runs requests on it.
 //
-// Thread safety: Prepare() and Generate() may be called from several threads;
-// Prepare runs concurrently, Generate calls are serialised internally until
-// batched decoding lands (one sequence at a time).
+// Thread safety: Prepare() and Generate() may be called from several threads.
+// Prepare runs concurrently on the calling threads; concurrent Generate calls
+// are batched: the engine's step thread runs up to max_running_sequences of
+// them in each forward step (continuous batching, engine/runtime/), and each
+// Generate call blocks until its request has finished.
 // Ownership: the engine owns its model, weights (mmapped or synthetic), device memory plan
 // and thread pool. The StatsSink in the options is not owned and must outlive
 // the engine.
@@ -45,6 +47,16 @@ struct EngineOptions {
   // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.
   std::string calibration_profile;
   int max_context_tokens = 32768;  // KV cache capacity per sequence
+  // Continuous batching: sequences in one forward step, and the rows of a step
+  // (every running sequence's decode token plus chunks of prompts being
+  // prefilled). A prompt with token compression is prefilled in one step.
+  int max_running_sequences = 8;
+  int max_step_tokens = 2048;
+  // Tokens of KV cache shared by all sequences; each reserves its prompt plus
+  // max_new_tokens (capped at max_context_tokens) when it starts. 0 =
+  // max_context_tokens (room for one full-length sequence). Counts against the
+  // memory budget.
+  int64_t kv_cache_tokens = 0;
   StatsSink* stats = nullptr;      // not owned; null = drop stats
   // Seeded random BF16 weights of the config's exact shapes instead of the
   // safetensors (engine/model/synthetic_weights.h): model_path then needs only
@@ -68,16 +80,19 @@ struct ModelInfo {
   bool has_vision = false;
 };
 
+// The callbacks run on the engine's step thread, between forward steps,
+// one request after another: they must return quickly and must not call
+// into the engine.
 struct GenerateCallbacks {
   // Called with each piece of complete UTF-8 text as it is produced; return
   // false to cancel the request (finish reason kCancelled).
   std::function<bool(const TokenDelta&)> on_delta;
-  // Polled between decode steps (and between prefill layers); true cancels.
+  // Polled before each forward step (and between prefill layers when the
+  // request runs alone); true cancels.
   std::function<bool()> is_cancelled;
   // Optional extra observer of every forward step of this request (routing,
   // residuals, MoE outputs, visual summary), after the engine's own expert
-  // predictor; vismoe-calibrate records traces with it. Not owned; called on
-  // the Generate thread.
+  // predictor; vismoe-calibrate records traces with it. Not owned.
   RouterObserver* router_observer = nullptr;
 };
 
@@ -124,9 +139,11 @@ class Engine {
   virtual absl::StatusOr<std::unique_ptr<PreparedRequest>> Prepare(
       const GenerateRequest& request) = 0;
 
-  // Runs a prepared request to completion on the calling thread, streaming
-  // deltas. A cancelled request returns OK with finish_reason kCancelled and
-  // the tokens produced so far.
+  // Runs a prepared request to completion, batched with the other running
+  // requests, streaming deltas; blocks the calling thread until it ends. A
+  // cancelled request returns OK with finish_reason kCancelled and the tokens
+  // produced so far; a request whose KV need exceeds kv_cache_tokens is
+  // InvalidArgument.
   // REQUIRES: `prepared` came from this engine's Prepare.
   virtual absl::StatusOr<GenerateResult> Generate(const PreparedRequest& prepared,
                                                   const GenerateCallbacks& callbacks) = 0;

@@ -35,6 +35,14 @@ class StatsSink {
   // Device memory carved for a region: "resident", "pinned_prefix",
   // "slab_cache", "activations", "kv_cache" (gauge).
   virtual void SetMemoryRegion(std::string_view region, int64_t bytes) = 0;
+  // One forward step of the batch scheduler: how many sequences and rows
+  // (decode tokens + prefill chunk tokens) it ran.
+  virtual void OnSchedulerStep(int sequences, int64_t tokens) = 0;
+  // Sequences the engine is running (admitted, holding KV blocks) and
+  // waiting to be admitted (gauges).
+  virtual void SetSequences(int64_t running, int64_t waiting) = 0;
+  // KV cache blocks reserved by running sequences, of the pool's total (gauges).
+  virtual void SetKvBlocks(int64_t used, int64_t total) = 0;
 };
 
 // A sink that drops everything; the default when nobody listens.
@@ -51,6 +59,9 @@ class NullStatsSink final : public StatsSink {
   void OnPredictorTime(double) override {}
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
+  void OnSchedulerStep(int, int64_t) override {}
+  void SetSequences(int64_t, int64_t) override {}
+  void SetKvBlocks(int64_t, int64_t) override {}
 };
 
 }  // namespace vismoe

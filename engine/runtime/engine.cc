@@ -1,5 +1,5 @@
-// Engine implementation: one model, one sequence at a time (Generate is
-// serialised), on the backend the registry picks (engine/backends/registry.h):
+// Engine implementation: one model, its requests batched by a step thread
+// (engine/runtime/batch_loop.h), on the backend the registry picks (engine/backends/registry.h):
 // its DecoderOps under the one decoder of the family, its VisionOps under the
 // one vision tower, and its offload device. Tokenizer, image preprocessing, sampling and the policies
 // run on the host either way; a backend whose decoder reads experts from
@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -39,9 +38,14 @@
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
 #include "engine/policy/token_compressor.h"
+#include "engine/runtime/batch_loop.h"
+#include "engine/runtime/kv_block_pool.h"
+#include "engine/runtime/local_prepared.h"
+#include "engine/runtime/model_runner.h"
 #include "engine/runtime/prompt_builder.h"
 #include "engine/runtime/sampler.h"
-#include "engine/runtime/stop_matcher.h"
+#include "engine/runtime/sequence.h"
+#include "engine/runtime/step_scheduler.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
@@ -64,55 +68,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b);
-
-// Total time, and TTFT / TPOT once a token (or the end of sequence) came.
-void FillTimings(Clock::time_point start, Clock::time_point first_token, GenerateResult* result) {
-  const Clock::time_point end = Clock::now();
-  result->usage.completion_tokens = static_cast<int>(result->token_ids.size());
-  result->timings.total_seconds = Seconds(start, end);
-  if (result->token_ids.empty() && result->finish_reason != FinishReason::kEos) return;
-  if (first_token == Clock::time_point()) first_token = end;
-  result->timings.ttft_seconds = Seconds(start, first_token);
-  if (result->token_ids.size() > 1) {
-    result->timings.tpot_seconds =
-        Seconds(first_token, end) / static_cast<double>(result->token_ids.size() - 1);
-  }
-}
+// Tokens a KV cache block holds (the pool's unit of admission).
+constexpr int64_t kKvBlockTokens = 16;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// Mean of the rows `rows` (all rows when null) of x [*, width]: the visual
-// summary h_v (VisMMOE Eq. 6).
-std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
-                            const std::vector<int64_t>* rows) {
-  std::vector<float> mean(static_cast<size_t>(width), 0.0f);
-  const int64_t n = rows != nullptr ? static_cast<int64_t>(rows->size())
-                                    : static_cast<int64_t>(x.size()) / std::max<int64_t>(width, 1);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* r = x.data() + (rows != nullptr ? (*rows)[i] : i) * width;
-    for (int64_t d = 0; d < width; ++d) mean[d] += r[d];
-  }
-  if (n > 0) {
-    for (float& v : mean) v /= static_cast<float>(n);
-  }
-  return mean;
-}
-
-// What a request turns into before the model runs.
-// A LocalEngine's prepared request: the prompt and the checked compression.
-class LocalPrepared final : public PreparedRequest {
- public:
-  LocalPrepared(GenerateRequest request, Prompt prompt, TokenCompressorOptions compression,
-                double seconds)
-      : PreparedRequest(std::move(request), static_cast<int>(prompt.ids.size()), seconds),
-        prompt(std::move(prompt)),
-        compression(std::move(compression)) {}
-  const Prompt prompt;
-  const TokenCompressorOptions compression;
-};
 
 class LocalEngine final : public Engine {
  public:
@@ -141,15 +102,14 @@ class LocalEngine final : public Engine {
   // The request's token compression, checked; and the request's predictor,
   // which must be the engine's.
   absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
-  // Generate's parts (under mu_): the prefill step, which leaves the first
-  // logits; the decode loop; the request's offload counters.
-  absl::Status Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
-                       RouterObserver* observers, GenerateResult* result,
-                       std::vector<float>* logits);
-  absl::Status Decode(const LocalPrepared& p, const GenerateCallbacks& callbacks,
-                      RouterObserver* observers, std::vector<float>* logits, GenerateResult* result,
-                      Clock::time_point* first_token);
-  void TakeOffloadStats(uint64_t queries_before, GenerateResult* result);
+  // Create's last step: the KV block pool, step scheduler, model runner and
+  // the step thread.
+  void StartLoop();
+  // The KV pool's size in tokens, and its bytes.
+  int64_t KvTokens() const;
+  int64_t KvBytes() const;
+  // The expert counters since the last call (the step thread's only).
+  OffloadStats TakeStepStats();
 
   EngineOptions options_;
   ModelInfo info_;
@@ -170,15 +130,26 @@ class LocalEngine final : public Engine {
   std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
   RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
-  std::mutex mu_;                                   // serialises Generate (batch 1)
-  std::unique_ptr<KvCache> cache_;                  // guarded by mu_
   int compress_layer_ = 0;                          // decoder layer token compression runs before
+  uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
+  std::unique_ptr<KvBlockPool> kv_pool_;
+  std::unique_ptr<StepScheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  // Last, so that it is destroyed (its thread joined) before what it uses.
+  std::unique_ptr<BatchLoop> loop_;
 };
 
 absl::Status CheckOptions(const EngineOptions& options) {
   if (options.max_context_tokens < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
+  }
+  VISMOE_RETURN_IF_ERROR(
+      CheckStepLimits({options.max_running_sequences, options.max_step_tokens}));
+  if (options.kv_cache_tokens != 0 && options.kv_cache_tokens < options.max_context_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_cache_tokens (", options.kv_cache_tokens, ") must be 0 or >= max_context_tokens (",
+        options.max_context_tokens, "), so that one full-length sequence fits"));
   }
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(
@@ -221,6 +192,7 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
                                          profile.has_value() ? &*profile : nullptr));
   VISMOE_RETURN_IF_ERROR(e->SetUpCompression());
   e->FillInfo();
+  e->StartLoop();
   return std::unique_ptr<Engine>(std::move(e));
 }
 
@@ -269,8 +241,7 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,
                                                          Qwen3VlMoeModel::TextPrefix(config_)));
-  VISMOE_ASSIGN_OR_RETURN(cache_, model_->CreateKvCache(options_.max_context_tokens));
-  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", cache_->bytes());
+  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", KvBytes());
   return activation_bytes;
 }
 
@@ -295,7 +266,7 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   po.budget_bytes = options_.gpu_memory_budget_bytes;
   po.pinned_layers = options_.offload.pinned_layers;
   po.activation_bytes = activation_bytes;
-  po.kv_cache_bytes = static_cast<int64_t>(cache_->bytes());
+  po.kv_cache_bytes = KvBytes();
   if (po.pinned_layers == -1 && profile != nullptr && !profile->pinned.cost.empty()) {
     po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
   }
@@ -393,132 +364,49 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
       std::move(kept), std::move(prompt), std::move(co), Seconds(start, Clock::now())));
 }
 
-absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
-                                  RouterObserver* observers, GenerateResult* result,
-                                  std::vector<float>* logits) {
-  const Prompt& prompt = p.prompt;
-  DecoderInput in;
-  in.tokens = prompt.ids;
-  in.phase = Phase::kPrefill;
-  in.is_cancelled = callbacks.is_cancelled;
-  in.observer = observers;
-  VisionOutput vision;
-  if (!prompt.grids.empty()) {
-    VISMOE_ASSIGN_OR_RETURN(vision, vision_->Forward(prompt.patches, prompt.grids));
-    result->usage.visual_tokens_before = static_cast<int>(vision.num_tokens);
-    result->usage.visual_tokens_after = static_cast<int>(vision.num_tokens);
-    in.positions = prompt.mrope.positions;
-    in.visual_embeds = vision.embeds.data();
-    in.num_visual = vision.num_tokens;
-    for (const auto& ds : vision.deepstack) in.deepstack.push_back(ds.data());
-  }
-  std::unique_ptr<TokenCompressor> compressor;
-  std::unique_ptr<CompressionSession> compression;  // only off the exact path
-  if (!prompt.grids.empty() && p.compression.kind != "none") {
-    VISMOE_ASSIGN_OR_RETURN(compressor, MakeTokenCompressor(p.compression));
-    compression = std::make_unique<CompressionSession>(
-        compressor.get(), prompt.ids, config_.image_token_id, vision.tokens_per_image,
-        vision.saliency, compress_layer_, observers);
-    compression->Install(&in);
-    if (observers != nullptr) {
-      // h_v again, over the visual tokens that survived.
-      in.select_kept_rows =
-          [&, select = std::move(in.select_kept_rows)]() -> absl::StatusOr<std::vector<int64_t>> {
-        absl::StatusOr<std::vector<int64_t>> rows = select();
-        if (rows.ok()) {
-          observers->OnVisualSummary(
-              MeanRows(vision.embeds, vision.out_hidden, &compression->kept_visual()));
-        }
-        return rows;
-      };
-    }
-  }
-  if (observers != nullptr && !prompt.grids.empty()) {
-    observers->OnVisualSummary(MeanRows(vision.embeds, vision.out_hidden, nullptr));
-  }
-  VISMOE_RETURN_IF_ERROR(model_->Forward(in, cache_.get(), provider_, logits));
-  if (compression != nullptr) {
-    result->usage.visual_tokens_after = static_cast<int>(compression->visual_after());
-    if (options_.stats != nullptr) {
-      options_.stats->OnVisualTokensPruned(
-          static_cast<uint64_t>(compression->visual_before() - compression->visual_after()));
-      options_.stats->OnCompressionTime(compression->seconds());
-    }
-  }
-  return absl::OkStatus();
+int64_t LocalEngine::KvTokens() const {
+  const int64_t tokens =
+      options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : options_.max_context_tokens;
+  return (tokens + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
 }
 
-absl::Status LocalEngine::Decode(const LocalPrepared& p, const GenerateCallbacks& callbacks,
-                                 RouterObserver* observers, std::vector<float>* logits,
-                                 GenerateResult* result, Clock::time_point* first_token) {
-  const SamplingParams& sp = p.request().sampling;
-  const int64_t rope_delta = p.prompt.grids.empty() ? 0 : p.prompt.mrope.rope_delta;
-  Sampler sampler(sp);
-  StreamDecoder decoder(tokenizer_.get(), /*skip_special=*/true);
-  StopMatcher stops(sp.stop);
-  std::vector<int> delta_ids;
-  // Sends text (and the ids produced since the last delta); false = cancel.
-  auto emit = [&](const std::string& text, bool force) {
-    if (text.empty() && !force) return true;
-    if (text.empty() && delta_ids.empty()) return true;
-    TokenDelta d{text, std::move(delta_ids)};
-    delta_ids.clear();
-    return !callbacks.on_delta || callbacks.on_delta(d);
-  };
-  for (;;) {
-    const int tok = sampler.Sample(*logits);
-    if (result->token_ids.empty()) *first_token = Clock::now();
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end()) {
-      result->finish_reason = FinishReason::kEos;
-      break;
-    }
-    result->token_ids.push_back(tok);
-    delta_ids.push_back(tok);
-    StopMatcher::Step step = stops.Push(decoder.Push(tok));
-    if (!emit(step.ready, false)) {
-      result->finish_reason = FinishReason::kCancelled;
-      break;
-    }
-    if (step.stopped) {
-      emit("", true);
-      result->finish_reason = FinishReason::kStopString;
-      break;
-    }
-    if (static_cast<int>(result->token_ids.size()) >= sp.max_new_tokens ||
-        !cache_->CheckRoom(1).ok()) {
-      result->finish_reason = FinishReason::kLength;
-      break;
-    }
-    if (callbacks.is_cancelled && callbacks.is_cancelled()) {
-      result->finish_reason = FinishReason::kCancelled;
-      break;
-    }
-    DecoderInput next;
-    next.tokens = absl::MakeConstSpan(&result->token_ids.back(), 1);
-    next.phase = Phase::kDecode;
-    const int64_t pos = cache_->length() + rope_delta;
-    next.positions = {pos, pos, pos};
-    next.observer = observers;
-    VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, logits));
-  }
-  if (result->finish_reason == FinishReason::kEos ||
-      result->finish_reason == FinishReason::kLength) {
-    StopMatcher::Step step = stops.Push(decoder.Flush());
-    std::string rest = step.ready + (step.stopped ? "" : stops.Flush());
-    if (step.stopped) result->finish_reason = FinishReason::kStopString;
-    emit(rest, true);  // the caller can no longer cancel anything here
-  }
-  result->text = stops.emitted();
-  return absl::OkStatus();
+// What the caches of KvTokens() rows take (KvCache::bytes(): fp32 keys and values).
+int64_t LocalEngine::KvBytes() const {
+  const TextConfig& t = config_.text;
+  return 2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * KvTokens() *
+         static_cast<int64_t>(sizeof(float));
 }
 
-void LocalEngine::TakeOffloadStats(uint64_t queries_before, GenerateResult* result) {
-  if (offload_ != nullptr) {
-    result->offload = offload_->TakeRequestStats();
-  } else {
-    result->offload.cache_queries = experts_->queries() - queries_before;
-    result->offload.cache_hits = result->offload.cache_queries;  // everything is resident
-  }
+OffloadStats LocalEngine::TakeStepStats() {
+  if (offload_ != nullptr) return offload_->TakeRequestStats();
+  OffloadStats s;  // resident: every expert lookup is a hit
+  const uint64_t queries = experts_->queries();
+  s.cache_queries = queries - last_queries_;
+  s.cache_hits = s.cache_queries;
+  last_queries_ = queries;
+  return s;
+}
+
+void LocalEngine::StartLoop() {
+  kv_pool_ = std::make_unique<KvBlockPool>(KvTokens(), kKvBlockTokens);
+  scheduler_ = std::make_unique<StepScheduler>(
+      StepLimits{options_.max_running_sequences, options_.max_step_tokens}, kv_pool_.get());
+  RunnerParts parts;
+  parts.model = model_.get();
+  parts.vision = vision_.get();
+  parts.experts = provider_;
+  parts.take_stats = [this] { return TakeStepStats(); };
+  parts.stats = options_.stats;
+  parts.image_token_id = config_.image_token_id;
+  parts.compress_layer = compress_layer_;
+  runner_ = std::make_unique<ModelRunner>(std::move(parts));
+  // A sequence that arrives at an idle engine starts the predictor afresh
+  // and gets only its own counters, as a request running alone always did.
+  loop_ = std::make_unique<BatchLoop>(scheduler_.get(), runner_.get(), kv_pool_.get(),
+                                      options_.stats, [this] {
+                                        TakeStepStats();
+                                        if (offload_ != nullptr) offload_->BeginRequest();
+                                      });
 }
 
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prepared,
@@ -531,32 +419,13 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   const Clock::time_point start =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(p->prepare_seconds()));
-  std::lock_guard<std::mutex> lock(mu_);
-  GenerateResult result;
-  const uint64_t queries_before = experts_->queries();
-  result.usage.prompt_tokens = p->prompt_tokens();
-  // Observers of every forward step: [compression ->] predictor -> caller's.
-  ObserverChain chain{predictor_, callbacks.router_observer};
-  RouterObserver* const observers = chain.Head();
-  cache_->Clear();
-  if (offload_ != nullptr) {
-    offload_->TakeRequestStats();  // start this request's slice
-    offload_->BeginRequest();
-  }
-  std::vector<float> logits;
-  absl::Status st = Prefill(*p, callbacks, observers, &result, &logits);
-  if (absl::IsCancelled(st)) {
-    result.finish_reason = FinishReason::kCancelled;
-    TakeOffloadStats(queries_before, &result);
-    result.timings.total_seconds = Seconds(start, Clock::now());
-    return result;
-  }
-  VISMOE_RETURN_IF_ERROR(st);
-  Clock::time_point first_token;
-  VISMOE_RETURN_IF_ERROR(Decode(*p, callbacks, observers, &logits, &result, &first_token));
-  TakeOffloadStats(queries_before, &result);
-  FillTimings(start, first_token, &result);
-  return result;
+  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_,
+               options_.max_context_tokens, start);
+  seq.result.usage.prompt_tokens = p->prompt_tokens();
+  loop_->Submit(&seq);
+  seq.done.WaitForNotification();
+  if (!seq.status.ok()) return seq.status;
+  return std::move(seq.result);
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ class CountingSink final : public StatsSink {
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
+  void OnSchedulerStep(int, int64_t) override {}
+  void SetSequences(int64_t, int64_t) override {}
+  void SetKvBlocks(int64_t, int64_t) override {}
   void OnExpertQuery(Phase, int, bool hit) override {
     ++queries;
     hits += hit ? 1 : 0;

@@ -1,0 +1,30 @@
+// LocalPrepared: the PreparedRequest that LocalEngine::Prepare makes -- the
+// built prompt (ids, patches, positions) and the request's checked token
+// compression.
+// Thread safety: immutable after construction.
+// Ownership: owns its prompt; the caller of Prepare owns the object.
+#ifndef VISMOE_ENGINE_RUNTIME_LOCAL_PREPARED_H_
+#define VISMOE_ENGINE_RUNTIME_LOCAL_PREPARED_H_
+
+#include <utility>
+
+#include "engine/api/engine.h"
+#include "engine/policy/token_compressor_options.h"
+#include "engine/runtime/prompt_builder.h"
+
+namespace vismoe {
+
+class LocalPrepared final : public PreparedRequest {
+ public:
+  LocalPrepared(GenerateRequest request, Prompt prompt, TokenCompressorOptions compression,
+                double seconds)
+      : PreparedRequest(std::move(request), static_cast<int>(prompt.ids.size()), seconds),
+        prompt(std::move(prompt)),
+        compression(std::move(compression)) {}
+  const Prompt prompt;
+  const TokenCompressorOptions compression;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_RUNTIME_LOCAL_PREPARED_H_

@@ -1,0 +1,198 @@
+#include "engine/runtime/model_runner.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "engine/core/status_macros.h"
+
+namespace vismoe {
+namespace {
+
+// The mean of the rows of x [n, width] (of `rows` only, when given).
+std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
+                            const std::vector<int64_t>* rows) {
+  std::vector<float> mean(static_cast<size_t>(width), 0.0f);
+  const int64_t n = rows != nullptr ? static_cast<int64_t>(rows->size())
+                                    : static_cast<int64_t>(x.size()) / width;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* r = x.data() + (rows != nullptr ? (*rows)[i] : i) * width;
+    for (int64_t j = 0; j < width; ++j) mean[j] += r[j];
+  }
+  if (n > 0) {
+    for (float& v : mean) v /= static_cast<float>(n);
+  }
+  return mean;
+}
+
+// `total` split in proportion to `rows` (largest remainder, ties to the earliest).
+std::vector<uint64_t> SplitCount(uint64_t total, absl::Span<const int64_t> rows, int64_t sum) {
+  std::vector<uint64_t> share(rows.size());
+  std::vector<std::pair<uint64_t, size_t>> rest;  // (remainder, index)
+  uint64_t given = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const unsigned __int128 scaled = static_cast<unsigned __int128>(total) * rows[i];
+    share[i] = static_cast<uint64_t>(scaled / sum);
+    rest.push_back({static_cast<uint64_t>(scaled % sum), i});
+    given += share[i];
+  }
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t k = 0; given < total; ++k, ++given) ++share[rest[k].second];
+  return share;
+}
+
+}  // namespace
+
+std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const int64_t> rows) {
+  std::vector<OffloadStats> out(rows.size());
+  const int64_t sum = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  if (sum <= 0) return out;
+  auto split = [&](uint64_t OffloadStats::*field) {
+    const std::vector<uint64_t> share = SplitCount(total.*field, rows, sum);
+    for (size_t i = 0; i < rows.size(); ++i) out[i].*field = share[i];
+  };
+  split(&OffloadStats::cache_queries);
+  split(&OffloadStats::cache_hits);
+  split(&OffloadStats::prefetch_needed);
+  split(&OffloadStats::prefetch_recalled);
+  split(&OffloadStats::prefetch_issued);
+  split(&OffloadStats::prefetch_used);
+  split(&OffloadStats::bytes_h2d);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i].stall_seconds = total.stall_seconds * static_cast<double>(rows[i]) / sum;
+  }
+  return out;
+}
+
+absl::Status ModelRunner::SetUp(Sequence* seq) {
+  VISMOE_ASSIGN_OR_RETURN(seq->cache, p_.model->CreateKvCache(seq->kv_tokens));
+  if (seq->has_images()) {
+    const Prompt& prompt = seq->prepared.prompt;
+    VISMOE_ASSIGN_OR_RETURN(seq->vision, p_.vision->Forward(prompt.patches, prompt.grids));
+    seq->result.usage.visual_tokens_before = static_cast<int>(seq->vision.num_tokens);
+    seq->result.usage.visual_tokens_after = static_cast<int>(seq->vision.num_tokens);
+    if (!seq->chunkable()) VISMOE_RETURN_IF_ERROR(SetUpCompression(seq));
+    if (RouterObserver* obs = seq->observers(); obs != nullptr) {
+      obs->OnVisualSummary(MeanRows(seq->vision.embeds, seq->vision.out_hidden, nullptr));
+    }
+  }
+  seq->started = true;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::SetUpCompression(Sequence* seq) {
+  VISMOE_ASSIGN_OR_RETURN(seq->compressor, MakeTokenCompressor(seq->prepared.compression));
+  seq->compression = std::make_unique<CompressionSession>(
+      seq->compressor.get(), seq->prepared.prompt.ids, p_.image_token_id,
+      seq->vision.tokens_per_image, seq->vision.saliency, p_.compress_layer, seq->observers());
+  return absl::OkStatus();
+}
+
+void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
+  Sequence* s = chunk.seq;
+  const Prompt& prompt = s->prepared.prompt;
+  DecoderInput& in = s->input;
+  in = DecoderInput{};
+  in.observer = s->observers();
+  if (!s->prefilling()) {
+    in.tokens = absl::MakeConstSpan(&s->result.token_ids.back(), 1);
+    in.phase = Phase::kDecode;
+    const int64_t pos = s->cache->length() + (s->has_images() ? prompt.mrope.rope_delta : 0);
+    in.positions = {pos, pos, pos};
+    return;
+  }
+  const int64_t start = s->prefilled;
+  const int64_t n = chunk.rows;
+  const int64_t total = s->prompt_tokens();
+  in.tokens = absl::MakeConstSpan(prompt.ids).subspan(start, n);
+  in.phase = Phase::kPrefill;
+  in.is_cancelled = s->callbacks.is_cancelled;
+  if (!s->has_images()) return;
+  for (int axis = 0; axis < 3; ++axis) {
+    const auto from = prompt.mrope.positions.begin() + axis * total + start;
+    in.positions.insert(in.positions.end(), from, from + n);
+  }
+  const auto ids = prompt.ids.begin();
+  const int64_t v0 = std::count(ids, ids + start, p_.image_token_id);
+  const int64_t nv = std::count(ids + start, ids + start + n, p_.image_token_id);
+  if (nv > 0) {
+    const int64_t offset = v0 * s->vision.out_hidden;
+    in.visual_embeds = s->vision.embeds.data() + offset;
+    in.num_visual = nv;
+    for (const std::vector<float>& ds : s->vision.deepstack) in.deepstack.push_back(ds.data() + offset);
+  }
+  if (s->compression == nullptr) return;
+  s->compression->Install(&in);  // the whole prompt: compressed prefills are not chunked
+  RouterObserver* obs = s->chain.Head();
+  if (obs == nullptr) return;
+  // h_v again, over the visual tokens that survived.
+  in.select_kept_rows = [s, obs, select = std::move(in.select_kept_rows)]()
+      -> absl::StatusOr<std::vector<int64_t>> {
+    absl::StatusOr<std::vector<int64_t>> rows = select();
+    if (rows.ok()) {
+      obs->OnVisualSummary(
+          MeanRows(s->vision.embeds, s->vision.out_hidden, &s->compression->kept_visual()));
+    }
+    return rows;
+  };
+}
+
+std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step) {
+  std::vector<absl::Status> st(step.size());
+  std::vector<DecoderBatchEntry> batch;
+  for (size_t i = 0; i < step.size(); ++i) {
+    Sequence* s = step[i].seq;
+    if (!s->started) st[i] = SetUp(s);
+    if (!st[i].ok()) continue;
+    BuildInput(step[i]);
+    batch.push_back({&s->input, s->cache.get(), &s->logits});
+  }
+  if (batch.empty()) return st;
+  const absl::Status fwd = p_.model->ForwardBatch(batch, p_.experts);
+  for (size_t i = 0; i < step.size(); ++i) {
+    if (!st[i].ok()) continue;
+    st[i] = fwd;
+    Sequence* s = step[i].seq;
+    if (!fwd.ok() || !s->prefilling()) continue;
+    s->prefilled += step[i].rows;
+    if (!s->prefilling() && s->compression != nullptr) {
+      s->result.usage.visual_tokens_after = static_cast<int>(s->compression->visual_after());
+      if (p_.stats != nullptr) {
+        p_.stats->OnVisualTokensPruned(static_cast<uint64_t>(s->compression->visual_before() -
+                                                             s->compression->visual_after()));
+        p_.stats->OnCompressionTime(s->compression->seconds());
+      }
+    }
+  }
+  ShareStats(step);
+  return st;
+}
+
+// Sequences whose setup failed did not run and get no share.
+void ModelRunner::ShareStats(absl::Span<const ScheduledChunk> step) {
+  const OffloadStats total = p_.take_stats();
+  std::vector<int64_t> rows;
+  std::vector<Sequence*> ran;
+  for (size_t i = 0; i < step.size(); ++i) {
+    if (step[i].seq->started) {
+      rows.push_back(step[i].rows);
+      ran.push_back(step[i].seq);
+    }
+  }
+  const std::vector<OffloadStats> shares = SplitStats(total, rows);
+  for (size_t i = 0; i < ran.size(); ++i) {
+    OffloadStats& o = ran[i]->result.offload;
+    const OffloadStats& d = shares[i];
+    o.cache_queries += d.cache_queries;
+    o.cache_hits += d.cache_hits;
+    o.prefetch_needed += d.prefetch_needed;
+    o.prefetch_recalled += d.prefetch_recalled;
+    o.prefetch_issued += d.prefetch_issued;
+    o.prefetch_used += d.prefetch_used;
+    o.bytes_h2d += d.bytes_h2d;
+    o.stall_seconds += d.stall_seconds;
+  }
+}
+
+}  // namespace vismoe

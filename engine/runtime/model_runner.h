@@ -1,0 +1,71 @@
+// ModelRunner: runs one scheduled step on the model. For each sequence it
+// builds the step's DecoderInput (its next prompt chunk -- the slice of
+// positions, visual rows and DeepStack rows that chunk covers -- or its one
+// decode token), sets a sequence up on its first chunk (its KV cache, the
+// vision tower over its images, token compression), runs every sequence as
+// one TextDecoder::ForwardBatch, and gives each its share of the step's
+// offload counters.
+//
+// Thread safety: none; used by the engine's step thread.
+// Ownership: borrows everything in RunnerParts, which must outlive it.
+#ifndef VISMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_
+#define VISMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/arch/text_decoder.h"
+#include "engine/arch/vision_tower.h"
+#include "engine/core/stats_sink.h"
+#include "engine/offload/expert_provider.h"
+#include "engine/offload/offload_stats.h"
+#include "engine/runtime/kv_block_pool.h"
+#include "engine/runtime/step_scheduler.h"
+
+namespace vismoe {
+
+struct RunnerParts {
+  const TextDecoder* model = nullptr;
+  const VisionTower* vision = nullptr;  // null without vision
+  ExpertProvider* experts = nullptr;
+  // The expert provider's counters since the last call (then reset).
+  std::function<OffloadStats()> take_stats;
+  StatsSink* stats = nullptr;  // may be null
+  int image_token_id = -1;
+  int compress_layer = 0;   // decoder layer token compression runs before
+  int64_t block_tokens = 16;  // a KV cache holds whole blocks
+};
+
+// Splits a step's counters among its sequences in proportion to their rows
+// (integer counters by largest remainder, earliest sequence first on ties),
+// so that the shares sum to the step's counters.
+std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const int64_t> rows);
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(RunnerParts parts) : p_(std::move(parts)) {}
+
+  // Runs `step`. Returns one status per chunk: a sequence whose setup failed
+  // is left out of the step with its error; if the forward pass fails, every
+  // sequence in it gets that error. On success a sequence's logits hold its
+  // last row's and `prefilled` counts the chunk.
+  std::vector<absl::Status> Run(absl::Span<const ScheduledChunk> step);
+
+ private:
+  // First chunk: the KV cache, the vision tower and token compression.
+  absl::Status SetUp(Sequence* seq);
+  absl::Status SetUpCompression(Sequence* seq);
+  // The chunk's DecoderInput, into seq->input.
+  void BuildInput(const ScheduledChunk& chunk);
+  // Every sequence that ran gets its share of the step's counters.
+  void ShareStats(absl::Span<const ScheduledChunk> step);
+
+  RunnerParts p_;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_RUNTIME_MODEL_RUNNER_H_

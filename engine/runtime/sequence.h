@@ -1,0 +1,84 @@
+// Sequence: one request in the engine's batch loop, from submission to its
+// last token: what it runs (the prepared request and the caller's callbacks),
+// how far it is (prompt tokens prefilled, its KV cache and reserved blocks),
+// what its prefill needs (vision output, token compression, observers) and
+// what it has produced.
+//
+// Thread safety: the Generate thread creates it, submits it and waits on
+// `done`; from Submit until done is notified only the engine's step thread
+// touches it (and runs the callbacks there).
+// Ownership: borrows the prepared request, the callbacks, the tokenizer and
+// the predictor, which outlive the Generate call; owns everything else.
+#ifndef VISMOE_ENGINE_RUNTIME_SEQUENCE_H_
+#define VISMOE_ENGINE_RUNTIME_SEQUENCE_H_
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/types/span.h"
+#include "engine/api/engine.h"
+#include "engine/arch/text_decoder.h"
+#include "engine/arch/vision_tower.h"
+#include "engine/backend/kv_cache.h"
+#include "engine/policy/compression_session.h"
+#include "engine/policy/observer_chain.h"
+#include "engine/policy/token_compressor.h"
+#include "engine/runtime/local_prepared.h"
+#include "engine/runtime/token_output.h"
+
+namespace vismoe {
+
+struct Sequence {
+  // start: when the request's time began (Prepare's time included).
+  Sequence(const LocalPrepared& p, const GenerateCallbacks& cb, const Tokenizer* tokenizer,
+           absl::Span<const int> eos_ids, RouterObserver* predictor, int64_t max_context,
+           std::chrono::steady_clock::time_point start)
+      : prepared(p),
+        callbacks(cb),
+        start(start),
+        kv_tokens(std::min<int64_t>(max_context, int64_t{p.prompt_tokens()} +
+                                                     p.request().sampling.max_new_tokens)),
+        chain{predictor, cb.router_observer},
+        output(p.request().sampling, tokenizer, eos_ids, cb.on_delta, &result) {}
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  int64_t prompt_tokens() const { return prepared.prompt_tokens(); }
+  bool prefilling() const { return prefilled < prompt_tokens(); }
+  // Token compression selects rows over the whole prompt, so a compressed
+  // prefill runs in one step; the exact path may be split into chunks.
+  bool chunkable() const { return prepared.compression.kind == "none"; }
+  bool has_images() const { return !prepared.prompt.grids.empty(); }
+  // Observers of every step: [compression ->] predictor -> caller's.
+  RouterObserver* observers() { return chain.Head(); }
+
+  const LocalPrepared& prepared;
+  const GenerateCallbacks& callbacks;
+  const std::chrono::steady_clock::time_point start;
+  const int64_t kv_tokens;  // KV rows it may need: prompt + max_new_tokens, capped
+
+  int64_t prefilled = 0;   // prompt tokens in the cache
+  int64_t kv_blocks = 0;   // reserved in the KvBlockPool while running
+  bool started = false;    // KV cache, vision output and compression set up
+  std::unique_ptr<KvCache> cache;
+  VisionOutput vision;
+  std::unique_ptr<TokenCompressor> compressor;       // only off the exact path
+  std::unique_ptr<CompressionSession> compression;   // only off the exact path
+  ObserverChain chain;
+  DecoderInput input;  // this step's, rebuilt every step
+  std::vector<float> logits;
+
+  GenerateResult result;
+  TokenOutput output;
+  absl::Status status;  // an error ends the request with it instead of `result`
+  absl::Notification done;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_RUNTIME_SEQUENCE_H_

@@ -1,0 +1,64 @@
+// TokenOutput: what happens to a sequence's logits after a step -- sample the
+// next token, turn it into text, match stop strings, stream deltas, and
+// decide whether the sequence is finished (EOS, stop string, length, or the
+// caller cancelling from its delta callback).
+//
+// Thread safety: none; used by the thread running the sequence's steps.
+// Ownership: borrows the tokenizer and writes into a GenerateResult the
+// caller owns; both must outlive it.
+#ifndef VISMOE_ENGINE_RUNTIME_TOKEN_OUTPUT_H_
+#define VISMOE_ENGINE_RUNTIME_TOKEN_OUTPUT_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/api/request.h"
+#include "engine/model/stream_decoder.h"
+#include "engine/model/tokenizer.h"
+#include "engine/runtime/sampler.h"
+#include "engine/runtime/stop_matcher.h"
+
+namespace vismoe {
+
+class TokenOutput {
+ public:
+  using OnDelta = std::function<bool(const TokenDelta&)>;
+  // REQUIRES: Sampler::Validate(sampling).ok(); tokenizer and result non-null.
+  TokenOutput(const SamplingParams& sampling, const Tokenizer* tokenizer,
+              absl::Span<const int> eos_ids, OnDelta on_delta, GenerateResult* result);
+
+  // Samples a token from `logits` (the last row of the step) and streams it.
+  // `room`: whether the KV cache can take one more token. Returns true when
+  // the sequence has finished; result->finish_reason and text are then final.
+  bool Accept(absl::Span<const float> logits, bool room);
+  // Ends the sequence early as cancelled (no held-back text is flushed, as
+  // the caller no longer listens).
+  void Cancel();
+
+  bool finished() const { return finished_; }
+  // When the first token was sampled (valid once one was).
+  std::chrono::steady_clock::time_point first_token() const { return first_token_; }
+
+ private:
+  // Sends text plus the ids produced since the last delta; false = cancel.
+  bool Emit(const std::string& text, bool force);
+  void Finish(FinishReason reason);
+
+  const SamplingParams sampling_;
+  std::vector<int> eos_ids_;
+  OnDelta on_delta_;
+  GenerateResult* result_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  std::vector<int> delta_ids_;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point first_token_;
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_RUNTIME_TOKEN_OUTPUT_H_

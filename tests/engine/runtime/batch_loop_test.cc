@@ -1,0 +1,272 @@
+// Continuous batching end to end on the CPU backend (tiny Qwen3-VL-MoE): a
+// request's greedy tokens in a batch equal its tokens when run alone -- text
+// and image requests joining at different steps, prompts prefilled in chunks
+// (visual rows split across chunks), one image request with token
+// compression (prefilled whole), one cancelled mid-way -- resident and under
+// an offload budget.
+#include "engine/runtime/batch_loop.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "engine/api/engine.h"
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/memory_plan.h"
+#include "gtest/gtest.h"
+#include "tests/testing/greedy_decode.h"
+#include "tests/testing/image_request.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+// Records what the engine's step thread reports about its steps.
+class StepSink final : public StatsSink {
+ public:
+  void OnExpertQuery(Phase, int, bool) override {}
+  void OnPrefetchNeeded(int, bool) override {}
+  void OnPrefetchIssued(uint64_t) override {}
+  void OnPrefetchUsed(uint64_t) override {}
+  void OnBytesHostToDevice(uint64_t) override {}
+  void OnTransferStall(double) override {}
+  void OnVisualTokensPruned(uint64_t) override {}
+  void OnCompressionTime(double) override {}
+  void OnPredictorTime(double) override {}
+  void SetSlotCount(SlotState, int64_t) override {}
+  void SetMemoryRegion(std::string_view, int64_t) override {}
+  void SetSequences(int64_t, int64_t) override {}
+  void OnSchedulerStep(int sequences, int64_t tokens) override {
+    absl::MutexLock lock(&mu_);
+    max_batch_ = std::max(max_batch_, sequences);
+    ++steps_;
+    (void)tokens;
+  }
+  void SetKvBlocks(int64_t used, int64_t total) override {
+    absl::MutexLock lock(&mu_);
+    max_used_ = std::max(max_used_, used);
+    last_used_ = used;
+    total_ = total;
+  }
+  int max_batch() {
+    absl::MutexLock lock(&mu_);
+    return max_batch_;
+  }
+  int64_t last_used() {
+    absl::MutexLock lock(&mu_);
+    return last_used_;
+  }
+  int64_t max_used() {
+    absl::MutexLock lock(&mu_);
+    return max_used_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int max_batch_ = 0;
+  int steps_ = 0;
+  int64_t max_used_ = 0, last_used_ = 0, total_ = 0;
+};
+
+struct Job {
+  GenerateRequest request;
+  bool cancel = false;  // cancelled after its fourth delta
+};
+
+// The golden text cases, an image request, and the image request with
+// affinity compression at keep ratio 0.5; one text request is cancelled.
+std::vector<Job> Jobs() {
+  std::vector<Job> jobs;
+  const nlohmann::json cases = testing::TextCases();
+  int i = 0;
+  for (const auto& c : cases) {
+    Job j;
+    for (const auto& m : c["messages"]) {
+      ChatMessage msg;
+      msg.role = m["role"].get<std::string>();
+      ContentPart part;
+      part.text = m["content"].get<std::string>();
+      msg.content.push_back(part);
+      j.request.messages.push_back(msg);
+    }
+    j.request.sampling.max_new_tokens = 10 + 3 * i++;
+    jobs.push_back(j);
+  }
+  jobs[1].cancel = true;
+  Job image{testing::PatternImageRequest(14)};
+  jobs.insert(jobs.begin() + 2, image);
+  Job compressed{testing::PatternImageRequest(12)};
+  compressed.request.policy.token_compressor = "affinity";
+  compressed.request.policy.keep_ratio = 0.5f;
+  jobs.push_back(compressed);
+  return jobs;
+}
+
+EngineOptions BaseOptions() {
+  EngineOptions o;
+  o.model_path = testing::TinyModelDir();
+  o.backend = "cpu";
+  o.num_threads = 2;
+  o.max_context_tokens = 256;
+  o.kv_cache_tokens = 1024;
+  return o;
+}
+
+// Each job alone, one after another.
+std::vector<GenerateResult> RunAlone(Engine* engine, const std::vector<Job>& jobs) {
+  std::vector<GenerateResult> out;
+  for (const Job& j : jobs) {
+    absl::StatusOr<GenerateResult> r = engine->Generate(j.request, {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    out.push_back(r.ok() ? *r : GenerateResult{});
+  }
+  return out;
+}
+
+// All jobs at once: job i is submitted once the jobs before it have streamed
+// 2 * i deltas in all, so they join at different steps.
+std::vector<absl::StatusOr<GenerateResult>> RunTogether(Engine* engine,
+                                                        const std::vector<Job>& jobs) {
+  std::atomic<int> deltas{0};
+  std::vector<absl::StatusOr<GenerateResult>> out(jobs.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (deltas.load() < static_cast<int>(2 * i) && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      std::atomic<int> mine{0};
+      GenerateCallbacks cb;
+      cb.on_delta = [&](const TokenDelta&) {
+        deltas.fetch_add(1);
+        mine.fetch_add(1);
+        return true;
+      };
+      if (jobs[i].cancel) cb.is_cancelled = [&] { return mine.load() >= 4; };
+      out[i] = engine->Generate(jobs[i].request, cb);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+void ExpectSameAsAlone(const std::vector<Job>& jobs, const std::vector<GenerateResult>& alone,
+                       const std::vector<absl::StatusOr<GenerateResult>>& together) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ASSERT_TRUE(together[i].ok()) << "job " << i << ": " << together[i].status();
+    const GenerateResult& r = *together[i];
+    if (jobs[i].cancel) {
+      EXPECT_EQ(r.finish_reason, FinishReason::kCancelled) << "job " << i;
+      ASSERT_LT(r.token_ids.size(), alone[i].token_ids.size()) << "job " << i;
+      EXPECT_TRUE(std::equal(r.token_ids.begin(), r.token_ids.end(), alone[i].token_ids.begin()))
+          << "job " << i << ": the cancelled request's tokens are not a prefix of its own";
+      continue;
+    }
+    EXPECT_EQ(r.token_ids, alone[i].token_ids) << "job " << i;
+    EXPECT_EQ(r.text, alone[i].text) << "job " << i;
+    EXPECT_EQ(r.finish_reason, alone[i].finish_reason) << "job " << i;
+    EXPECT_EQ(r.usage.visual_tokens_after, alone[i].usage.visual_tokens_after) << "job " << i;
+    EXPECT_GT(r.offload.cache_queries, 0u) << "job " << i;
+  }
+}
+
+TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneResident) {
+  const std::vector<Job> jobs = Jobs();
+  EngineOptions alone_o = BaseOptions();
+  alone_o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(alone_o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  EngineOptions o = BaseOptions();
+  o.max_running_sequences = 4;
+  o.max_step_tokens = 16;  // every prompt is prefilled in chunks (the compressed one whole)
+  o.stats = &sink;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectSameAsAlone(jobs, alone, RunTogether(engine->get(), jobs));
+  EXPECT_GT(sink.max_batch(), 1) << "the requests never ran in one step";
+  EXPECT_GT(sink.max_used(), 0);
+  EXPECT_EQ(sink.last_used(), 0) << "KV blocks still reserved after every request ended";
+  // Run alone on the batching engine too: identical.
+  const std::vector<GenerateResult> again = RunAlone(engine->get(), {jobs[0]});
+  EXPECT_EQ(again[0].token_ids, alone[0].token_ids);
+}
+
+TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
+  const std::vector<Job> jobs = Jobs();
+  EngineOptions o = BaseOptions();
+  auto config = ModelConfig::Load(o.model_path);
+  auto ckpt = Checkpoint::Open(o.model_path);
+  ASSERT_TRUE(config.ok() && ckpt.ok());
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  const TextConfig& t = config->text;
+  const int64_t kv_bytes =
+      2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * o.kv_cache_tokens * 4;
+  // The first MoE layer pinned (the affinity compressor reads its routing)
+  // and 6 slabs for the other three: constant eviction.
+  o.gpu_memory_budget_bytes =
+      sizes->resident_bytes + kv_bytes + (t.num_experts + 6) * sizes->expert_bytes;
+  o.offload.pinned_layers = 1;
+  o.offload.prefetch = "history";
+  o.offload.eviction = "lru";
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  o.max_running_sequences = 3;
+  o.max_step_tokens = 24;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<absl::StatusOr<GenerateResult>> together = RunTogether(engine->get(), jobs);
+  ExpectSameAsAlone(jobs, alone, together);
+  uint64_t misses = 0;
+  for (const auto& r : together) {
+    if (r.ok()) misses += r->offload.cache_queries - r->offload.cache_hits;
+  }
+  EXPECT_GT(misses, 0u) << "the budget never evicted: the test does not exercise offload";
+}
+
+TEST(BatchLoopTest, AHugeMaxNewTokensIsCappedAtTheContext) {
+  EngineOptions o = BaseOptions();
+  o.kv_cache_tokens = 0;  // = max_context_tokens (256)
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<Job> jobs = Jobs();
+  GenerateRequest r = jobs[0].request;
+  r.sampling.max_new_tokens = 100000;  // capped at the context: fits alone
+  absl::StatusOr<GenerateResult> capped = (*engine)->Generate(r, {});
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->finish_reason, FinishReason::kLength);
+  EXPECT_EQ(capped->usage.prompt_tokens + capped->usage.completion_tokens, 257)
+      << "generation ends when the context is full (one token past the last cache row)";
+}
+
+TEST(BatchLoopTest, BadLimitsAreClearErrors) {
+  EngineOptions o = BaseOptions();
+  o.max_running_sequences = 0;
+  EXPECT_EQ(Engine::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = BaseOptions();
+  o.max_running_sequences = 8;
+  o.max_step_tokens = 4;
+  absl::Status st = Engine::Create(o).status();
+  EXPECT_NE(st.message().find("max_step_tokens"), std::string::npos) << st;
+  o = BaseOptions();
+  o.kv_cache_tokens = 100;  // below max_context_tokens
+  st = Engine::Create(o).status();
+  EXPECT_NE(st.message().find("kv_cache_tokens"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace vismoe
