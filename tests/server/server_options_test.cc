@@ -83,6 +83,13 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.prepare_threads = 0;
   fails(o, "prepare_threads");
   o = base;
+  o.workers = 8;
+  o.max_step_tokens = 4;
+  fails(o, "max_step_tokens (4) must be >= workers (8)");
+  o = base;
+  o.kv_cache_tokens = 100;
+  fails(o, "kv_cache_tokens (100) must be 0 or >= max_context_tokens");
+  o = base;
   o.backend = "tpu";
   fails(o, "backend");
   o = base;
