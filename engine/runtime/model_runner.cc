@@ -91,40 +91,54 @@ absl::Status ModelRunner::SetUpCompression(Sequence* seq) {
 
 void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   Sequence* s = chunk.seq;
-  const Prompt& prompt = s->prepared.prompt;
-  DecoderInput& in = s->input;
-  in = DecoderInput{};
-  in.observer = s->observers();
-  if (!s->prefilling()) {
-    in.tokens = absl::MakeConstSpan(&s->result.token_ids.back(), 1);
-    in.phase = Phase::kDecode;
-    const int64_t pos = s->cache->length() + (s->has_images() ? prompt.mrope.rope_delta : 0);
-    in.positions = {pos, pos, pos};
+  s->input = DecoderInput{};
+  s->input.observer = s->observers();
+  if (s->prefilling()) {
+    BuildPrefillInput(s, chunk.rows);
     return;
   }
+  DecoderInput& in = s->input;
+  in.tokens = absl::MakeConstSpan(&s->result.token_ids.back(), 1);
+  in.phase = Phase::kDecode;
+  const int64_t delta = s->has_images() ? s->prepared.prompt.mrope.rope_delta : 0;
+  const int64_t pos = s->cache->length() + delta;
+  in.positions = {pos, pos, pos};
+}
+
+// Prompt tokens [prefilled, prefilled + rows): their slice of the positions
+// and of the visual and DeepStack rows (the image tokens in the slice, in order).
+void ModelRunner::BuildPrefillInput(Sequence* s, int64_t rows) {
+  const Prompt& prompt = s->prepared.prompt;
+  DecoderInput& in = s->input;
   const int64_t start = s->prefilled;
-  const int64_t n = chunk.rows;
-  const int64_t total = s->prompt_tokens();
-  in.tokens = absl::MakeConstSpan(prompt.ids).subspan(start, n);
+  in.tokens = absl::MakeConstSpan(prompt.ids).subspan(start, rows);
   in.phase = Phase::kPrefill;
   in.is_cancelled = s->callbacks.is_cancelled;
   if (!s->has_images()) return;
+  const int64_t total = s->prompt_tokens();
   for (int axis = 0; axis < 3; ++axis) {
     const auto from = prompt.mrope.positions.begin() + axis * total + start;
-    in.positions.insert(in.positions.end(), from, from + n);
+    in.positions.insert(in.positions.end(), from, from + rows);
   }
   const auto ids = prompt.ids.begin();
   const int64_t v0 = std::count(ids, ids + start, p_.image_token_id);
-  const int64_t nv = std::count(ids + start, ids + start + n, p_.image_token_id);
+  const int64_t nv = std::count(ids + start, ids + start + rows, p_.image_token_id);
   if (nv > 0) {
     const int64_t offset = v0 * s->vision.out_hidden;
     in.visual_embeds = s->vision.embeds.data() + offset;
     in.num_visual = nv;
-    for (const std::vector<float>& ds : s->vision.deepstack) in.deepstack.push_back(ds.data() + offset);
+    for (const std::vector<float>& ds : s->vision.deepstack) {
+      in.deepstack.push_back(ds.data() + offset);
+    }
   }
-  if (s->compression == nullptr) return;
-  s->compression->Install(&in);  // the whole prompt: compressed prefills are not chunked
-  RouterObserver* obs = s->chain.Head();
+  if (s->compression != nullptr) InstallCompression(s);
+}
+
+// The whole prompt is in this input: compressed prefills are not chunked.
+void ModelRunner::InstallCompression(Sequence* s) {
+  DecoderInput& in = s->input;
+  s->compression->Install(&in);
+  RouterObserver* obs = s->observers();
   if (obs == nullptr) return;
   // h_v again, over the visual tokens that survived.
   in.select_kept_rows = [s, obs, select = std::move(in.select_kept_rows)]()

@@ -60,6 +60,8 @@ class ModelRunner {
   absl::Status SetUpCompression(Sequence* seq);
   // The chunk's DecoderInput, into seq->input.
   void BuildInput(const ScheduledChunk& chunk);
+  void BuildPrefillInput(Sequence* seq, int64_t rows);
+  void InstallCompression(Sequence* seq);
   // Every sequence that ran gets its share of the step's counters.
   void ShareStats(absl::Span<const ScheduledChunk> step);
 
