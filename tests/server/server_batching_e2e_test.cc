@@ -44,12 +44,12 @@ TEST(ServerBatchingE2eTest, ConcurrentStreamsBatchAndMatchTheirRunsAlone) {
                                             "1 2 3 4 5 6 7 8", "Write a poem about the sea",
                                             "What is the capital of France?", "abc"};
   std::vector<StreamResult> alone;
-  for (const std::string& p : prompts) alone.push_back(RunGenerate(*stub, TextRequest(p, 12)));
+  for (const std::string& p : prompts) alone.push_back(RunGenerate(*stub, TextRequest(p, 24)));
   std::vector<StreamResult> together(prompts.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i) {
     threads.emplace_back(
-        [&, i] { together[i] = RunGenerate(*stub, TextRequest(prompts[i], 12)); });
+        [&, i] { together[i] = RunGenerate(*stub, TextRequest(prompts[i], 24)); });
   }
   for (std::thread& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
