@@ -106,12 +106,14 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
 class LocalPrepared final : public PreparedRequest {
  public:
   LocalPrepared(GenerateRequest request, Prompt prompt, TokenCompressorOptions compression,
-                double seconds)
+                std::optional<ExpertSkipping> skipping, double seconds)
       : PreparedRequest(std::move(request), static_cast<int>(prompt.ids.size()), seconds),
         prompt(std::move(prompt)),
-        compression(std::move(compression)) {}
+        compression(std::move(compression)),
+        skipping(std::move(skipping)) {}
   const Prompt prompt;
   const TokenCompressorOptions compression;
+  const std::optional<ExpertSkipping> skipping;  // nullopt = off (exact)
 };
 
 class LocalEngine final : public Engine {
@@ -141,6 +143,13 @@ class LocalEngine final : public Engine {
   // The request's token compression, checked; and the request's predictor,
   // which must be the engine's.
   absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
+  // The request's expert skipping: the engine's, with the request's overrides.
+  absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
+      const GenerateRequest& request) const;
+  // The rule a step of `p` runs with (the callbacks' override first).
+  static const ExpertSkipping* StepSkipping(const LocalPrepared& p,
+                                            const GenerateCallbacks& callbacks);
+  void ReportSkipping(const GenerateResult& result) const;
   // Generate's parts (under mu_): the prefill step, which leaves the first
   // logits; the decode loop; the request's offload counters.
   absl::Status Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
@@ -173,6 +182,7 @@ class LocalEngine final : public Engine {
   std::mutex mu_;                                   // serialises Generate (batch 1)
   std::unique_ptr<KvCache> cache_;                  // guarded by mu_
   int compress_layer_ = 0;                          // decoder layer token compression runs before
+  std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
 };
 
 absl::Status CheckOptions(const EngineOptions& options) {
@@ -184,7 +194,7 @@ absl::Status CheckOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  return absl::OkStatus();
+  return CheckExpertSkippingOptions(options.skipping, SkipOptionNames{});
 }
 
 // The calibration profile of the options, checked against the model; none
@@ -220,6 +230,18 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   VISMOE_RETURN_IF_ERROR(e->SetUpExperts(*choice.backend, activation_bytes,
                                          profile.has_value() ? &*profile : nullptr));
   VISMOE_RETURN_IF_ERROR(e->SetUpCompression());
+  if (profile.has_value()) e->skip_calibration_ = profile->expert_skipping;
+  // The default rule must resolve now (a start-up error, not every request's).
+  VISMOE_ASSIGN_OR_RETURN(
+      const std::optional<ExpertSkipping> skipping,
+      ResolveExpertSkipping(options.skipping,
+                            e->skip_calibration_ ? &*e->skip_calibration_ : nullptr,
+                            e->config_.text.num_hidden_layers, SkipOptionNames{}));
+  if (skipping.has_value()) {
+    spdlog::info("engine: expert skipping dual-threshold (tau_text {}, tau_visual {}, alpha {})",
+                 skipping->tau_text, skipping->tau_visual,
+                 skipping->alpha.empty() ? "1 (no calibration)" : "calibrated");
+  }
   e->FillInfo();
   return std::unique_ptr<Engine>(std::move(e));
 }
@@ -381,16 +403,53 @@ absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
   return co;
 }
 
+absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
+    const GenerateRequest& request) const {
+  ExpertSkippingOptions so = options_.skipping;
+  const PolicyOverrides& po = request.policy;
+  if (po.expert_skipping.has_value()) so.kind = *po.expert_skipping;
+  // A request's threshold is a value, never "unset": negative is an error.
+  for (const auto& [name, value] : {std::pair{"policy.skip_tau_text", po.skip_tau_text},
+                                    std::pair{"policy.skip_tau_visual", po.skip_tau_visual}}) {
+    if (value.has_value() && !(*value >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be a finite value >= 0, got ", *value));
+    }
+  }
+  if (po.skip_tau_text.has_value()) so.tau_text = *po.skip_tau_text;
+  if (po.skip_tau_visual.has_value()) so.tau_visual = *po.skip_tau_visual;
+  const SkipOptionNames names{"policy.expert_skipping", "policy.skip_tau_text",
+                              "policy.skip_tau_visual"};
+  return ResolveExpertSkipping(so, skip_calibration_ ? &*skip_calibration_ : nullptr,
+                               config_.text.num_hidden_layers, names);
+}
+
+const ExpertSkipping* LocalEngine::StepSkipping(const LocalPrepared& p,
+                                                const GenerateCallbacks& callbacks) {
+  if (callbacks.expert_skipping != nullptr) return callbacks.expert_skipping;
+  return p.skipping.has_value() ? &*p.skipping : nullptr;
+}
+
+void LocalEngine::ReportSkipping(const GenerateResult& result) const {
+  if (options_.stats == nullptr) return;
+  for (TokenModality m : {TokenModality::kText, TokenModality::kVisual}) {
+    const uint64_t n = result.expert_skipping.skipped[static_cast<int>(m)];
+    if (n > 0) options_.stats->OnExpertsSkipped(m, n);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
   VISMOE_RETURN_IF_ERROR(CheckRequest(request));
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, prompts_->Build(request));
   VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
+  VISMOE_ASSIGN_OR_RETURN(std::optional<ExpertSkipping> skipping, RequestSkipping(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them
-  return std::unique_ptr<PreparedRequest>(new LocalPrepared(
-      std::move(kept), std::move(prompt), std::move(co), Seconds(start, Clock::now())));
+  return std::unique_ptr<PreparedRequest>(
+      new LocalPrepared(std::move(kept), std::move(prompt), std::move(co), std::move(skipping),
+                        Seconds(start, Clock::now())));
 }
 
 absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,
@@ -402,6 +461,8 @@ absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallback
   in.phase = Phase::kPrefill;
   in.is_cancelled = callbacks.is_cancelled;
   in.observer = observers;
+  in.expert_skipping = StepSkipping(p, callbacks);
+  in.skip_counts = &result->expert_skipping;
   VisionOutput vision;
   if (!prompt.grids.empty()) {
     VISMOE_ASSIGN_OR_RETURN(vision, vision_->Forward(prompt.patches, prompt.grids));
@@ -437,6 +498,7 @@ absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallback
     observers->OnVisualSummary(MeanRows(vision.embeds, vision.out_hidden, nullptr));
   }
   VISMOE_RETURN_IF_ERROR(model_->Forward(in, cache_.get(), provider_, logits));
+  if (callbacks.on_prefill_logits) callbacks.on_prefill_logits(*logits);
   if (compression != nullptr) {
     result->usage.visual_tokens_after = static_cast<int>(compression->visual_after());
     if (options_.stats != nullptr) {
@@ -499,6 +561,8 @@ absl::Status LocalEngine::Decode(const LocalPrepared& p, const GenerateCallbacks
     const int64_t pos = cache_->length() + rope_delta;
     next.positions = {pos, pos, pos};
     next.observer = observers;
+    next.expert_skipping = StepSkipping(p, callbacks);
+    next.skip_counts = &result->expert_skipping;
     VISMOE_RETURN_IF_ERROR(model_->Forward(next, cache_.get(), provider_, logits));
   }
   if (result->finish_reason == FinishReason::kEos ||
@@ -548,12 +612,15 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   if (absl::IsCancelled(st)) {
     result.finish_reason = FinishReason::kCancelled;
     TakeOffloadStats(queries_before, &result);
+    ReportSkipping(result);
     result.timings.total_seconds = Seconds(start, Clock::now());
     return result;
   }
   VISMOE_RETURN_IF_ERROR(st);
   Clock::time_point first_token;
-  VISMOE_RETURN_IF_ERROR(Decode(*p, callbacks, observers, &logits, &result, &first_token));
+  absl::Status decoded = Decode(*p, callbacks, observers, &logits, &result, &first_token);
+  ReportSkipping(result);  // what ran, also when a step failed
+  VISMOE_RETURN_IF_ERROR(decoded);
   TakeOffloadStats(queries_before, &result);
   FillTimings(start, first_token, &result);
   return result;

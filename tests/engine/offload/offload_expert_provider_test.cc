@@ -34,6 +34,7 @@ class CountingSink final : public StatsSink {
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
+  void OnExpertsSkipped(TokenModality, uint64_t) override {}
   void OnExpertQuery(Phase, int, bool hit) override {
     ++queries;
     hits += hit ? 1 : 0;
