@@ -136,6 +136,9 @@ TEST(EngineSkippingTest, BadOptionsAndOverridesAreNamed) {
   EXPECT_THAT(p.status().message(), HasSubstr("policy.expert_skipping \"always\""));
 }
 
+// Behind the offload runtime with a one-slab cache and with six slabs (the
+// pinned prefix empty): more skipping, fewer expert bytes copied; everything
+// skipped, none.
 TEST(EngineSkippingTest, SkippedExpertsAreNotCopiedBehindTheOffloadRuntime) {
   EngineOptions o = Base();
   auto config = ModelConfig::Load(o.model_path);
@@ -147,24 +150,27 @@ TEST(EngineSkippingTest, SkippedExpertsAreNotCopiedBehindTheOffloadRuntime) {
   auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
   ASSERT_TRUE(sizes.ok()) << sizes.status();
   o.offload.pinned_layers = 0;
-  o.gpu_memory_budget_bytes = sizes->resident_bytes +
-                              (*model)->NewKvCache(o.max_context_tokens)->bytes() +
-                              6 * sizes->expert_bytes;
-  auto engine = Make(o);
-  ASSERT_NE(engine, nullptr);
-  auto bytes = [&](float tau) {
-    GenerateRequest req = testing::PatternImageRequest(4);
-    req.policy.expert_skipping = "dual-threshold";
-    req.policy.skip_tau_text = tau;
-    req.policy.skip_tau_visual = tau;
-    auto r = engine->Generate(req, {});
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->offload.bytes_h2d : 0;
-  };
-  const uint64_t none = bytes(0.0f), some = bytes(0.2f), all = bytes(2.0f);
-  EXPECT_GT(none, 0u);
-  EXPECT_LT(some, none);
-  EXPECT_EQ(all, 0u);  // every slot skipped: nothing is ever fetched
+  for (int slabs : {1, 6}) {
+    SCOPED_TRACE(slabs);
+    o.gpu_memory_budget_bytes = sizes->resident_bytes +
+                                (*model)->NewKvCache(o.max_context_tokens)->bytes() +
+                                slabs * sizes->expert_bytes;
+    auto engine = Make(o);
+    ASSERT_NE(engine, nullptr);
+    auto bytes = [&](float tau) {
+      GenerateRequest req = testing::PatternImageRequest(4);
+      req.policy.expert_skipping = "dual-threshold";
+      req.policy.skip_tau_text = tau;
+      req.policy.skip_tau_visual = tau;
+      auto r = engine->Generate(req, {});
+      EXPECT_TRUE(r.ok()) << r.status();
+      return r.ok() ? r->offload.bytes_h2d : 0;
+    };
+    const uint64_t none = bytes(0.0f), some = bytes(0.2f), all = bytes(2.0f);
+    EXPECT_GT(none, 0u);
+    EXPECT_LT(some, none);
+    EXPECT_EQ(all, 0u);  // every slot skipped: nothing is ever fetched
+  }
 }
 
 }  // namespace
