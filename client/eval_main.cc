@@ -28,8 +28,7 @@ ABSL_FLAG(std::string, expert_predictor, "", "Expert predictor override (empty =
 ABSL_FLAG(std::string, expert_skipping, "",
           "Expert skipping override: none | dual-threshold (empty = server default).");
 ABSL_FLAG(double, skip_tau_text, -1, "Text-token skipping threshold override (<0 = server's).");
-ABSL_FLAG(double, skip_tau_visual, -1,
-          "Visual-token skipping threshold override (<0 = server's).");
+ABSL_FLAG(double, skip_tau_visual, -1, "Visual-token skipping threshold override (<0 = server's).");
 ABSL_FLAG(std::string, json_report, "", "Write the report as JSON to this file.");
 ABSL_FLAG(bool, include_items, true, "Include every item's prediction in the JSON report.");
 ABSL_FLAG(bool, progress, false, "Show progress even when stderr is not a TTY.");

@@ -240,8 +240,9 @@ ServerMetrics::ServerMetrics(const Options& options)
   // The label values of vismoe_prompt_tokens_total, so the two join in PromQL.
   auto& skipped = prometheus::BuildCounter()
                       .Name("vismoe_experts_skipped_total")
-                      .Help("Routed expert activations dropped by expert skipping (MoDES), "
-                            "by the token's modality.")
+                      .Help(
+                          "Routed expert activations dropped by expert skipping (MoDES), "
+                          "by the token's modality.")
                       .Register(r);
   skipped_[static_cast<int>(TokenModality::kText)] = &skipped.Add({{"modality", "text"}});
   skipped_[static_cast<int>(TokenModality::kVisual)] = &skipped.Add({{"modality", "image"}});

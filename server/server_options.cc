@@ -146,21 +146,22 @@ struct OptionDef {
 
 // An expert skipping threshold: a number, >= 0 or -1 ("from the profile").
 OptionDef SkipThresholdOption(const char* key, double ServerOptions::*field) {
-  return OptionDef{key,
-                   [field](absl::string_view k, absl::string_view v, ServerOptions* o) {
-                     double x = 0;
-                     if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x) ||
-                         !std::isfinite(x)) {
-                       return BadValue(k, v, "expected a number");
-                     }
-                     if (x < 0 && x != -1) {
-                       return BadValue(k, v, "expected a threshold >= 0, or -1 for the "
-                                             "calibration profile's");
-                     }
-                     o->*field = x;
-                     return absl::OkStatus();
-                   },
-                   [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+  return OptionDef{
+      key,
+      [field](absl::string_view k, absl::string_view v, ServerOptions* o) {
+        double x = 0;
+        if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x) || !std::isfinite(x)) {
+          return BadValue(k, v, "expected a number");
+        }
+        if (x < 0 && x != -1) {
+          return BadValue(k, v,
+                          "expected a threshold >= 0, or -1 for the "
+                          "calibration profile's");
+        }
+        o->*field = x;
+        return absl::OkStatus();
+      },
+      [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
 }
 
 #define VISMOE_STRING_OPTION(name)                                                      \

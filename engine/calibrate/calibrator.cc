@@ -48,8 +48,8 @@ absl::Status ValidateOptions(const CalibratorOptions& o, size_t num_requests) {
   if (!(o.copy_bandwidth > 0))
     return bad(absl::StrCat("--copy_bandwidth must be > 0 bytes/s, got ", o.copy_bandwidth));
   if (!(o.skip_target_rate >= 0 && o.skip_target_rate < 1)) {
-    return bad(absl::StrCat("--skip_target_rate must be in [0, 1) (0 = off), got ",
-                            o.skip_target_rate));
+    return bad(
+        absl::StrCat("--skip_target_rate must be in [0, 1) (0 = off), got ", o.skip_target_rate));
   }
   if (o.skip_target_rate > 0 && o.skip_grid < 2) {
     return bad(absl::StrCat("--skip_grid must be >= 2, got ", o.skip_grid));
@@ -82,7 +82,9 @@ absl::StatusOr<SkipCalibrationReport> CalibrateSkipping(
     GenerateCallbacks cb;
     cb.router_observer = observer;
     cb.expert_skipping = rule;
-    cb.on_prefill_logits = [&out](absl::Span<const float> l) { out.logits.assign(l.begin(), l.end()); };
+    cb.on_prefill_logits = [&out](absl::Span<const float> l) {
+      out.logits.assign(l.begin(), l.end());
+    };
     auto result = engine.Generate(req, cb);
     if (!result.ok()) {
       return absl::Status(result.status().code(),
@@ -325,9 +327,8 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
   if (options.skip_target_rate > 0) {
     log(absl::StrCat("expert skipping: GMLG over ", num_moe, " MoE layers, frontier search for a ",
                      options.skip_target_rate, " skip rate on ", requests.size(), " prefills"));
-    VISMOE_ASSIGN_OR_RETURN(
-        report.skipping,
-        CalibrateSkipping(options, requests, text, sizes.moe_layers, *engine));
+    VISMOE_ASSIGN_OR_RETURN(report.skipping,
+                            CalibrateSkipping(options, requests, text, sizes.moe_layers, *engine));
     profile.expert_skipping = report.skipping->calibration;
     const SkipCalibration& s = *profile.expert_skipping;
     log(absl::StrCat("expert skipping: tau_text ", s.tau_text, ", tau_visual ", s.tau_visual,

@@ -29,12 +29,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/policy/calibration_profile.h"
+#include "engine/api/request.h"
 #include "engine/calibrate/mlp_trainer.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/calibrate/skip_calibrator.h"
-#include "engine/api/request.h"
+#include "engine/policy/calibration_profile.h"
 
 namespace vismoe {
 

@@ -12,8 +12,8 @@ namespace vismoe {
 absl::StatusOr<FrontierSearchResult> FrontierSearch(int num_text, int num_visual, double rho,
                                                     const FrontierEvaluate& evaluate) {
   if (num_text < 1 || num_visual < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("frontier search: empty threshold grid (",
-                                                   num_text, " x ", num_visual, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frontier search: empty threshold grid (", num_text, " x ", num_visual, ")"));
   }
   if (!(rho > 0 && rho <= 1)) {
     return absl::InvalidArgumentError(
@@ -49,9 +49,9 @@ absl::StatusOr<FrontierSearchResult> FrontierSearch(int num_text, int num_visual
     if (b.i < 0 || p.kl < b.kl || (p.kl == b.kl && p.skip_rate > b.skip_rate)) out.best = p;
   }
   if (out.frontier.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "frontier search: no threshold pair reaches the target skip rate ", rho,
-        "; the largest thresholds skip ", reached));
+    return absl::FailedPreconditionError(
+        absl::StrCat("frontier search: no threshold pair reaches the target skip rate ", rho,
+                     "; the largest thresholds skip ", reached));
   }
   return out;
 }

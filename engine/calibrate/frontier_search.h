@@ -24,8 +24,8 @@
 namespace vismoe {
 
 struct FrontierPoint {
-  int i = -1;  // text threshold index
-  int j = -1;  // visual threshold index
+  int i = -1;            // text threshold index
+  int j = -1;            // visual threshold index
   double skip_rate = 0;  // f
   double kl = 0;         // g
 };

@@ -31,7 +31,8 @@ absl::Status CheckOptions(const SkipCalibratorOptions& o, size_t num_requests) {
     return absl::InvalidArgumentError(
         absl::StrCat("--skip_target_rate must be in (0, 1), got ", o.target_skip_rate));
   }
-  if (o.grid < 2) return absl::InvalidArgumentError(absl::StrCat("--skip_grid must be >= 2, got ", o.grid));
+  if (o.grid < 2)
+    return absl::InvalidArgumentError(absl::StrCat("--skip_grid must be >= 2, got ", o.grid));
   if (o.moe_layers.empty() || o.num_layers < 1) {
     return absl::InvalidArgumentError("expert skipping calibration: the model has no MoE layers");
   }
@@ -140,8 +141,8 @@ absl::StatusOr<SkipCalibrationReport> CalibrateExpertSkipping(const SkipCalibrat
     counts[{i, j}] = c;
     return p;
   };
-  VISMOE_ASSIGN_OR_RETURN(report.search, FrontierSearch(o.grid, o.grid, o.target_skip_rate,
-                                                        evaluate));
+  VISMOE_ASSIGN_OR_RETURN(report.search,
+                          FrontierSearch(o.grid, o.grid, o.target_skip_rate, evaluate));
   const FrontierPoint& best = report.search.best;
   cal.tau_text = report.grid[best.i];
   cal.tau_visual = report.grid[best.j];

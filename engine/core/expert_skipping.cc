@@ -8,8 +8,8 @@ namespace vismoe {
 
 absl::Status ValidateExpertSkipping(const ExpertSkipping& rule, int num_layers) {
   auto bad_tau = [](const char* name, float v) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expert skipping: ", name, " must be a finite value >= 0, got ", v));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert skipping: ", name, " must be a finite value >= 0, got ", v));
   };
   if (!std::isfinite(rule.tau_text) || rule.tau_text < 0) return bad_tau("tau_text", rule.tau_text);
   if (!std::isfinite(rule.tau_visual) || rule.tau_visual < 0) {
@@ -17,9 +17,9 @@ absl::Status ValidateExpertSkipping(const ExpertSkipping& rule, int num_layers) 
   }
   if (rule.alpha.empty()) return absl::OkStatus();
   if (static_cast<int>(rule.alpha.size()) != num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("expert skipping: alpha has ",
-                                                   rule.alpha.size(), " values, the model has ",
-                                                   num_layers, " decoder layers"));
+    return absl::InvalidArgumentError(absl::StrCat("expert skipping: alpha has ", rule.alpha.size(),
+                                                   " values, the model has ", num_layers,
+                                                   " decoder layers"));
   }
   for (size_t l = 0; l < rule.alpha.size(); ++l) {
     if (!std::isfinite(rule.alpha[l]) || rule.alpha[l] < 0) {

@@ -44,9 +44,7 @@ struct ExpertSkipping {
   float tau_text = 0.0f;
   float tau_visual = 0.0f;
 
-  float Alpha(int layer) const {
-    return alpha.empty() ? 1.0f : alpha[static_cast<size_t>(layer)];
-  }
+  float Alpha(int layer) const { return alpha.empty() ? 1.0f : alpha[static_cast<size_t>(layer)]; }
 };
 
 // What the rule did: (token, slot) activations the router chose and those

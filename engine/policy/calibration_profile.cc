@@ -217,7 +217,6 @@ absl::Status CheckSkippingForSave(const CalibrationProfile& p, const std::string
                                                  "): expert_skipping: ", valid.message()));
 }
 
-
 }  // namespace
 
 absl::Status CalibrationProfile::Save(const std::string& json_path) const {
@@ -271,12 +270,9 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
   for (const auto& [name, v] : hot_recall) j["hot_recall"][name] = v;
   if (expert_skipping.has_value()) {
     const SkipCalibration& s = *expert_skipping;
-    j["expert_skipping"] = {{"alpha", s.alpha},
-                            {"tau_text", s.tau_text},
-                            {"tau_visual", s.tau_visual},
-                            {"target_skip_rate", s.target_skip_rate},
-                            {"skip_rate", s.skip_rate},
-                            {"kl", s.kl}};
+    j["expert_skipping"] = {{"alpha", s.alpha},           {"tau_text", s.tau_text},
+                            {"tau_visual", s.tau_visual}, {"target_skip_rate", s.target_skip_rate},
+                            {"skip_rate", s.skip_rate},   {"kl", s.kl}};
   }
 
   std::string text;
@@ -300,7 +296,6 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
   }
   return absl::OkStatus();
 }
-
 
 absl::StatusOr<CalibrationProfile> CalibrationProfile::Load(const std::string& json_path) {
   std::ifstream in(json_path, std::ios::binary);

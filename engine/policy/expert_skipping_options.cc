@@ -15,8 +15,8 @@ absl::StatusOr<float> Threshold(float set, const std::optional<float>& calibrate
   if (set >= 0) return set;
   if (calibrated.has_value()) return *calibrated;
   return absl::InvalidArgumentError(absl::StrCat(
-      name, " is not set and the calibration profile has no expert_skipping thresholds: set ",
-      name, " or calibrate them with vismoe-calibrate --skip_target_rate"));
+      name, " is not set and the calibration profile has no expert_skipping thresholds: set ", name,
+      " or calibrate them with vismoe-calibrate --skip_target_rate"));
 }
 
 }  // namespace
@@ -24,9 +24,8 @@ absl::StatusOr<float> Threshold(float set, const std::optional<float>& calibrate
 absl::Status CheckExpertSkippingOptions(const ExpertSkippingOptions& options,
                                         const SkipOptionNames& names) {
   if (!PolicyFromName<SkipKind>(options.kind).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(names.kind, " \"", options.kind,
-                                                   "\" is not one of ",
-                                                   PolicyNames<SkipKind>(", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        names.kind, " \"", options.kind, "\" is not one of ", PolicyNames<SkipKind>(", ")));
   }
   if (!std::isfinite(options.tau_text)) {
     return absl::InvalidArgumentError(absl::StrCat(names.tau_text, " must be finite"));
@@ -45,10 +44,9 @@ absl::StatusOr<std::optional<ExpertSkipping>> ResolveExpertSkipping(
   const SkipCalibration* cal = calibrated;
   ExpertSkipping rule;
   VISMOE_ASSIGN_OR_RETURN(
-      rule.tau_text,
-      Threshold(options.tau_text,
-                cal != nullptr ? std::optional<float>(cal->tau_text) : std::nullopt,
-                names.tau_text));
+      rule.tau_text, Threshold(options.tau_text,
+                               cal != nullptr ? std::optional<float>(cal->tau_text) : std::nullopt,
+                               names.tau_text));
   VISMOE_ASSIGN_OR_RETURN(
       rule.tau_visual,
       Threshold(options.tau_visual,

@@ -447,9 +447,9 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
   VISMOE_ASSIGN_OR_RETURN(std::optional<ExpertSkipping> skipping, RequestSkipping(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them
-  return std::unique_ptr<PreparedRequest>(
-      new LocalPrepared(std::move(kept), std::move(prompt), std::move(co), std::move(skipping),
-                        Seconds(start, Clock::now())));
+  return std::unique_ptr<PreparedRequest>(new LocalPrepared(std::move(kept), std::move(prompt),
+                                                            std::move(co), std::move(skipping),
+                                                            Seconds(start, Clock::now())));
 }
 
 absl::Status LocalEngine::Prefill(const LocalPrepared& p, const GenerateCallbacks& callbacks,

@@ -1,7 +1,6 @@
 // The client tools' policy overrides: unset flag values stay unset (server
 // default), set ones reach the proto and the report's JSON.
 #include "client/policy_flags.h"
-
 #include "gtest/gtest.h"
 
 namespace vismoe::client {

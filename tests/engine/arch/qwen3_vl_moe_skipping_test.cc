@@ -70,8 +70,8 @@ class SkippingTest : public ::testing::Test {
     auto model = Qwen3VlMoeModel::Create(config_, *ckpt_, &pool_);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
-    auto resident = ResidentExpertProvider::Create(*ckpt_, config_.text,
-                                                   Qwen3VlMoeModel::TextPrefix(config_));
+    auto resident =
+        ResidentExpertProvider::Create(*ckpt_, config_.text, Qwen3VlMoeModel::TextPrefix(config_));
     ASSERT_TRUE(resident.ok()) << resident.status();
     resident_ = *std::move(resident);
     // 4 text, 6 image, 3 text tokens.

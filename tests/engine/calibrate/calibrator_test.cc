@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "engine/api/engine.h"
-#include "engine/policy/calibration_profile.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/model/model_config.h"
+#include "engine/policy/calibration_profile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

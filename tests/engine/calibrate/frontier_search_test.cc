@@ -48,9 +48,8 @@ TEST(FrontierSearchTest, FindsTheBruteForceOptimumWithLinearlyManyEvaluations) {
   const Synthetic s;
   const int dt = static_cast<int>(s.ft.size()), dv = static_cast<int>(s.fv.size());
   for (double rho : {0.05, 0.3, 0.5, 0.72, 0.9}) {
-    auto r = FrontierSearch(dt, dv, rho, [&](int i, int j) -> absl::StatusOr<FrontierPoint> {
-      return s.At(i, j);
-    });
+    auto r = FrontierSearch(
+        dt, dv, rho, [&](int i, int j) -> absl::StatusOr<FrontierPoint> { return s.At(i, j); });
     ASSERT_TRUE(r.ok()) << r.status();
     const FrontierPoint want = s.Best(rho);
     EXPECT_EQ(r->best.i, want.i) << rho;

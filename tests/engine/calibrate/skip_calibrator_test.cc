@@ -17,7 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kLayers = 4;           // layer 1 is dense
+constexpr int kLayers = 4;  // layer 1 is dense
 constexpr int kTextRows = 3, kVisualRows = 5, kTopK = 2;
 
 // Logit shift of request r's two-token vocabulary when every text slot of

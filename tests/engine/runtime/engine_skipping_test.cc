@@ -34,9 +34,7 @@ class SkipSink final : public StatsSink {
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
-  void OnExpertsSkipped(TokenModality m, uint64_t n) override {
-    skipped[static_cast<int>(m)] += n;
-  }
+  void OnExpertsSkipped(TokenModality m, uint64_t n) override { skipped[static_cast<int>(m)] += n; }
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
   uint64_t skipped[2] = {0, 0};
