@@ -25,6 +25,10 @@ ABSL_FLAG(int32_t, max_new_tokens, 16, "Answer length budget in tokens.");
 ABSL_FLAG(std::string, token_compressor, "", "Token compressor override (empty = server default).");
 ABSL_FLAG(double, keep_ratio, -1, "Keep ratio override in (0, 1] (<0 = server default).");
 ABSL_FLAG(std::string, expert_predictor, "", "Expert predictor override (empty = server default).");
+ABSL_FLAG(std::string, expert_skipping, "",
+          "Expert skipping override: none | dual-threshold (empty = server default).");
+ABSL_FLAG(double, skip_tau_text, -1, "Text-token skipping threshold override (<0 = server's).");
+ABSL_FLAG(double, skip_tau_visual, -1, "Visual-token skipping threshold override (<0 = server's).");
 ABSL_FLAG(std::string, json_report, "", "Write the report as JSON to this file.");
 ABSL_FLAG(bool, include_items, true, "Include every item's prediction in the JSON report.");
 ABSL_FLAG(bool, progress, false, "Show progress even when stderr is not a TTY.");
@@ -57,6 +61,8 @@ int Main(int argc, char** argv) {
   options.policy =
       MakePolicyOverrides(absl::GetFlag(FLAGS_token_compressor), absl::GetFlag(FLAGS_keep_ratio),
                           absl::GetFlag(FLAGS_expert_predictor));
+  AddSkippingOverrides(absl::GetFlag(FLAGS_expert_skipping), absl::GetFlag(FLAGS_skip_tau_text),
+                       absl::GetFlag(FLAGS_skip_tau_visual), &options.policy);
   if (options.concurrency < 1) return Fail("--concurrency must be >= 1", kExitUsageError);
   if (options.max_new_tokens < 1) return Fail("--max_new_tokens must be >= 1", kExitUsageError);
   absl::StatusOr<std::vector<EvalItem>> items = LoadEvalSet(data);

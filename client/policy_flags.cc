@@ -16,11 +16,21 @@ vismoe::v1::PolicyOverrides MakePolicyOverrides(const std::string& token_compres
   return policy;
 }
 
+void AddSkippingOverrides(const std::string& kind, double tau_text, double tau_visual,
+                          vismoe::v1::PolicyOverrides* policy) {
+  if (!kind.empty()) policy->set_expert_skipping(kind);
+  if (tau_text >= 0) policy->set_skip_tau_text(static_cast<float>(tau_text));
+  if (tau_visual >= 0) policy->set_skip_tau_visual(static_cast<float>(tau_visual));
+}
+
 nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy) {
   nlohmann::json j = nlohmann::json::object();
   if (policy.has_token_compressor()) j["token_compressor"] = policy.token_compressor();
   if (policy.has_keep_ratio()) j["keep_ratio"] = policy.keep_ratio();
   if (policy.has_expert_predictor()) j["expert_predictor"] = policy.expert_predictor();
+  if (policy.has_expert_skipping()) j["expert_skipping"] = policy.expert_skipping();
+  if (policy.has_skip_tau_text()) j["skip_tau_text"] = policy.skip_tau_text();
+  if (policy.has_skip_tau_visual()) j["skip_tau_visual"] = policy.skip_tau_visual();
   return j;
 }
 

@@ -16,6 +16,11 @@ vismoe::v1::PolicyOverrides MakePolicyOverrides(const std::string& token_compres
                                                 double keep_ratio,
                                                 const std::string& expert_predictor);
 
+// Adds the expert skipping overrides (MoDES): an empty `kind` and negative
+// thresholds mean "server default" (unset); the server validates the values.
+void AddSkippingOverrides(const std::string& kind, double tau_text, double tau_visual,
+                          vismoe::v1::PolicyOverrides* policy);
+
 // The overrides as JSON for report configs (unset fields omitted).
 nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy);
 

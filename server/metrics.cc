@@ -243,6 +243,15 @@ ServerMetrics::ServerMetrics(const Options& options)
                      .Register(r);
   prompt_tokens_text_ = &prompt.Add({{"modality", "text"}});
   prompt_tokens_image_ = &prompt.Add({{"modality", "image"}});
+  // The label values of vismoe_prompt_tokens_total, so the two join in PromQL.
+  auto& skipped = prometheus::BuildCounter()
+                      .Name("vismoe_experts_skipped_total")
+                      .Help(
+                          "Routed expert activations dropped by expert skipping (MoDES), "
+                          "by the token's modality.")
+                      .Register(r);
+  skipped_[static_cast<int>(TokenModality::kText)] = &skipped.Add({{"modality", "text"}});
+  skipped_[static_cast<int>(TokenModality::kVisual)] = &skipped.Add({{"modality", "image"}});
   auto& slots = prometheus::BuildGauge()
                     .Name("vismoe_slab_cache_slots")
                     .Help("Slab cache slots in each state.")
@@ -429,6 +438,10 @@ void ServerMetrics::OnTransferStall(double seconds) {
 
 void ServerMetrics::OnVisualTokensPruned(uint64_t count) {
   visual_pruned_->Increment(static_cast<double>(count));
+}
+
+void ServerMetrics::OnExpertsSkipped(TokenModality modality, uint64_t count) {
+  skipped_[static_cast<int>(modality)]->Increment(static_cast<double>(count));
 }
 
 void ServerMetrics::OnCompressionTime(double seconds) {

@@ -15,6 +15,7 @@
 //              vismoe_requests_total{status}, vismoe_generated_tokens_total
 //              vismoe_prompt_tokens_total{modality="text"|"image"}
 //              vismoe_visual_tokens_pruned_total
+//              vismoe_experts_skipped_total{modality="text"|"image"}
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
@@ -126,6 +127,7 @@ class ServerMetrics : public StatsSink {
   void OnVisualTokensPruned(uint64_t count) override;
   void OnCompressionTime(double seconds) override;
   void OnPredictorTime(double seconds) override;
+  void OnExpertsSkipped(TokenModality modality, uint64_t count) override;
   void SetSlotCount(SlotState state, int64_t count) override;
   void SetMemoryRegion(std::string_view region, int64_t bytes) override;
   void OnSchedulerStep(int sequences, int64_t tokens) override;
@@ -168,6 +170,7 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* prompt_tokens_text_ = nullptr;
   prometheus::Counter* prompt_tokens_image_ = nullptr;
   prometheus::Counter* visual_pruned_ = nullptr;
+  prometheus::Counter* skipped_[2] = {};  // indexed by TokenModality
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* running_requests_ = nullptr;
   prometheus::Gauge* sequences_running_ = nullptr;

@@ -26,4 +26,8 @@ absl::Status ValidateExpertPredictorName(absl::string_view field, absl::string_v
   return Check<PredictorKind>(field, name);
 }
 
+absl::Status ValidateExpertSkippingName(absl::string_view field, absl::string_view name) {
+  return Check<SkipKind>(field, name);
+}
+
 }  // namespace vismoe::server

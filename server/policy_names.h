@@ -15,6 +15,8 @@ namespace vismoe::server {
 absl::Status ValidateTokenCompressorName(absl::string_view field, absl::string_view name);
 // "none", "history", "router-lookahead", "mlp-lookahead".
 absl::Status ValidateExpertPredictorName(absl::string_view field, absl::string_view name);
+// "none", "dual-threshold".
+absl::Status ValidateExpertSkippingName(absl::string_view field, absl::string_view name);
 
 }  // namespace vismoe::server
 

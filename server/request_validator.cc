@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,23 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     pol.expert_predictor = po.expert_predictor();
   } else if (!options_.default_expert_predictor.empty()) {
     pol.expert_predictor = options_.default_expert_predictor;
+  }
+  // Expert skipping: the server's default is the engine's (EngineOptions::skipping).
+  if (po.has_expert_skipping()) {
+    absl::Status st = ValidateExpertSkippingName("policy.expert_skipping", po.expert_skipping());
+    if (!st.ok()) return st;
+    pol.expert_skipping = po.expert_skipping();
+  }
+  for (const auto& [field, has, value, out] :
+       {std::tuple{"policy.skip_tau_text", po.has_skip_tau_text(), po.skip_tau_text(),
+                   &pol.skip_tau_text},
+        std::tuple{"policy.skip_tau_visual", po.has_skip_tau_visual(), po.skip_tau_visual(),
+                   &pol.skip_tau_visual}}) {
+    if (!has) continue;
+    if (!(std::isfinite(value) && value >= 0)) {
+      return Invalid(field, absl::StrCat(value, " must be a finite threshold >= 0"));
+    }
+    *out = value;
   }
   return out;
 }

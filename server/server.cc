@@ -144,6 +144,9 @@ absl::Status VismoeServer::LoadModel() {
     eo.compression.beta = options_.keep_ratio;
     eo.compression.alpha = std::min(eo.compression.alpha, options_.keep_ratio);
   }
+  eo.skipping.kind = options_.expert_skipping;
+  eo.skipping.tau_text = static_cast<float>(options_.skip_tau_text);
+  eo.skipping.tau_visual = static_cast<float>(options_.skip_tau_visual);
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

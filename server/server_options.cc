@@ -98,6 +98,13 @@ ABSL_FLAG(std::string, expert_predictor, kDefaults.expert_predictor,
 ABSL_FLAG(std::string, calibration_profile, "",
           "Calibration profile JSON written by vismoe-calibrate (mlp-lookahead weights, "
           "router-lookahead default vectors, Eq. 10 costs); empty = none");
+ABSL_FLAG(std::string, expert_skipping, kDefaults.expert_skipping,
+          "MoDES expert skipping (lossy): none | dual-threshold (skip a routed expert when "
+          "alpha(l) * routing weight < the token's threshold)");
+ABSL_FLAG(double, skip_tau_text, kDefaults.skip_tau_text,
+          "Expert skipping threshold of text tokens, >= 0; -1 = the calibration profile's");
+ABSL_FLAG(double, skip_tau_visual, kDefaults.skip_tau_visual,
+          "Expert skipping threshold of visual tokens, >= 0; -1 = the calibration profile's");
 
 namespace vismoe::server {
 namespace {
@@ -143,6 +150,26 @@ struct OptionDef {
   Setter set;
   Getter get;
 };
+
+// An expert skipping threshold: a number, >= 0 or -1 ("from the profile").
+OptionDef SkipThresholdOption(const char* key, double ServerOptions::*field) {
+  return OptionDef{
+      key,
+      [field](absl::string_view k, absl::string_view v, ServerOptions* o) {
+        double x = 0;
+        if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x) || !std::isfinite(x)) {
+          return BadValue(k, v, "expected a number");
+        }
+        if (x < 0 && x != -1) {
+          return BadValue(k, v,
+                          "expected a threshold >= 0, or -1 for the "
+                          "calibration profile's");
+        }
+        o->*field = x;
+        return absl::OkStatus();
+      },
+      [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+}
 
 #define VISMOE_STRING_OPTION(name)                                                      \
   OptionDef {                                                                           \
@@ -267,6 +294,9 @@ const std::vector<OptionDef>& OptionDefs() {
                 [](const ServerOptions& o) { return absl::StrCat(o.keep_ratio); }},
       VISMOE_STRING_OPTION(expert_predictor),
       VISMOE_STRING_OPTION(calibration_profile),
+      VISMOE_STRING_OPTION(expert_skipping),
+      SkipThresholdOption("skip_tau_text", &ServerOptions::skip_tau_text),
+      SkipThresholdOption("skip_tau_visual", &ServerOptions::skip_tau_visual),
   };
   return *defs;
 }
@@ -419,6 +449,18 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
           "vismoe-calibrate on this model and pass its profile with --calibration_profile "
           "(or choose router-lookahead or history)");
     }
+  }
+  if (!PolicyFromName<SkipKind>(o->expert_skipping).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option expert_skipping: unknown policy \"",
+                                                   o->expert_skipping, "\" (",
+                                                   PolicyNames<SkipKind>(", "), ")"));
+  }
+  if (o->expert_skipping == "dual-threshold" && o->calibration_profile.empty() &&
+      (o->skip_tau_text < 0 || o->skip_tau_visual < 0)) {
+    return absl::InvalidArgumentError(
+        "option expert_skipping: \"dual-threshold\" needs skip_tau_text and skip_tau_visual "
+        "(>= 0) or a calibration_profile with calibrated thresholds (vismoe-calibrate "
+        "--skip_target_rate)");
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -75,6 +75,12 @@ struct ServerOptions {
   // JSON profile written by vismoe-calibrate ("" = none): the mlp-lookahead
   // weights, router-lookahead default vectors and the Eq. 10 costs.
   std::string calibration_profile;
+  // MoDES expert skipping (lossy, so off by default): none | dual-threshold.
+  // Thresholds < 0 come from the calibration profile (vismoe-calibrate
+  // --skip_target_rate); a request may override all three.
+  std::string expert_skipping = "none";
+  double skip_tau_text = -1;
+  double skip_tau_visual = -1;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

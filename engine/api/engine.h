@@ -24,6 +24,7 @@
 #include "engine/api/stats_sink.h"
 #include "engine/core/routing.h"
 #include "engine/offload/offload_options.h"
+#include "engine/policy/expert_skipping_options.h"
 #include "engine/policy/token_compressor_options.h"
 
 namespace vismoe {
@@ -42,6 +43,10 @@ struct EngineOptions {
   // after them) when there is no offload plan; with one, its L_pinned is used.
   // -1 = about a fifth of the MoE layers (the paper pins 10 of Qwen3-VL's 48), at least 1.
   int compression_pinned_layers = -1;
+  // Default MoDES expert skipping (paper 001; PolicyOverrides may change it
+  // per request). "none" keeps the exact path; thresholds < 0 come from the
+  // calibration profile, as does alpha(l).
+  ExpertSkippingOptions skipping;
   // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
   // Supplies the mlp-lookahead weights, router-lookahead default vectors and,
   // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.
@@ -94,6 +99,12 @@ struct GenerateCallbacks {
   // residuals, MoE outputs, visual summary), after the engine's own expert
   // predictor; vismoe-calibrate records traces with it. Not owned.
   RouterObserver* router_observer = nullptr;
+  // Tools only (vismoe-calibrate's GMLG and frontier search): when set,
+  // replaces the request's expert skipping with this rule. Not owned.
+  const ExpertSkipping* expert_skipping = nullptr;
+  // Tools only: called with the prefill's last-row logits [vocab] (the
+  // distribution of the first generated token) before it is sampled.
+  std::function<void(absl::Span<const float>)> on_prefill_logits;
 };
 
 // A request after the host work that precedes the model: checked, its chat

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/expert_skipping.h"
 #include "engine/model/chat_message.h"
 #include "engine/model/rgb_image.h"
 #include "engine/offload/offload_stats.h"
@@ -28,6 +29,9 @@ struct PolicyOverrides {
   std::optional<std::string> token_compressor;  // none|random|saliency|affinity
   std::optional<float> keep_ratio;              // beta, in (0, 1]
   std::optional<std::string> expert_predictor;  // none|history|router-lookahead|mlp-lookahead
+  std::optional<std::string> expert_skipping;   // none|dual-threshold (MoDES)
+  std::optional<float> skip_tau_text;           // >= 0; unset = engine's, else profile's
+  std::optional<float> skip_tau_visual;         // >= 0; unset = engine's, else profile's
 };
 
 struct GenerateRequest {
@@ -66,6 +70,8 @@ struct GenerateResult {
   RequestUsage usage;
   RequestTimings timings;
   OffloadStats offload;
+  // Expert skipping's counts for this request (all zero when it is off).
+  ExpertSkipCounts expert_skipping;
 };
 
 // Streamed piece of output: newly complete UTF-8 text and the ids behind it.

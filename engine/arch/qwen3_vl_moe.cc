@@ -122,6 +122,7 @@ RouterResult SliceRouting(const RouterResult& r, int64_t first, int64_t n) {
   out.logits = rows(r.logits, r.num_experts);
   out.experts = rows(r.experts, r.top_k);
   out.weights = rows(r.weights, r.top_k);
+  out.skipped = rows(r.skipped, r.top_k);
   return out;
 }
 
@@ -238,12 +239,17 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
   const int64_t h = config_.text.hidden_size;
   const bool one = b.entries.size() == 1;
   RouterResult routing;
-  VISMOE_RETURN_IF_ERROR(step.Route(layer, b.observed, &routing));
+  bool skipping = false;  // some entry skips experts: the rule needs the weights
+  for (const DecoderBatchEntry& e : b.entries) {
+    skipping = skipping || e.input->expert_skipping != nullptr;
+  }
+  VISMOE_RETURN_IF_ERROR(step.Route(layer, b.observed || skipping, &routing));
   for (int id : routing.experts) {
     if (id < 0 || id >= config_.text.num_experts) {
       return absl::InternalError(absl::StrCat("router returned expert ", id, " at layer ", layer));
     }
   }
+  if (skipping) SkipExperts(layer, b, &routing);
   if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* hidden, step.HostRows(StepRows::kNormed));
     int64_t off = 0;
@@ -268,6 +274,23 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
     }
   }
   return step.AddMoeOutput();
+}
+
+void Qwen3VlMoeModel::SkipExperts(int layer, const Batch& b, RouterResult* routing) const {
+  int64_t off = 0;
+  std::vector<char> visual;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    const StepState& s = b.seqs[i];
+    if (in.expert_skipping != nullptr) {
+      visual.assign(static_cast<size_t>(s.n), 0);
+      for (int64_t r : s.visual_rows) {
+        if (r >= 0) visual[r] = 1;  // -1: compressed away
+      }
+      MarkSkippedExperts(*in.expert_skipping, layer, off, visual, routing, in.skip_counts);
+    }
+    off += s.n;
+  }
 }
 
 absl::Status Qwen3VlMoeModel::Layer(int layer, Batch& b, DecoderStep& step,

@@ -90,6 +90,9 @@ class Qwen3VlMoeModel final : public TextDecoder {
   absl::Status Compress(int layer, Batch& b, DecoderStep& step) const;
   absl::Status Layer(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
   absl::Status Moe(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
+  // Marks the slots expert skipping drops, per entry that asks for it (its
+  // visual rows use tau_visual, the others tau_text).
+  void SkipExperts(int layer, const Batch& b, RouterResult* routing) const;
   // Splits the step's logits over the entries.
   absl::Status Logits(Batch& b, DecoderStep& step) const;
 

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
+#include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
 #include "engine/model/model_config.h"
@@ -51,6 +52,12 @@ struct DecoderInput {
   bool all_logits = false;             // logits of every new token, else only the last
   RouterObserver* observer = nullptr;  // optional
   std::function<bool()> is_cancelled;  // optional; polled between layers
+  // MoDES expert skipping (engine/core/expert_skipping.h) of this sequence's
+  // rows; null = off, the exact path. Observers see the routing with its
+  // skipped mask. Not owned.
+  const ExpertSkipping* expert_skipping = nullptr;
+  // Where the rule's counts accumulate (optional, with expert_skipping).
+  ExpertSkipCounts* skip_counts = nullptr;
 };
 
 // One sequence of a batched forward step.

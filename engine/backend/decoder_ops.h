@@ -100,7 +100,10 @@ class DecoderStep {
   virtual absl::Status Route(int layer, bool with_scores, RouterResult* routing) = 0;
   // y = sum over each token's top-k of weight * expert(x), experts from the
   // provider (BeginLayer .. EndLayer), summed in a fixed order so the result
-  // does not depend on the order the provider hands them out.
+  // does not depend on the order the provider hands them out. Slots marked in
+  // routing.skipped add nothing, and an expert whose every slot is skipped is
+  // never declared to the provider (so never fetched). With skipped slots,
+  // routing.weights must be filled (Route with_scores).
   // REQUIRES: `routing` from this step's Route(layer) with ids in [0, E).
   virtual absl::Status Experts(int layer, Phase phase, const RouterResult& routing,
                                ExpertProvider* experts) = 0;

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <initializer_list>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -29,6 +31,12 @@ ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores 
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
 ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
+ABSL_FLAG(std::string, expert_skipping, "none",
+          "MoDES expert skipping (lossy): none | dual-threshold");
+ABSL_FLAG(double, skip_tau_text, -1,
+          "expert skipping threshold of text tokens (>= 0); -1 = the calibration profile's");
+ABSL_FLAG(double, skip_tau_visual, -1,
+          "expert skipping threshold of visual tokens (>= 0); -1 = the calibration profile's");
 ABSL_FLAG(double, keep_ratio, 0.5,
           "keep ratio beta of --token_compressor and of the compressing --ablation rows");
 ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sentence.",
@@ -133,6 +141,19 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   e.compression.beta = b.keep_ratio;
   // Algorithm 1 needs alpha <= beta; keep the default 0.1 unless beta is smaller.
   e.compression.alpha = std::min(e.compression.alpha, b.keep_ratio);
+
+  e.skipping.kind = absl::GetFlag(FLAGS_expert_skipping);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<SkipKind>("expert_skipping", e.skipping.kind));
+  for (const auto& [name, value, out] :
+       {std::tuple{"skip_tau_text", absl::GetFlag(FLAGS_skip_tau_text), &e.skipping.tau_text},
+        std::tuple{"skip_tau_visual", absl::GetFlag(FLAGS_skip_tau_visual),
+                   &e.skipping.tau_visual}}) {
+    if (!std::isfinite(value) || (value < 0 && value != -1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "=", value, ": must be >= 0, or -1 for the calibration profile's"));
+    }
+    *out = static_cast<float>(value);
+  }
 
   b.requests_path = absl::GetFlag(FLAGS_requests);
   b.prompt = absl::GetFlag(FLAGS_prompt);

@@ -112,6 +112,13 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
           {"copy_bandwidth_measured_bytes_per_s", measured_bandwidth},
           {"compute_seconds", compute},
           {"bound_seconds", std::max(compute, copy_floor)},
+          {"experts_routed", per_run(static_cast<double>(s.skipping.total_routed()))},
+          {"experts_skipped_text", per_run(static_cast<double>(s.skipping.skipped[0]))},
+          {"experts_skipped_visual", per_run(static_cast<double>(s.skipping.skipped[1]))},
+          {"experts_skipped_share",
+           s.skipping.total_routed() == 0
+               ? 0.0
+               : static_cast<double>(s.skipping.total_skipped()) / s.skipping.total_routed()},
           {"per_request", s.per_request}};
 }
 

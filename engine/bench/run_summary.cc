@@ -58,6 +58,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
       s.total_seconds += r->timings.total_seconds;
       s.prompt_tokens += r->usage.prompt_tokens;
       s.completion_tokens += r->usage.completion_tokens;
+      s.skipping.Add(r->expert_skipping);
       s.visual_tokens_before += r->usage.visual_tokens_before;
       s.visual_tokens_after += r->usage.visual_tokens_after;
       s.per_request.push_back({{"run", run},

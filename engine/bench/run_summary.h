@@ -28,6 +28,7 @@ struct RunSummary {
   int64_t completion_tokens = 0;
   int64_t visual_tokens_before = 0;
   int64_t visual_tokens_after = 0;
+  ExpertSkipCounts skipping;  // MoDES expert skipping, summed over every request
   nlohmann::json per_request = nlohmann::json::array();
 
   int64_t request_count() const { return static_cast<int64_t>(runs) * requests_per_run; }

@@ -47,11 +47,56 @@ absl::Status ValidateOptions(const CalibratorOptions& o, size_t num_requests) {
   if (o.l_semantic < 0) return bad(absl::StrCat("--l_semantic must be >= 0, got ", o.l_semantic));
   if (!(o.copy_bandwidth > 0))
     return bad(absl::StrCat("--copy_bandwidth must be > 0 bytes/s, got ", o.copy_bandwidth));
+  if (!(o.skip_target_rate >= 0 && o.skip_target_rate < 1)) {
+    return bad(
+        absl::StrCat("--skip_target_rate must be in [0, 1) (0 = off), got ", o.skip_target_rate));
+  }
+  if (o.skip_target_rate > 0 && o.skip_grid < 2) {
+    return bad(absl::StrCat("--skip_grid must be >= 2, got ", o.skip_grid));
+  }
   if (num_requests < 2) {
     return bad(absl::StrCat(
         "calibration needs at least 2 requests (one trains, one is held out), got ", num_requests));
   }
   return absl::OkStatus();
+}
+
+// Step 5: MoDES expert skipping on every request's prefill (greedy, no
+// compression, exactly as the traces ran).
+absl::StatusOr<SkipCalibrationReport> CalibrateSkipping(
+    const CalibratorOptions& options, const std::vector<CalibrationRequest>& requests,
+    const TextConfig& text, const std::vector<int>& moe_layers, Engine& engine) {
+  SkipCalibratorOptions so;
+  so.target_skip_rate = options.skip_target_rate;
+  so.grid = options.skip_grid;
+  so.num_layers = text.num_hidden_layers;
+  so.moe_layers = moe_layers;
+  auto prefill = [&](size_t r, const ExpertSkipping* rule,
+                     RouterObserver* observer) -> absl::StatusOr<PrefillOutcome> {
+    GenerateRequest req = requests[r].request;
+    req.sampling.temperature = 0.0f;
+    req.sampling.max_new_tokens = 1;  // the prefill only
+    req.policy = PolicyOverrides{};
+    req.policy.token_compressor = "none";
+    PrefillOutcome out;
+    GenerateCallbacks cb;
+    cb.router_observer = observer;
+    cb.expert_skipping = rule;
+    cb.on_prefill_logits = [&out](absl::Span<const float> l) {
+      out.logits.assign(l.begin(), l.end());
+    };
+    auto result = engine.Generate(req, cb);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          absl::StrCat(requests[r].name, ": ", result.status().message()));
+    }
+    if (out.logits.empty()) {
+      return absl::InternalError(absl::StrCat(requests[r].name, ": no prefill logits"));
+    }
+    out.counts = result->expert_skipping;
+    return out;
+  };
+  return CalibrateExpertSkipping(so, requests.size(), prefill);
 }
 
 }  // namespace
@@ -279,6 +324,18 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
   report.random_recall = static_cast<double>(b) / num_experts;
   profile.hot_recall["random"] = report.random_recall;
 
+  if (options.skip_target_rate > 0) {
+    log(absl::StrCat("expert skipping: GMLG over ", num_moe, " MoE layers, frontier search for a ",
+                     options.skip_target_rate, " skip rate on ", requests.size(), " prefills"));
+    VISMOE_ASSIGN_OR_RETURN(report.skipping,
+                            CalibrateSkipping(options, requests, text, sizes.moe_layers, *engine));
+    profile.expert_skipping = report.skipping->calibration;
+    const SkipCalibration& s = *profile.expert_skipping;
+    log(absl::StrCat("expert skipping: tau_text ", s.tau_text, ", tau_visual ", s.tau_visual,
+                     ", skip rate ", s.skip_rate, ", KL ", s.kl, " (",
+                     report.skipping->search.evaluations, " frontier evaluations)"));
+  }
+
   // Eq. 10 costs.
   std::vector<std::vector<StepRecord>> traces;
   for (const auto& r : recorders) traces.push_back(r->steps());
@@ -338,6 +395,27 @@ std::string CalibrationReport::ToJson() const {
                  {"max_valid", max_valid_pinned},
                  {"costs", costs},
                  {"chosen", profile.chosen_pinned_layers}};
+  if (skipping.has_value()) {
+    const SkipCalibration& c = skipping->calibration;
+    json frontier = json::array();
+    for (const FrontierPoint& p : skipping->search.frontier) {
+      frontier.push_back({{"tau_text", skipping->grid[p.i]},
+                          {"tau_visual", skipping->grid[p.j]},
+                          {"skip_rate", p.skip_rate},
+                          {"kl", p.kl}});
+    }
+    j["expert_skipping"] = {{"alpha", c.alpha},
+                            {"grid", skipping->grid},
+                            {"target_skip_rate", c.target_skip_rate},
+                            {"tau_text", c.tau_text},
+                            {"tau_visual", c.tau_visual},
+                            {"skip_rate", c.skip_rate},
+                            {"text_skip_rate", skipping->text_skip_rate},
+                            {"visual_skip_rate", skipping->visual_skip_rate},
+                            {"kl", c.kl},
+                            {"frontier", frontier},
+                            {"evaluations", skipping->search.evaluations}};
+  }
   j["tokens"] = {{"prompt", prompt_tokens}, {"completion", completion_tokens}};
   j["seconds"] = seconds;
   return j.dump(2);

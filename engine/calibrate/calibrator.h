@@ -12,6 +12,8 @@
 //     predictor is asked for the top-B experts of the next MoE layer; recall is
 //     the share of that layer's activated experts among them. Random choice is
 //     its expected value B / E.
+//  5. With skip_target_rate > 0: MoDES expert skipping's alpha(l) and
+//     thresholds (skip_calibrator.h) over every request's prefill.
 //  4. Eq. 10: for every valid prefix depth L, replays all traces through an
 //     LRU slab cache with the slabs MakeMemoryPlan leaves at L; cost[L] =
 //     misses * expert_bytes / copy_bandwidth. L_pinned = ChoosePinnedLayers.
@@ -21,16 +23,18 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/policy/calibration_profile.h"
+#include "engine/api/request.h"
 #include "engine/calibrate/mlp_trainer.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/calibrate/routing_trace.h"
-#include "engine/api/request.h"
+#include "engine/calibrate/skip_calibrator.h"
+#include "engine/policy/calibration_profile.h"
 
 namespace vismoe {
 
@@ -54,6 +58,10 @@ struct CalibratorOptions {
   std::string backend = "cpu";       // engine backend for the traces (EngineOptions::backend)
   uint64_t seed = 0;                 // split and training
   MlpTrainOptions train;             // its seed is replaced by `seed`
+  // MoDES expert skipping: the skip rate the frontier search must reach, in
+  // (0, 1); 0 = do not calibrate skipping. skip_grid thresholds per modality.
+  double skip_target_rate = 0;
+  int skip_grid = 12;
   std::ostream* progress = nullptr;  // one line per event; null = quiet
 };
 
@@ -72,6 +80,7 @@ struct CalibrationReport {
   std::vector<int> num_slabs;                 // per L
   int64_t expert_bytes = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::optional<SkipCalibrationReport> skipping;  // with skip_target_rate > 0
   double seconds = 0;
 
   // The report vismoe-calibrate prints (pretty JSON).

@@ -30,6 +30,10 @@ constexpr Entry<EvictionPolicy> kEvictions[] = {
     {EvictionPolicy::kGuardedPriority, "guarded", false},
     {EvictionPolicy::kGuardedPriority, "guarded-priority", true},
 };
+constexpr Entry<SkipKind> kSkips[] = {
+    {SkipKind::kNone, "none", false},
+    {SkipKind::kDualThreshold, "dual-threshold", false},
+};
 
 template <typename Kind>
 struct Table;
@@ -44,6 +48,10 @@ struct Table<PredictorKind> {
 template <>
 struct Table<EvictionPolicy> {
   static constexpr const auto& entries = kEvictions;
+};
+template <>
+struct Table<SkipKind> {
+  static constexpr const auto& entries = kSkips;
 };
 
 template <typename Kind>
@@ -77,6 +85,7 @@ std::string PolicyNames(absl::string_view separator) {
 const char* PolicyName(CompressorKind kind) { return NameOf(kind); }
 const char* PolicyName(PredictorKind kind) { return NameOf(kind); }
 const char* PolicyName(EvictionPolicy kind) { return NameOf(kind); }
+const char* PolicyName(SkipKind kind) { return NameOf(kind); }
 
 template std::optional<CompressorKind> PolicyFromName<CompressorKind>(absl::string_view);
 template std::optional<PredictorKind> PolicyFromName<PredictorKind>(absl::string_view);
@@ -84,5 +93,7 @@ template std::optional<EvictionPolicy> PolicyFromName<EvictionPolicy>(absl::stri
 template std::string PolicyNames<CompressorKind>(absl::string_view);
 template std::string PolicyNames<PredictorKind>(absl::string_view);
 template std::string PolicyNames<EvictionPolicy>(absl::string_view);
+template std::optional<SkipKind> PolicyFromName<SkipKind>(absl::string_view);
+template std::string PolicyNames<SkipKind>(absl::string_view);
 
 }  // namespace vismoe

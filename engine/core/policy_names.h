@@ -6,6 +6,7 @@
 //   CompressorKind  none | random | saliency | affinity        (token compression)
 //   PredictorKind   none | history | router-lookahead | mlp-lookahead  (expert prediction)
 //   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
+//   SkipKind        none | dual-threshold                      (MoDES expert skipping)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -21,6 +22,7 @@ namespace vismoe {
 enum class CompressorKind { kNone, kRandom, kSaliency, kAffinity };
 enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
 enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
+enum class SkipKind { kNone, kDualThreshold };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>
@@ -29,6 +31,7 @@ std::optional<Kind> PolicyFromName(absl::string_view name);
 const char* PolicyName(CompressorKind kind);
 const char* PolicyName(PredictorKind kind);
 const char* PolicyName(EvictionPolicy kind);
+const char* PolicyName(SkipKind kind);
 // Every canonical name of a kind, in table order, joined by `separator`:
 // PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
 template <typename Kind>

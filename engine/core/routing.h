@@ -24,6 +24,14 @@ struct RouterResult {
   std::vector<float> logits;   // [n, E]: x . W_g^T
   std::vector<int> experts;    // [n, top_k], by decreasing probability
   std::vector<float> weights;  // [n, top_k], combine weights
+  // [n, top_k]: 1 where expert skipping (engine/core/expert_skipping.h) drops
+  // the slot -- its expert is neither fetched nor computed for the token and
+  // adds nothing to its output. Empty = nothing skipped (the exact path).
+  std::vector<uint8_t> skipped;
+
+  bool IsSkipped(int64_t token, int slot) const {
+    return !skipped.empty() && skipped[static_cast<size_t>(token * top_k + slot)] != 0;
+  }
 };
 
 // Sees each MoE layer's routing (the token compressor and the expert

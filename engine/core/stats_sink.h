@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 
 namespace vismoe {
@@ -30,6 +31,9 @@ class StatsSink {
   virtual void OnVisualTokensPruned(uint64_t count) = 0;
   virtual void OnCompressionTime(double seconds) = 0;
   virtual void OnPredictorTime(double seconds) = 0;
+  // Routed (token, expert) activations MoDES expert skipping dropped
+  // (engine/core/expert_skipping.h), of tokens of `modality`.
+  virtual void OnExpertsSkipped(TokenModality modality, uint64_t count) = 0;
   // Current number of slab slots in `state` (gauge).
   virtual void SetSlotCount(SlotState state, int64_t count) = 0;
   // Device memory carved for a region: "resident", "pinned_prefix",
@@ -45,8 +49,9 @@ class StatsSink {
   virtual void SetKvBlocks(int64_t used, int64_t total) = 0;
 };
 
-// A sink that drops everything; the default when nobody listens.
-class NullStatsSink final : public StatsSink {
+// A sink that drops everything; the default when nobody listens, and the
+// base of a sink that wants only some of the calls (tests).
+class NullStatsSink : public StatsSink {
  public:
   void OnExpertQuery(Phase, int, bool) override {}
   void OnPrefetchNeeded(int, bool) override {}
@@ -57,6 +62,7 @@ class NullStatsSink final : public StatsSink {
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
+  void OnExpertsSkipped(TokenModality, uint64_t) override {}
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
   void OnSchedulerStep(int, int64_t) override {}

@@ -20,7 +20,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kFormat = "vismoe-calibration-profile";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;     // written
+constexpr int kMinVersion = 1;  // still read: no expert_skipping
 constexpr const char* kDefaultVectors = "router_lookahead.default_vectors";
 
 std::string TensorPathFor(const std::string& json_path) {
@@ -104,13 +105,37 @@ class FieldReader {
   const json& root_;
 };
 
+bool HasField(const FieldReader& r, const std::string& key) { return r.Find(key).ok(); }
+
+// The "expert_skipping" section (paper 001's alpha(l) and thresholds).
+absl::Status ParseSkipping(const FieldReader& r, int64_t num_layers, SkipCalibration* s) {
+  VISMOE_ASSIGN_OR_RETURN(const json* alpha, r.Find("expert_skipping.alpha"));
+  if (!alpha->is_array() || static_cast<int64_t>(alpha->size()) != num_layers) {
+    return r.Error("expert_skipping.alpha",
+                   absl::StrCat("must be an array of num_layers = ", num_layers, " numbers"));
+  }
+  for (size_t i = 0; i < alpha->size(); ++i) {
+    VISMOE_ASSIGN_OR_RETURN(double a, r.CheckNumber(absl::StrCat("expert_skipping.alpha[", i, "]"),
+                                                    (*alpha)[i], 0.0, HUGE_VAL));
+    s->alpha.push_back(static_cast<float>(a));
+  }
+  VISMOE_ASSIGN_OR_RETURN(double tt, r.Number("expert_skipping.tau_text", 0.0, HUGE_VAL));
+  VISMOE_ASSIGN_OR_RETURN(double tv, r.Number("expert_skipping.tau_visual", 0.0, HUGE_VAL));
+  s->tau_text = static_cast<float>(tt);
+  s->tau_visual = static_cast<float>(tv);
+  VISMOE_ASSIGN_OR_RETURN(s->target_skip_rate,
+                          r.Number("expert_skipping.target_skip_rate", 0.0, 1.0));
+  VISMOE_ASSIGN_OR_RETURN(s->skip_rate, r.Number("expert_skipping.skip_rate", 0.0, 1.0));
+  VISMOE_ASSIGN_OR_RETURN(s->kl, r.Number("expert_skipping.kl", 0.0, HUGE_VAL));
+  return absl::OkStatus();
+}
+
 // Parses the JSON part into `p` (everything but the tensors).
 absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string* tensor_file,
                        bool* has_mlp, float* bn_eps, bool* has_default_vectors) {
   VISMOE_ASSIGN_OR_RETURN(std::string format, r.String("format"));
   if (format != kFormat) return r.Error("format", absl::StrCat("is '", format, "'"));
-  VISMOE_ASSIGN_OR_RETURN(int64_t version, r.Int("version", kVersion, kVersion));
-  (void)version;
+  VISMOE_ASSIGN_OR_RETURN(const int64_t version, r.Int("version", kMinVersion, kVersion));
   VISMOE_ASSIGN_OR_RETURN(*tensor_file, r.String("tensor_file"));
   if (tensor_file->empty()) return r.Error("tensor_file", "is empty");
 
@@ -164,7 +189,32 @@ absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string*
                             r.CheckNumber(absl::StrCat("hot_recall.", name), value, 0.0, 1.0));
     p->hot_recall[name] = v;
   }
+  if (version >= 2 && HasField(r, "expert_skipping")) {
+    SkipCalibration skip;
+    VISMOE_RETURN_IF_ERROR(ParseSkipping(r, num_layers, &skip));
+    p->expert_skipping = std::move(skip);
+  } else if (HasField(r, "expert_skipping")) {
+    return r.Error("expert_skipping", "needs version 2");
+  }
   return absl::OkStatus();
+}
+
+// InvalidArgument unless p.expert_skipping is absent or what Load accepts:
+// num_layers alphas, thresholds and KL finite and >= 0, rates in [0, 1].
+absl::Status CheckSkippingForSave(const CalibrationProfile& p, const std::string& json_path) {
+  if (!p.expert_skipping.has_value()) return absl::OkStatus();
+  const SkipCalibration& s = *p.expert_skipping;
+  ExpertSkipping rule{s.alpha, s.tau_text, s.tau_visual};
+  absl::Status valid = s.alpha.empty() ? absl::InvalidArgumentError("alpha is empty")
+                                       : ValidateExpertSkipping(rule, p.num_layers);
+  const bool rates = s.target_skip_rate >= 0 && s.target_skip_rate <= 1 && s.skip_rate >= 0 &&
+                     s.skip_rate <= 1 && std::isfinite(s.kl) && s.kl >= 0;
+  if (valid.ok() && !rates) {
+    valid = absl::InvalidArgumentError("skip rates must be in [0, 1] and kl finite and >= 0");
+  }
+  if (valid.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("CalibrationProfile::Save(", json_path,
+                                                 "): expert_skipping: ", valid.message()));
 }
 
 }  // namespace
@@ -184,6 +234,7 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
                                                      " (must be finite and >= 0)"));
     }
   }
+  VISMOE_RETURN_IF_ERROR(CheckSkippingForSave(*this, json_path));
   const std::string tensor_path = TensorPathFor(json_path);
   std::vector<std::pair<std::string, TensorView>> tensors;
   if (mlp.has_value()) tensors = mlp->Tensors();
@@ -217,6 +268,12 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
   j["router_lookahead"] = {{"default_vectors", !default_vectors.empty()}};
   j["hot_recall"] = json::object();
   for (const auto& [name, v] : hot_recall) j["hot_recall"][name] = v;
+  if (expert_skipping.has_value()) {
+    const SkipCalibration& s = *expert_skipping;
+    j["expert_skipping"] = {{"alpha", s.alpha},           {"tau_text", s.tau_text},
+                            {"tau_visual", s.tau_visual}, {"target_skip_rate", s.target_skip_rate},
+                            {"skip_rate", s.skip_rate},   {"kl", s.kl}};
+  }
 
   std::string text;
   try {

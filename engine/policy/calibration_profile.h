@@ -13,7 +13,10 @@
 // "model": {model_type, num_layers, num_experts, hidden_size, has_vision},
 // "predictor": {window, gamma, prefetch_count}, "pinned": {l_semantic, cost,
 // budget_bytes, chosen_pinned_layers}, "mlp": {present, bn_eps, ...},
-// "router_lookahead": {default_vectors: bool}, "hot_recall": {name: value}}.
+// "router_lookahead": {default_vectors: bool}, "hot_recall": {name: value},
+// since version 2 optionally "expert_skipping": {alpha: [num_layers numbers],
+// tau_text, tau_visual, target_skip_rate, skip_rate, kl}}. Version 1 files
+// (no expert_skipping) still load.
 // The MLP shares the profile's tensor file (MlpLookahead::Tensors/FromFile).
 // Thread safety: plain value.
 #ifndef VISMOE_ENGINE_POLICY_CALIBRATION_PROFILE_H_
@@ -27,11 +30,25 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/core/expert_skipping.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/policy/mlp_lookahead.h"
 
 namespace vismoe {
+
+// MoDES expert skipping (paper 001) as vismoe-calibrate found it: GMLG's
+// alpha(l) and the frontier search's thresholds for a target skip rate.
+struct SkipCalibration {
+  // alpha(l) per decoder layer: mean KL(prob || prob with layer l's experts
+  // skipped) over the calibration set; 0 for dense layers.
+  std::vector<float> alpha;
+  float tau_text = 0.0f;
+  float tau_visual = 0.0f;
+  double target_skip_rate = 0;  // rho the search met
+  double skip_rate = 0;         // measured on the calibration set at the thresholds
+  double kl = 0;                // mean KL to the unskipped model there
+};
 
 struct CalibrationProfile {
   // The model it was calibrated on (checked against the served one).
@@ -60,6 +77,9 @@ struct CalibrationProfile {
   // Held-out Hot Recall@B per predictor name ("random", "history",
   // "router-lookahead", "mlp-lookahead"), for reports.
   std::map<std::string, double> hot_recall;
+
+  // Expert skipping's calibration; absent when not calibrated (version 1).
+  std::optional<SkipCalibration> expert_skipping;
 
   // Writes `json_path` and its tensor file (json_path with ".json" replaced
   // by ".safetensors", or with ".safetensors" appended).

@@ -126,6 +126,9 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
     return;
   }
   if (seq->prefilling()) return;  // more prompt chunks to come
+  if (seq->result.token_ids.empty() && seq->callbacks.on_prefill_logits) {
+    seq->callbacks.on_prefill_logits(seq->logits);
+  }
   if (seq->output.Accept(seq->logits, seq->cache->CheckRoom(1).ok())) {
     Finish(seq, absl::OkStatus());
   }
@@ -134,10 +137,19 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
 void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   scheduler_->Remove(seq);
   seq->cache.reset();  // the memory goes back before the caller wakes
+  ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);
   PublishGauges();     // before the caller wakes: its KV blocks are free
   seq->done.Notify();  // the caller may destroy `seq` from here on
+}
+
+void BatchLoop::ReportSkipping(const ExpertSkipCounts& counts) {
+  if (stats_ == nullptr) return;
+  for (TokenModality m : {TokenModality::kText, TokenModality::kVisual}) {
+    const uint64_t n = counts.skipped[static_cast<int>(m)];
+    if (n > 0) stats_->OnExpertsSkipped(m, n);
+  }
 }
 
 void BatchLoop::PublishGauges() {

@@ -51,6 +51,8 @@ class BatchLoop {
   // Takes the sequence out, frees its cache and notifies its caller.
   void Finish(Sequence* seq, absl::Status status);
   void PublishGauges();
+  // A finished sequence's skipped experts, to the stats sink.
+  void ReportSkipping(const ExpertSkipCounts& counts);
 
   StepScheduler* const scheduler_;
   ModelRunner* const runner_;

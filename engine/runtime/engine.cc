@@ -107,6 +107,9 @@ class LocalEngine final : public Engine {
   int64_t KvBytes() const;
   // The expert counters since the last call (the step thread's only).
   OffloadStats TakeStepStats();
+  // The request's expert skipping: the engine's, with the request's overrides.
+  absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
+      const GenerateRequest& request) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -128,6 +131,7 @@ class LocalEngine final : public Engine {
   RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
   int compress_layer_ = 0;                          // decoder layer token compression runs before
+  std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
   uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
   std::unique_ptr<KvBlockPool> kv_pool_;
   std::unique_ptr<StepScheduler> scheduler_;
@@ -152,7 +156,7 @@ absl::Status CheckOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  return absl::OkStatus();
+  return CheckExpertSkippingOptions(options.skipping, SkipOptionNames{});
 }
 
 // The calibration profile of the options, checked against the model; none
@@ -188,6 +192,18 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   VISMOE_RETURN_IF_ERROR(e->SetUpExperts(*choice.backend, activation_bytes,
                                          profile.has_value() ? &*profile : nullptr));
   VISMOE_RETURN_IF_ERROR(e->SetUpCompression());
+  if (profile.has_value()) e->skip_calibration_ = profile->expert_skipping;
+  // The default rule must resolve now (a start-up error, not every request's).
+  VISMOE_ASSIGN_OR_RETURN(
+      const std::optional<ExpertSkipping> skipping,
+      ResolveExpertSkipping(options.skipping,
+                            e->skip_calibration_ ? &*e->skip_calibration_ : nullptr,
+                            e->config_.text.num_hidden_layers, SkipOptionNames{}));
+  if (skipping.has_value()) {
+    spdlog::info("engine: expert skipping dual-threshold (tau_text {}, tau_visual {}, alpha {})",
+                 skipping->tau_text, skipping->tau_visual,
+                 skipping->alpha.empty() ? "1 (no calibration)" : "calibrated");
+  }
   e->FillInfo();
   e->StartLoop();
   return std::unique_ptr<Engine>(std::move(e));
@@ -349,16 +365,39 @@ absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
   return co;
 }
 
+absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
+    const GenerateRequest& request) const {
+  ExpertSkippingOptions so = options_.skipping;
+  const PolicyOverrides& po = request.policy;
+  if (po.expert_skipping.has_value()) so.kind = *po.expert_skipping;
+  // A request's threshold is a value, never "unset": negative is an error.
+  for (const auto& [name, value] : {std::pair{"policy.skip_tau_text", po.skip_tau_text},
+                                    std::pair{"policy.skip_tau_visual", po.skip_tau_visual}}) {
+    if (value.has_value() && !(*value >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be a finite value >= 0, got ", *value));
+    }
+  }
+  if (po.skip_tau_text.has_value()) so.tau_text = *po.skip_tau_text;
+  if (po.skip_tau_visual.has_value()) so.tau_visual = *po.skip_tau_visual;
+  const SkipOptionNames names{"policy.expert_skipping", "policy.skip_tau_text",
+                              "policy.skip_tau_visual"};
+  return ResolveExpertSkipping(so, skip_calibration_ ? &*skip_calibration_ : nullptr,
+                               config_.text.num_hidden_layers, names);
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
   VISMOE_RETURN_IF_ERROR(CheckRequest(request));
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, prompts_->Build(request));
   VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
+  VISMOE_ASSIGN_OR_RETURN(std::optional<ExpertSkipping> skipping, RequestSkipping(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them
-  return std::unique_ptr<PreparedRequest>(new LocalPrepared(
-      std::move(kept), std::move(prompt), std::move(co), Seconds(start, Clock::now())));
+  return std::unique_ptr<PreparedRequest>(new LocalPrepared(std::move(kept), std::move(prompt),
+                                                            std::move(co), std::move(skipping),
+                                                            Seconds(start, Clock::now())));
 }
 
 int64_t LocalEngine::KvTokens() const {

@@ -1,14 +1,16 @@
 // LocalPrepared: the PreparedRequest that LocalEngine::Prepare makes -- the
 // built prompt (ids, patches, positions) and the request's checked token
-// compression.
+// compression and expert skipping.
 // Thread safety: immutable after construction.
 // Ownership: owns its prompt; the caller of Prepare owns the object.
 #ifndef VISMOE_ENGINE_RUNTIME_LOCAL_PREPARED_H_
 #define VISMOE_ENGINE_RUNTIME_LOCAL_PREPARED_H_
 
+#include <optional>
 #include <utility>
 
 #include "engine/api/engine.h"
+#include "engine/core/expert_skipping.h"
 #include "engine/policy/token_compressor_options.h"
 #include "engine/runtime/prompt_builder.h"
 
@@ -17,12 +19,14 @@ namespace vismoe {
 class LocalPrepared final : public PreparedRequest {
  public:
   LocalPrepared(GenerateRequest request, Prompt prompt, TokenCompressorOptions compression,
-                double seconds)
+                std::optional<ExpertSkipping> skipping, double seconds)
       : PreparedRequest(std::move(request), static_cast<int>(prompt.ids.size()), seconds),
         prompt(std::move(prompt)),
-        compression(std::move(compression)) {}
+        compression(std::move(compression)),
+        skipping(std::move(skipping)) {}
   const Prompt prompt;
   const TokenCompressorOptions compression;
+  const std::optional<ExpertSkipping> skipping;  // nullopt = off (exact)
 };
 
 }  // namespace vismoe

@@ -14,7 +14,7 @@ std::vector<float> MeanRows(const std::vector<float>& x, int64_t width,
                             const std::vector<int64_t>* rows) {
   std::vector<float> mean(static_cast<size_t>(width), 0.0f);
   const int64_t n = rows != nullptr ? static_cast<int64_t>(rows->size())
-                                    : static_cast<int64_t>(x.size()) / width;
+                                    : static_cast<int64_t>(x.size()) / std::max<int64_t>(width, 1);
   for (int64_t i = 0; i < n; ++i) {
     const float* r = x.data() + (rows != nullptr ? (*rows)[i] : i) * width;
     for (int64_t j = 0; j < width; ++j) mean[j] += r[j];
@@ -93,6 +93,8 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   Sequence* s = chunk.seq;
   s->input = DecoderInput{};
   s->input.observer = s->observers();
+  s->input.expert_skipping = s->skipping();
+  s->input.skip_counts = &s->result.expert_skipping;
   if (s->prefilling()) {
     BuildPrefillInput(s, chunk.rows);
     return;

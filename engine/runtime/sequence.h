@@ -56,6 +56,12 @@ struct Sequence {
   bool has_images() const { return !prepared.prompt.grids.empty(); }
   // Observers of every step: [compression ->] predictor -> caller's.
   RouterObserver* observers() { return chain.Head(); }
+  // The expert-skipping rule its steps run with (a tool's override in the
+  // callbacks first); null = off.
+  const ExpertSkipping* skipping() const {
+    if (callbacks.expert_skipping != nullptr) return callbacks.expert_skipping;
+    return prepared.skipping.has_value() ? &*prepared.skipping : nullptr;
+  }
 
   const LocalPrepared& prepared;
   const GenerateCallbacks& callbacks;

@@ -40,6 +40,10 @@ ABSL_FLAG(int, epochs, 60, "mlp-lookahead training epochs");
 ABSL_FLAG(int, threads, 0, "CPU threads; 0 = all cores");
 ABSL_FLAG(std::string, backend, "cpu", "engine backend for the traces: cpu | cuda | auto");
 ABSL_FLAG(uint64_t, seed, 0, "split and training seed");
+ABSL_FLAG(double, skip_target_rate, 0,
+          "MoDES expert skipping: calibrate alpha(l) (GMLG) and the text / visual thresholds "
+          "(frontier search) for this share of routed experts skipped, in (0, 1); 0 = off");
+ABSL_FLAG(int, skip_grid, 12, "expert skipping: candidate thresholds per modality (>= 2)");
 ABSL_FLAG(std::string, out, "", "calibration profile to write (JSON; tensors beside it)");
 ABSL_FLAG(std::string, json_out, "", "also write the JSON report here");
 
@@ -93,6 +97,8 @@ int main(int argc, char** argv) {
   o.num_threads = absl::GetFlag(FLAGS_threads);
   o.backend = absl::GetFlag(FLAGS_backend);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.skip_target_rate = absl::GetFlag(FLAGS_skip_target_rate);
+  o.skip_grid = absl::GetFlag(FLAGS_skip_grid);
   o.train.epochs = absl::GetFlag(FLAGS_epochs);
   if (o.train.epochs < 1) return Fail(2, "--epochs must be >= 1");
   o.progress = &std::cerr;

@@ -100,6 +100,7 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_generated_tokens_total",
                            "vismoe_prompt_tokens_total",
                            "vismoe_visual_tokens_pruned_total",
+                           "vismoe_experts_skipped_total",
                            "vismoe_requests_total",
                            "vismoe_expert_cache_hit_ratio",
                            "vismoe_prefetch_recall",
@@ -121,6 +122,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
             0);
   EXPECT_EQ(Value(text, "vismoe_slab_cache_slots", {{"state", "speculative"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_prompt_tokens_total", {{"modality", "image"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "text"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "image"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
   EXPECT_FALSE(absl::StrContains(text, "vismoe_gpu_memory_bytes{"));
@@ -170,6 +173,9 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnTransferStall(0.25);
   m->OnTransferStall(-1);  // broken timer: dropped
   m->OnVisualTokensPruned(128);
+  m->OnExpertsSkipped(TokenModality::kText, 3);
+  m->OnExpertsSkipped(TokenModality::kVisual, 40);
+  m->OnExpertsSkipped(TokenModality::kVisual, 2);
   m->OnCompressionTime(0.0004);
   m->OnPredictorTime(0.00002);
   m->OnPredictorTime(0.00003);
@@ -182,6 +188,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_EQ(Value(t, "vismoe_expert_bytes_h2d_total"), 4 << 20);
   EXPECT_DOUBLE_EQ(Value(t, "vismoe_transfer_stall_seconds_total"), 0.25);
   EXPECT_EQ(Value(t, "vismoe_visual_tokens_pruned_total"), 128);
+  EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "text"}}), 3);
+  EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "image"}}), 42);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_count"), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.0005"}}), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.00025"}}), 0);

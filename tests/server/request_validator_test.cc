@@ -74,6 +74,8 @@ TEST_F(RequestValidatorTest, ConvertsAValidRequest) {
   r.mutable_sampling()->add_stop("\n\n");
   r.mutable_policy()->set_keep_ratio(0.5f);
   r.mutable_policy()->set_expert_predictor("history");
+  r.mutable_policy()->set_expert_skipping("dual-threshold");
+  r.mutable_policy()->set_skip_tau_visual(0.25f);
 
   absl::StatusOr<ValidatedRequest> v = validator_->Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -95,6 +97,9 @@ TEST_F(RequestValidatorTest, ConvertsAValidRequest) {
   EXPECT_EQ(g.policy.token_compressor, "affinity");  // server default
   EXPECT_FLOAT_EQ(*g.policy.keep_ratio, 0.5f);
   EXPECT_EQ(g.policy.expert_predictor, "history");
+  EXPECT_EQ(g.policy.expert_skipping, "dual-threshold");
+  EXPECT_FALSE(g.policy.skip_tau_text.has_value());  // the engine's (or profile's)
+  EXPECT_EQ(g.policy.skip_tau_visual, 0.25f);
 
   testing::FakeEngine engine;
   double decode_seconds = -1;
@@ -115,6 +120,9 @@ TEST_F(RequestValidatorTest, DefaultsAreFilledIn) {
   EXPECT_FLOAT_EQ(v->request.sampling.top_p, 1.0f);
   EXPECT_FALSE(v->request.policy.keep_ratio.has_value());
   EXPECT_FALSE(v->request.policy.expert_predictor.has_value());
+  // Expert skipping defaults live in the engine, not in the request.
+  EXPECT_FALSE(v->request.policy.expert_skipping.has_value());
+  EXPECT_FALSE(v->request.policy.skip_tau_text.has_value());
 }
 
 TEST_F(RequestValidatorTest, RejectsBadRequests) {
@@ -216,6 +224,21 @@ TEST_F(RequestValidatorTest, RejectsBadRequests) {
     v1::GenerateRequest r = TextRequest("x");
     r.mutable_policy()->set_keep_ratio(0.0f);
     ExpectInvalid(r, "policy.keep_ratio: 0 must be in (0, 1]");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_expert_skipping("lots");
+    ExpectInvalid(r, "unknown policy.expert_skipping \"lots\"; valid: none, dual-threshold");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_skip_tau_text(-0.5f);
+    ExpectInvalid(r, "policy.skip_tau_text: -0.5 must be a finite threshold >= 0");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_skip_tau_visual(std::numeric_limits<float>::quiet_NaN());
+    ExpectInvalid(r, "policy.skip_tau_visual");
   }
   {
     v1::GenerateRequest r = TextRequest("x");

@@ -77,6 +77,13 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.keep_ratio = 1.5;
   fails(o, "keep_ratio");
   o = base;
+  o.expert_skipping = "sometimes";
+  fails(o, "option expert_skipping: unknown policy \"sometimes\" (none, dual-threshold)");
+  o = base;
+  o.expert_skipping = "dual-threshold";  // no thresholds and no profile
+  o.skip_tau_text = 0.1;
+  fails(o, "needs skip_tau_text and skip_tau_visual");
+  o = base;
   o.workers = 0;
   fails(o, "workers");
   o = base;
@@ -99,6 +106,25 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o = base;
   o.api_key_file = "/nonexistent/key";
   fails(o, "cannot read");
+}
+
+TEST(ServerOptionsTest, ExpertSkippingFlags) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.expert_skipping, "none");  // lossy: off by default
+  ASSERT_TRUE(SetServerOption("expert_skipping", "dual-threshold", &o).ok());
+  ASSERT_TRUE(SetServerOption("skip_tau_text", "0.05", &o).ok());
+  ASSERT_TRUE(SetServerOption("skip_tau_visual", "0.3", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_DOUBLE_EQ(o.skip_tau_visual, 0.3);
+  ASSERT_TRUE(SetServerOption("skip_tau_visual", "-1", &o).ok());  // from the profile
+  o.calibration_profile = "/p.json";
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  absl::Status bad = SetServerOption("skip_tau_text", "-0.5", &o);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("option skip_tau_text: invalid value \"-0.5\": expected a threshold >= 0"));
+  bad = SetServerOption("skip_tau_visual", "lots", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option skip_tau_visual"));
 }
 
 TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {

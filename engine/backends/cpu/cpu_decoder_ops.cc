@@ -163,7 +163,11 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
   const int k = r.top_k;
   std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
   for (int64_t t = 0; t < n; ++t) {
-    for (int j = 0; j < k; ++j) routed[r.experts[t * k + j]].push_back({t, j});
+    for (int j = 0; j < k; ++j) {
+      // A skipped slot's expert is not computed for the token; one skipped
+      // by every token is not declared, so the provider never fetches it.
+      if (!r.IsSkipped(t, j)) routed[r.experts[t * k + j]].push_back({t, j});
+    }
   }
   std::vector<int> active;
   for (int e = 0; e < c_.num_experts; ++e) {
@@ -219,6 +223,7 @@ void CpuDecoderStep::CombineSlots(const RouterResult& r, const std::vector<float
               [&](int a, int b) { return r.experts[t * k + a] < r.experts[t * k + b]; });
     float* o = y_.data() + t * h_;
     for (int j : slots) {
+      if (r.IsSkipped(t, j)) continue;  // adds nothing (paper 001: removed from the sum)
       const float* so = slot_out.data() + (t * k + j) * h_;
       for (int64_t d = 0; d < h_; ++d) o[d] += so[d];
     }

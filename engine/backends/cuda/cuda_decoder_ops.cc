@@ -146,6 +146,9 @@ class CudaDecoderStep final : public DecoderStep {
   // Device index lists of the visual rows still in the step (DeepStack).
   absl::Status SetVisualRows(absl::Span<const int64_t> visual_rows);
   absl::Status UploadPositions(absl::Span<const int64_t> positions);
+  // Expert skipping on the device: zeroes the permuted rows and the combine
+  // weights of the skipped slots.
+  absl::Status ZeroSkippedSlots(const RouterResult& r);
   // Host fp32 copy of `count` device bf16 values (waits for the stream).
   absl::Status DownloadF32(const Bf16* src, int64_t count, std::vector<float>* out) const;
 
@@ -179,6 +182,7 @@ class CudaDecoderStep final : public DecoderStep {
   int64_t ds_count_ = 0;
   Bf16* ds_tmp_ = nullptr;        // [num_visual, H]
   std::vector<float> host_rows_;  // HostRows' copy
+  std::vector<float> skip_weights_;  // source of ZeroSkippedSlots' upload; outlives the copy
 };
 
 absl::Status CudaDecoderStep::Allocate(int64_t n) {
@@ -399,12 +403,17 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   // Expert e owns permuted rows [offsets[e], offsets[e + 1]): the prefix sum
   // BuildMoePermutation computes on the device, recomputed here from the same ids.
   std::vector<int32_t> offsets(e_count + 1, 0);
-  for (int id : r.experts) ++offsets[id + 1];  // ids checked by the decoder
+  std::vector<char> used(e_count, 0);  // some slot of the expert is not skipped
+  for (size_t i = 0; i < r.experts.size(); ++i) {
+    ++offsets[r.experts[i] + 1];  // ids checked by the decoder
+    if (r.skipped.empty() || r.skipped[i] == 0) used[r.experts[i]] = 1;
+  }
   std::vector<int> active;
   for (int e = 0; e < e_count; ++e) {
-    if (offsets[e + 1] > 0) active.push_back(e);
+    if (used[e]) active.push_back(e);
     offsets[e + 1] += offsets[e];
   }
+  if (!r.skipped.empty()) VISMOE_RETURN_IF_ERROR(ZeroSkippedSlots(r));
   // Only with every id known to be in range: an out-of-range id (a NaN router
   // row) leaves row_token entries unwritten.
   VISMOE_RETURN_IF_ERROR(PermuteRows(x_, static_cast<int>(h_), row_token_, n_ * k, xp_, st_));
@@ -413,6 +422,25 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, launcher));
   return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
                           /*accumulate=*/false, y_, st_);
+}
+
+absl::Status CudaDecoderStep::ZeroSkippedSlots(const RouterResult& r) {
+  // Skipped slots keep their place in the permutation (rows of an expert that
+  // runs for other tokens are computed, rows of an expert no token keeps are
+  // never written), so: every permuted row starts at zero and a skipped
+  // slot's combine weight is zero -- it adds exactly nothing (paper 001: the
+  // kept experts keep their weights, no renormalisation).
+  if (r.weights.size() != r.skipped.size()) {
+    return absl::InternalError("expert skipping: the routing has no weights on the host");
+  }
+  skip_weights_ = r.weights;
+  for (size_t i = 0; i < skip_weights_.size(); ++i) {
+    if (r.skipped[i] != 0) skip_weights_[i] = 0.0f;
+  }
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_weights_, skip_weights_.data(),
+                                           skip_weights_.size() * sizeof(float), st_));
+  return MemsetAsync(yp_, 0, static_cast<size_t>(n_) * c_.num_experts_per_tok * h_ * sizeof(Bf16),
+                     st_);
 }
 
 absl::Status CudaDecoderStep::AddDeepStack(int layer) {

@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/policy/calibration_profile.h"
+#include "engine/api/engine.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/model/model_config.h"
+#include "engine/policy/calibration_profile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -138,6 +139,53 @@ TEST(CalibratorTest, ProfileLoadsBackAndMlpBeatsBaselines) {
   std::filesystem::remove(::testing::TempDir() + "/calibrator_test_profile.safetensors");
 }
 
+TEST(CalibratorTest, ExpertSkippingIsCalibratedSavedAndServed) {
+  std::vector<CalibrationRequest> requests = FixtureRequests();
+  requests.resize(6);  // enough for the search; keeps the test short
+  CalibratorOptions o = TinyOptions();
+  o.skip_target_rate = 0.3;
+  o.skip_grid = 6;
+  auto report = RunCalibration(o, requests);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(report->skipping.has_value());
+  ASSERT_TRUE(report->profile.expert_skipping.has_value());
+  const SkipCalibration& s = *report->profile.expert_skipping;
+  ASSERT_EQ(s.alpha.size(), 4u);
+  for (float a : s.alpha) EXPECT_GT(a, 0.0f);  // every layer of the fixture is MoE
+  EXPECT_GE(s.skip_rate, 0.3);
+  EXPECT_DOUBLE_EQ(s.target_skip_rate, 0.3);
+  EXPECT_GT(s.kl, 0.0);
+  EXPECT_THAT(report->ToJson(), HasSubstr("\"frontier\""));
+
+  const std::string path = ::testing::TempDir() + "/calibrator_skip_profile.json";
+  ASSERT_TRUE(report->profile.Save(path).ok());
+  auto back = CalibrationProfile::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->expert_skipping.has_value());
+  EXPECT_EQ(back->expert_skipping->alpha, s.alpha);
+  EXPECT_EQ(back->expert_skipping->tau_text, s.tau_text);
+  EXPECT_EQ(back->expert_skipping->tau_visual, s.tau_visual);
+
+  // The engine takes alpha(l) and both thresholds from the profile.
+  EngineOptions eo;
+  eo.model_path = testing::TinyModelDir();
+  eo.backend = "cpu";
+  eo.num_threads = 2;
+  eo.max_context_tokens = 4096;
+  eo.calibration_profile = path;
+  eo.skipping.kind = "dual-threshold";
+  auto engine = Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerateRequest req = requests[0].request;
+  req.sampling.max_new_tokens = 1;
+  req.policy.token_compressor = "none";
+  auto r = (*engine)->Generate(req, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->expert_skipping.total_skipped(), 0u);
+  std::filesystem::remove(path);
+  std::filesystem::remove(::testing::TempDir() + "/calibrator_skip_profile.safetensors");
+}
+
 TEST(CalibratorTest, RejectsBadOptions) {
   const std::vector<CalibrationRequest> two = {MakeRequest("a", {}, 2), MakeRequest("b", {}, 2)};
   CalibratorOptions o = TinyOptions();
@@ -152,6 +200,9 @@ TEST(CalibratorTest, RejectsBadOptions) {
   EXPECT_THAT(r.status().message(), HasSubstr("at least 2 requests"));
   o.held_out = 1.0;
   EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--held_out"));
+  o = TinyOptions();
+  o.skip_target_rate = 1.5;
+  EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--skip_target_rate"));
   o = TinyOptions();
   o.gamma = 0;
   EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--gamma"));

@@ -24,12 +24,14 @@ TEST(PolicyNamesTest, EveryKindRoundTrips) {
                                   PredictorKind::kRouterLookahead, PredictorKind::kMlpLookahead});
   ExpectRoundTrip<EvictionPolicy>(
       {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kGuardedPriority});
+  ExpectRoundTrip<SkipKind>({SkipKind::kNone, SkipKind::kDualThreshold});
 }
 
 TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
   EXPECT_EQ(PolicyNames<CompressorKind>(", "), "none, random, saliency, affinity");
   EXPECT_EQ(PolicyNames<PredictorKind>(" | "), "none | history | router-lookahead | mlp-lookahead");
   EXPECT_EQ(PolicyNames<EvictionPolicy>(", "), "lru, lfu, guarded");
+  EXPECT_EQ(PolicyNames<SkipKind>(", "), "none, dual-threshold");
 }
 
 TEST(PolicyNamesTest, AliasIsAcceptedButNotPrinted) {

@@ -26,17 +26,8 @@ using testing::FakeExpertSource;
 using ::testing::HasSubstr;
 
 // Sums what the provider reports through StatsSink.
-class CountingSink final : public StatsSink {
+class CountingSink final : public NullStatsSink {
  public:
-  void OnPrefetchIssued(uint64_t) override {}
-  void OnPrefetchUsed(uint64_t) override {}
-  void OnTransferStall(double) override {}
-  void OnVisualTokensPruned(uint64_t) override {}
-  void OnCompressionTime(double) override {}
-  void OnPredictorTime(double) override {}
-  void OnSchedulerStep(int, int64_t) override {}
-  void SetSequences(int64_t, int64_t) override {}
-  void SetKvBlocks(int64_t, int64_t) override {}
   void OnExpertQuery(Phase, int, bool hit) override {
     ++queries;
     hits += hit ? 1 : 0;

@@ -165,7 +165,7 @@ TEST_F(CalibrationProfileTest, BadFieldsAreNamed) {
       {"\"random\": 0.25", "\"random\": 2", "hot_recall.random"},
       {"\"has_vision\": true", "\"has_vision\": 1", "model.has_vision"},
       {"\"window\": 3", "\"windows\": 3", "predictor.window"},
-      {"\"version\": 1", "\"version\": 7", "version"},
+      {"\"version\": 2", "\"version\": 7", "version"},
   };
   for (const Case& c : cases) {
     ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
@@ -175,6 +175,95 @@ TEST_F(CalibrationProfileTest, BadFieldsAreNamed) {
     EXPECT_THAT(p.status().message(), HasSubstr("'" + c.field + "'"));
     EXPECT_THAT(p.status().message(), HasSubstr(json_));
   }
+}
+
+// MoDES expert skipping (version 2): alpha(l) and the two thresholds.
+SkipCalibration TinySkipping() {
+  SkipCalibration s;
+  s.alpha = {2.5f, 0.75f, 0.125f, 0.0f};
+  s.tau_text = 0.0625f;  // exact in binary: the JSON text is predictable
+  s.tau_visual = 0.25f;
+  s.target_skip_rate = 0.3;
+  s.skip_rate = 0.31;
+  s.kl = 0.012;
+  return s;
+}
+
+TEST_F(CalibrationProfileTest, ExpertSkippingRoundTrips) {
+  CalibrationProfile p = TinyProfile(false);
+  p.expert_skipping = TinySkipping();
+  ASSERT_TRUE(p.Save(json_).ok());
+  EXPECT_THAT(ReadJson(), HasSubstr("\"version\": 2"));
+  auto back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->expert_skipping.has_value());
+  const SkipCalibration& s = *back->expert_skipping;
+  EXPECT_EQ(s.alpha, p.expert_skipping->alpha);
+  EXPECT_EQ(s.tau_text, 0.0625f);
+  EXPECT_EQ(s.tau_visual, 0.25f);
+  EXPECT_DOUBLE_EQ(s.target_skip_rate, 0.3);
+  EXPECT_DOUBLE_EQ(s.skip_rate, 0.31);
+  EXPECT_DOUBLE_EQ(s.kl, 0.012);
+  // Without the section: absent after a round trip.
+  ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+  back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->expert_skipping.has_value());
+}
+
+TEST_F(CalibrationProfileTest, VersionOneProfilesStillLoad) {
+  ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+  EditJson("\"version\": 2", "\"version\": 1");
+  auto back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->expert_skipping.has_value());
+  EXPECT_EQ(back->chosen_pinned_layers, 2);
+  // A version 1 file cannot carry the version 2 section.
+  CalibrationProfile p = TinyProfile(false);
+  p.expert_skipping = TinySkipping();
+  ASSERT_TRUE(p.Save(json_).ok());
+  EditJson("\"version\": 2", "\"version\": 1");
+  auto bad = CalibrationProfile::Load(json_);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'expert_skipping' needs version 2"));
+}
+
+TEST_F(CalibrationProfileTest, BadExpertSkippingFieldsAreNamed) {
+  struct Case {
+    std::string from, to, field;
+  };
+  const std::vector<Case> cases = {
+      {"\"tau_text\": 0.0625", "\"tau_text\": -0.0625", "expert_skipping.tau_text"},
+      {"\"tau_visual\": 0.25", "\"tau_visual\": \"big\"", "expert_skipping.tau_visual"},
+      {"\"skip_rate\": 0.31", "\"skip_rate\": 1.5", "expert_skipping.skip_rate"},
+      {"2.5,", "-2.5,", "expert_skipping.alpha[0]"},
+      {"\"alpha\": [", "\"alpha\": [1.0, ", "expert_skipping.alpha"},
+      {"\"kl\": 0.012", "\"kl_\": 0.012", "expert_skipping.kl"},
+  };
+  for (const Case& c : cases) {
+    CalibrationProfile p = TinyProfile(false);
+    p.expert_skipping = TinySkipping();
+    ASSERT_TRUE(p.Save(json_).ok());
+    EditJson(c.from, c.to);
+    auto back = CalibrationProfile::Load(json_);
+    EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(back.status().message(), HasSubstr("'" + c.field + "'"));
+  }
+}
+
+TEST_F(CalibrationProfileTest, SaveRefusesBadExpertSkipping) {
+  CalibrationProfile p = TinyProfile(false);
+  p.expert_skipping = TinySkipping();
+  p.expert_skipping->alpha.pop_back();  // 3 values for 4 layers
+  absl::Status st = p.Save(json_);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("alpha has 3 values"));
+  p.expert_skipping = TinySkipping();
+  p.expert_skipping->tau_visual = -1.0f;
+  EXPECT_THAT(p.Save(json_).message(), HasSubstr("tau_visual"));
+  p.expert_skipping = TinySkipping();
+  p.expert_skipping->skip_rate = 2.0;
+  EXPECT_THAT(p.Save(json_).message(), HasSubstr("skip rates"));
 }
 
 TEST_F(CalibrationProfileTest, WrongTensorShapesAreRejected) {

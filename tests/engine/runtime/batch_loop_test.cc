@@ -29,20 +29,8 @@ namespace vismoe {
 namespace {
 
 // Records what the engine's step thread reports about its steps.
-class StepSink final : public StatsSink {
+class StepSink final : public NullStatsSink {
  public:
-  void OnExpertQuery(Phase, int, bool) override {}
-  void OnPrefetchNeeded(int, bool) override {}
-  void OnPrefetchIssued(uint64_t) override {}
-  void OnPrefetchUsed(uint64_t) override {}
-  void OnBytesHostToDevice(uint64_t) override {}
-  void OnTransferStall(double) override {}
-  void OnVisualTokensPruned(uint64_t) override {}
-  void OnCompressionTime(double) override {}
-  void OnPredictorTime(double) override {}
-  void SetSlotCount(SlotState, int64_t) override {}
-  void SetMemoryRegion(std::string_view, int64_t) override {}
-  void SetSequences(int64_t, int64_t) override {}
   void OnSchedulerStep(int sequences, int64_t tokens) override {
     absl::MutexLock lock(&mu_);
     max_batch_ = std::max(max_batch_, sequences);
