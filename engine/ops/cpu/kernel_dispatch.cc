@@ -1,6 +1,8 @@
 #include "engine/ops/cpu/kernel_dispatch.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 namespace vismoe::cpu {
 namespace {
@@ -19,6 +21,15 @@ bool HasAvx2() {
 #endif
 }
 
+// VISMOE_CPU_KERNEL_PATH=portable makes a whole process (a parity test, the
+// server) run the portable path on a machine that has AVX2, so every path's
+// end-to-end exactness can be checked on one machine.
+KernelPath Detect() {
+  const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
+  if (env != nullptr && std::string_view(env) == "portable") return KernelPath::kPortable;
+  return HasAvx2() ? KernelPath::kAvx2 : KernelPath::kPortable;
+}
+
 }  // namespace
 
 std::string_view KernelPathName(KernelPath p) {
@@ -32,7 +43,7 @@ std::string_view KernelPathName(KernelPath p) {
 }
 
 KernelPath DetectedKernelPath() {
-  static const KernelPath detected = HasAvx2() ? KernelPath::kAvx2 : KernelPath::kPortable;
+  static const KernelPath detected = Detect();
   return detected;
 }
 

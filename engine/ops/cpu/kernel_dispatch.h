@@ -21,7 +21,8 @@ enum class KernelPath {
 
 std::string_view KernelPathName(KernelPath p);
 
-// The fastest path this CPU (and OS) supports.
+// The fastest path this CPU (and OS) supports; the environment variable
+// VISMOE_CPU_KERNEL_PATH=portable (read once) makes it the portable one.
 KernelPath DetectedKernelPath();
 // The path the kernels use now: the forced one if any, else DetectedKernelPath().
 KernelPath ActiveKernelPath();
