@@ -3,13 +3,14 @@
 // hit ratio, Hot Recall, bytes moved, stall time, and the bound
 // max(compute, missed bytes / measured copy bandwidth) measured in this run.
 // --ablation adds the VisMMOE Table 4 rows (ablation.h), --micro the policy
-// micro benchmarks (micro.h), --batch_sizes the batch sweep (batch_sweep.h).
+// micro benchmarks (micro.h), --micro_kernels the CPU matrix kernels
+// (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h).
 // Flags: bench_options.cc; README.md documents them.
 //
 //   vismoe-bench --model DIR --budget 24G [--requests FILE.jsonl | --prompt T [--image F]]
 //                [--prefetch none|history|router-lookahead|mlp-lookahead] [--repeat N]
 //                [--token_compressor none|random|saliency|affinity --keep_ratio B]
-//                [--ablation] [--micro] [--json_out F]
+//                [--ablation] [--micro] [--micro_kernels] [--json_out F]
 // Exit codes: 0 ok, 2 bad flags or request set, 1 engine or run failure.
 #include <cstdio>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "engine/bench/ablation.h"
 #include "engine/bench/batch_sweep.h"
 #include "engine/bench/bench_options.h"
+#include "engine/bench/kernel_micro.h"
 #include "engine/bench/micro.h"
 #include "engine/bench/report.h"
 #include "engine/bench/request_set.h"
@@ -108,6 +110,18 @@ int Main() {
       return 1;
     }
     report["micro"] = MicroJson(*micro);
+  }
+  if (b.micro_kernels) {
+    KernelMicroOptions ko;
+    ko.model_path = b.engine.model_path;
+    ko.min_seconds = b.micro_seconds;
+    ko.num_threads = b.engine.num_threads;
+    auto kernels = RunKernelMicroBenchmarks(ko);
+    if (!kernels.ok()) {
+      std::fprintf(stderr, "kernel micro benchmarks: %s\n", kernels.status().ToString().c_str());
+      return 1;
+    }
+    report["micro_kernels"] = *std::move(kernels);
   }
 
   if (!b.batch_sizes.empty()) {

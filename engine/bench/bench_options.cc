@@ -57,6 +57,8 @@ ABSL_FLAG(std::string, ablation_predictor, "",
           "mlp-lookahead with --calibration_profile");
 ABSL_FLAG(bool, micro, false, "also run predictor and compressor micro benchmarks");
 ABSL_FLAG(double, micro_seconds, 0.2, "minimum timed seconds per micro benchmark");
+ABSL_FLAG(bool, micro_kernels, false,
+          "also time the CPU matrix kernels (reference vs each fast path) on the model's shapes");
 ABSL_FLAG(std::vector<std::string>, batch_sizes, {},
           "also run the batch sweep (batched decode steps on the CPU decoder) for these batch "
           "sizes, e.g. 1,4,16");
@@ -208,6 +210,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   }
   b.micro = absl::GetFlag(FLAGS_micro);
   b.micro_seconds = absl::GetFlag(FLAGS_micro_seconds);
+  b.micro_kernels = absl::GetFlag(FLAGS_micro_kernels);
   if (!(b.micro_seconds > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro_seconds=", b.micro_seconds, ": must be > 0"));

@@ -33,6 +33,7 @@ struct BenchOptions {
 
   bool micro = false;
   double micro_seconds = 0.2;  // minimum timed seconds per micro benchmark
+  bool micro_kernels = false;  // CPU matrix kernels, reference vs fast (kernel_micro.h)
 
   // Batch sweep (batch_sweep.h): batch sizes, empty = off.
   std::vector<int> batch_sizes;

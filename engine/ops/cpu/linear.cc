@@ -4,11 +4,47 @@
 #include <vector>
 
 #include "engine/ops/cpu/dot.h"
+#include "engine/ops/cpu/kernel_dispatch.h"
+#include "engine/ops/cpu/matmul_kernels.h"
 
 namespace vismoe::cpu {
+namespace {
+
+// Weight rows per thread-pool chunk (rows kernels) and output columns per
+// unit of work (cols kernels: eight AVX2 tiles of eight columns).
+constexpr int64_t kMinRowsPerChunk = 16;
+constexpr int64_t kColsPerUnit = 64;
+
+}  // namespace
 
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
             const TensorView* bias, float* y) {
+  const int64_t out = w.dim(0);
+  std::vector<float> b;
+  if (bias != nullptr) {
+    b.resize(out);
+    ToFloat(bias->dtype, bias->data, out, b.data());
+  }
+  const internal::MatMulArgs a{x, n, in, w.data, w.dtype, out, b.empty() ? nullptr : b.data(), y};
+  const auto kernel = ActiveKernelPath() == KernelPath::kAvx2 ? internal::LinearRowsAvx2
+                                                              : internal::LinearRowsPortable;
+  ParallelFor(pool, out, kMinRowsPerChunk, [&](int64_t o0, int64_t o1) { kernel(a, o0, o1); });
+}
+
+void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
+                      const TensorView& w_t, float* y) {
+  const int64_t out = w_t.dim(1);
+  const internal::MatMulArgs a{x, n, in, w_t.data, w_t.dtype, out, nullptr, y};
+  const auto kernel = ActiveKernelPath() == KernelPath::kAvx2 ? internal::LinearColsAvx2
+                                                              : internal::LinearColsPortable;
+  const int64_t units = (out + kColsPerUnit - 1) / kColsPerUnit;
+  ParallelFor(pool, units, 1, [&](int64_t u0, int64_t u1) {
+    kernel(a, u0 * kColsPerUnit, std::min(u1 * kColsPerUnit, out));
+  });
+}
+
+void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
+                     const TensorView* bias, float* y) {
   const int64_t out = w.dim(0);
   std::vector<float> b;
   if (bias != nullptr) {
@@ -26,8 +62,8 @@ void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const Tenso
   });
 }
 
-void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
-                      const TensorView& w_t, float* y) {
+void LinearTransposedReference(ThreadPool* pool, const float* x, int64_t n, int64_t in,
+                               const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
   // Widen the weight once into [out, in] order, then reuse the row kernel.
   std::vector<float> w(static_cast<size_t>(out) * in);
@@ -40,7 +76,7 @@ void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
     }
   });
   TensorView wv{w.data(), DType::kF32, {out, in}};
-  Linear(pool, x, n, in, wv, nullptr, y);
+  LinearReference(pool, x, n, in, wv, nullptr, y);
 }
 
 }  // namespace vismoe::cpu

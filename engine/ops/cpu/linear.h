@@ -1,4 +1,17 @@
-// CPU reference matrix product with on-the-fly weight widening.
+// CPU matrix products y = x W^T over weights stored as F32, F16 or BF16, with
+// fp32 activations and accumulation.
+//
+// Linear / LinearTransposed are the fast kernels the backends call: they read
+// the weights in their stored dtype and layout (no widening into scratch, no
+// transposed copy) on the path ActiveKernelPath() names (kernel_dispatch.h),
+// split the outputs over the pool, and compute each output row by an order
+// that depends on neither the number of rows in the call, the row's place in
+// it, nor the thread split (matmul_kernels.h): batched decode stays
+// bit-identical to decoding each sequence alone.
+// LinearReference / LinearTransposedReference are the plain fp32 reference
+// (weights widened row by row, the shared four-sum Dot): slow, simple, kept to
+// test the fast kernels against (tests/engine/ops/cpu/linear_test.cc).
+// Thread safety: reentrant; x and y must not overlap. Ownership: views only.
 #ifndef VISMOE_ENGINE_OPS_CPU_LINEAR_H_
 #define VISMOE_ENGINE_OPS_CPU_LINEAR_H_
 
@@ -15,10 +28,17 @@ namespace vismoe::cpu {
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
             const TensorView* bias, float* y);
 
-// Same, with w given transposed: y[n, out] = x[n, in] . w_t[in, out].
-// Used for the fused expert layout gate_up_proj [E, H, 2I] / down_proj [E, I, H].
+// Same, with w given transposed: y[n, out] = x[n, in] . w_t[in, out], read in
+// place (the fused expert layout gate_up_proj [E, H, 2I] / down_proj [E, I, H]).
+// REQUIRES: w_t.rank() == 2, w_t.dim(0) == in.
 void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y);
+
+// The reference versions of the two above (same contracts).
+void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
+                     const TensorView* bias, float* y);
+void LinearTransposedReference(ThreadPool* pool, const float* x, int64_t n, int64_t in,
+                               const TensorView& w_t, float* y);
 
 }  // namespace vismoe::cpu
 

@@ -1,0 +1,73 @@
+#include "engine/ops/cpu/kernel_dispatch.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+namespace vismoe::cpu {
+namespace {
+
+// -1: not forced; otherwise the KernelPath value.
+std::atomic<int> g_forced{-1};
+
+bool HasAvx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's checks include the OS's XSAVE support for the YMM state.
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+// VISMOE_CPU_KERNEL_PATH=portable makes a whole process (a parity test, the
+// server) run the portable path on a machine that has AVX2, so every path's
+// end-to-end exactness can be checked on one machine.
+KernelPath Detect() {
+  const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
+  if (env != nullptr && std::string_view(env) == "portable") return KernelPath::kPortable;
+  return HasAvx2() ? KernelPath::kAvx2 : KernelPath::kPortable;
+}
+
+}  // namespace
+
+std::string_view KernelPathName(KernelPath p) {
+  switch (p) {
+    case KernelPath::kPortable:
+      return "portable";
+    case KernelPath::kAvx2:
+      return "avx2";
+  }
+  return "?";
+}
+
+KernelPath DetectedKernelPath() {
+  static const KernelPath detected = Detect();
+  return detected;
+}
+
+KernelPath ActiveKernelPath() {
+  const int forced = g_forced.load(std::memory_order_relaxed);
+  return forced < 0 ? DetectedKernelPath() : static_cast<KernelPath>(forced);
+}
+
+std::vector<KernelPath> AvailableKernelPaths() {
+  std::vector<KernelPath> paths{KernelPath::kPortable};
+  if (DetectedKernelPath() == KernelPath::kAvx2) paths.push_back(KernelPath::kAvx2);
+  return paths;
+}
+
+std::optional<KernelPath> ForceKernelPathForTesting(std::optional<KernelPath> path) {
+  int value = -1;
+  if (path.has_value()) {
+    const bool runnable =
+        *path == KernelPath::kPortable || DetectedKernelPath() == KernelPath::kAvx2;
+    value = runnable ? static_cast<int>(*path) : -1;
+  }
+  const int old = g_forced.exchange(value);
+  if (old < 0) return std::nullopt;
+  return static_cast<KernelPath>(old);
+}
+
+}  // namespace vismoe::cpu

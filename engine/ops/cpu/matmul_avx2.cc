@@ -1,0 +1,240 @@
+// The AVX2 + FMA + F16C path of the matrix kernels. Every function here
+// carries the target attribute instead of the file being built with -mavx2,
+// so no AVX2 code can leak into shared inline functions (templates from
+// headers) that the portable path also calls; linear.cc calls in only after
+// DetectedKernelPath() said the CPU has the features.
+// Weights go straight from memory into YMM registers (BF16: zero-extend and
+// shift; F16: vcvtph2ps), so nothing is widened into scratch. Rows kernels
+// block MB rows of x by NB weight rows (MB*NB independent accumulators that
+// share every load); cols kernels block MB rows of x by NV vectors of eight
+// output columns. Accumulation order: see matmul_kernels.h.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/ops/cpu/matmul_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define VISMOE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace vismoe::cpu::internal {
+namespace {
+
+// Eight weights of dtype D starting at element i of p, widened exactly.
+template <DType D>
+VISMOE_AVX2 inline __m256 Load8(const void* p, int64_t i) {
+  if constexpr (D == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (D == DType::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <DType D>
+constexpr size_t kSize = D == DType::kF32 ? 4 : 2;
+
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.
+VISMOE_AVX2 inline float Hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (s0+s2), (s1+s3)
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// y[t0+r, o+j] (r < MB, j < NB): MB*NB accumulators over the full chunks of
+// eight, then the tail chunk through zero-padded copies.
+template <DType D, int MB, int NB>
+VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
+  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
+  const size_t wstride = a.in * kSize<D>;
+  const float* x = a.x + t0 * a.in;
+  __m256 acc[MB][NB];
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
+  const int64_t full = a.in & ~int64_t{7};
+  for (int64_t i = 0; i < full; i += 8) {
+    __m256 wv[NB];
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) wv[j] = Load8<D>(w + j * wstride, i);
+#pragma GCC unroll 16
+    for (int r = 0; r < MB; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * a.in + i);
+#pragma GCC unroll 16
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  }
+  if (const int64_t rest = a.in - full; rest > 0) {
+    alignas(32) float xp[8];
+    alignas(32) char wp[8 * 4];
+    for (int j = 0; j < NB; ++j) {
+      std::memset(wp, 0, sizeof(wp));
+      std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
+      const __m256 wv = Load8<D>(wp, 0);
+      for (int r = 0; r < MB; ++r) {
+        std::memset(xp, 0, sizeof(xp));
+        std::memcpy(xp, x + r * a.in + full, rest * sizeof(float));
+        acc[r][j] = _mm256_fmadd_ps(_mm256_load_ps(xp), wv, acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < MB; ++r) {
+    for (int j = 0; j < NB; ++j) {
+      const float b = a.bias == nullptr ? 0.0f : a.bias[o + j];
+      a.y[(t0 + r) * a.out + o + j] = Hsum(acc[r][j]) + b;
+    }
+  }
+}
+
+// Output rows [o0, o1) for rows [t0, t0 + MB) of x: NB weight rows at a time,
+// narrower tiles for the remainder (same per-output order either way).
+template <DType D, int MB>
+VISMOE_AVX2 void RowStrip(const MatMulArgs& a, int64_t t0, int64_t o0, int64_t o1) {
+  constexpr int kNb = MB == 1 ? 4 : 2;
+  int64_t o = o0;
+  for (; o + kNb <= o1; o += kNb) RowTile<D, MB, kNb>(a, t0, o);
+  for (; o < o1; ++o) RowTile<D, MB, 1>(a, t0, o);
+}
+
+// Blocks of 16 weight rows stay in L1/L2 while every block of four x rows
+// passes over them (prefill); decode (n = 1) streams the weights once.
+template <DType D>
+VISMOE_AVX2 void Rows(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  constexpr int64_t kRowBlock = 16;
+  for (int64_t ob = o0; ob < o1; ob += kRowBlock) {
+    const int64_t oe = std::min(ob + kRowBlock, o1);
+    int64_t t = 0;
+    for (; t + 4 <= a.n; t += 4) RowStrip<D, 4>(a, t, ob, oe);
+    switch (a.n - t) {
+      case 3:
+        RowStrip<D, 3>(a, t, ob, oe);
+        break;
+      case 2:
+        RowStrip<D, 2>(a, t, ob, oe);
+        break;
+      case 1:
+        RowStrip<D, 1>(a, t, ob, oe);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// y[t0+r, o + 8v + l] (r < MB, v < NV): one FMA chain per output over i.
+template <DType D, int MB, int NV>
+VISMOE_AVX2 void ColTile(const MatMulArgs& a, int64_t t0, int64_t o) {
+  __m256 acc[MB][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  const char* w = static_cast<const char*>(a.w) + o * kSize<D>;
+  const size_t wstride = a.out * kSize<D>;
+  const float* x = a.x + t0 * a.in;
+  for (int64_t i = 0; i < a.in; ++i, w += wstride) {
+    __m256 xb[MB];
+#pragma GCC unroll 16
+    for (int r = 0; r < MB; ++r) xb[r] = _mm256_broadcast_ss(x + r * a.in + i);
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __m256 wv = Load8<D>(w, 8 * v);
+#pragma GCC unroll 16
+      for (int r = 0; r < MB; ++r) acc[r][v] = _mm256_fmadd_ps(xb[r], wv, acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MB; ++r) {
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(a.y + (t0 + r) * a.out + o + 8 * v, acc[r][v]);
+  }
+}
+
+// Fewer than eight columns left: scalar fma, the same single rounding per step
+// as a vector lane, so these outputs equal what a vector tile would give.
+template <DType D>
+VISMOE_AVX2 void ColScalar(const MatMulArgs& a, int64_t t, int64_t o) {
+  const char* w = static_cast<const char*>(a.w);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < a.in; ++i) {
+    const char* p = w + (i * a.out + o) * kSize<D>;
+    float wf;
+    if constexpr (D == DType::kF32) {
+      std::memcpy(&wf, p, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      wf = D == DType::kBF16 ? Bf16ToFloat(h) : _cvtsh_ss(h);
+    }
+    acc = std::fma(a.x[t * a.in + i], wf, acc);
+  }
+  a.y[t * a.out + o] = acc;
+}
+
+template <DType D, int MB>
+VISMOE_AVX2 void ColStrip(const MatMulArgs& a, int64_t t0, int64_t o0, int64_t o1) {
+  constexpr int kNv = MB == 1 ? 8 : (MB == 2 ? 4 : 2);
+  int64_t o = o0;
+  for (; o + 8 * kNv <= o1; o += 8 * kNv) ColTile<D, MB, kNv>(a, t0, o);
+  for (; o + 8 <= o1; o += 8) ColTile<D, MB, 1>(a, t0, o);
+  for (; o < o1; ++o) {
+    for (int r = 0; r < MB; ++r) ColScalar<D>(a, t0 + r, o);
+  }
+}
+
+template <DType D>
+VISMOE_AVX2 void Cols(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  int64_t t = 0;
+  for (; t + 4 <= a.n; t += 4) ColStrip<D, 4>(a, t, o0, o1);
+  switch (a.n - t) {
+    case 3:
+      ColStrip<D, 3>(a, t, o0, o1);
+      break;
+    case 2:
+      ColStrip<D, 2>(a, t, o0, o1);
+      break;
+    case 1:
+      ColStrip<D, 1>(a, t, o0, o1);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  switch (a.dtype) {
+    case DType::kF32:
+      return Rows<DType::kF32>(a, o0, o1);
+    case DType::kBF16:
+      return Rows<DType::kBF16>(a, o0, o1);
+    case DType::kF16:
+      return Rows<DType::kF16>(a, o0, o1);
+  }
+}
+
+void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  switch (a.dtype) {
+    case DType::kF32:
+      return Cols<DType::kF32>(a, o0, o1);
+    case DType::kBF16:
+      return Cols<DType::kBF16>(a, o0, o1);
+    case DType::kF16:
+      return Cols<DType::kF16>(a, o0, o1);
+  }
+}
+
+}  // namespace vismoe::cpu::internal
+
+#else  // not x86: DetectedKernelPath() never picks kAvx2.
+
+namespace vismoe::cpu::internal {
+void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) { LinearRowsPortable(a, o0, o1); }
+void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) { LinearColsPortable(a, o0, o1); }
+}  // namespace vismoe::cpu::internal
+
+#endif

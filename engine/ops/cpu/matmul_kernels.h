@@ -1,0 +1,54 @@
+// Internal to engine/ops/cpu: the per-path bodies behind cpu::Linear and
+// cpu::LinearTransposed (linear.cc picks one with ActiveKernelPath() and splits
+// the output over the thread pool). Not for use outside ops/cpu.
+//
+// Accumulation order (what makes batched decode bit-identical to running each
+// sequence alone): the value of y[t, o] is computed by the same sequence of
+// floating-point operations whatever n is, wherever row t sits in the call,
+// and however [o0, o1) was split across threads. Blocking over rows or output
+// columns only decides which register holds an accumulator, never the order
+// of the additions into it.
+//   Rows kernels (weights [out, in]): eight lanes; lane l sums x[i] * w[i] for
+//   i = l (mod 8) in increasing i (the last partial chunk zero-padded), then the
+//   lanes are reduced as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then + bias.
+//   Cols kernels (weights [in, out]): one chain per output, i = 0..in-1 in order.
+// The AVX2 path fuses each multiply-add (FMA, one rounding); the portable path
+// rounds the product and the sum separately, so the two paths agree within
+// fp32 summation error, not bit for bit.
+// Thread safety: pure functions of their arguments; callers give concurrent
+// calls disjoint [o0, o1) ranges.
+#ifndef VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_
+#define VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_
+
+#include <cstdint>
+
+#include "engine/core/dtype.h"
+
+namespace vismoe::cpu::internal {
+
+struct MatMulArgs {
+  const float* x = nullptr;  // [n, in] row-major
+  int64_t n = 0;
+  int64_t in = 0;
+  const void* w = nullptr;  // [out, in] (rows kernels) or [in, out] (cols kernels)
+  DType dtype = DType::kF32;
+  int64_t out = 0;
+  const float* bias = nullptr;  // [out] fp32 or null (rows kernels only)
+  float* y = nullptr;           // [n, out] row-major
+};
+
+// y[t, o] for every t and o in [o0, o1), weights [out, in].
+void LinearRowsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);
+void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
+
+// y[t, o] for every t and o in [o0, o1), weights [in, out] (read in place).
+void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);
+void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
+
+// F16 -> fp32 for all 65536 bit patterns (F16ToFloat's values), built on
+// first use; the portable path's F16 loads go through it.
+const float* F16Table();
+
+}  // namespace vismoe::cpu::internal
+
+#endif  // VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_

@@ -1,0 +1,254 @@
+// cpu::Linear and cpu::LinearTransposed on every kernel path this machine can
+// run (the portable one always, AVX2 where present) against the fp32 reference
+// and a double-precision sum, over odd shapes and every weight dtype; and the
+// property batched decode relies on: an output row's bits do not depend on how
+// many rows share the call, where the row sits, or how many threads split it.
+#include "engine/ops/cpu/linear.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/core/dtype.h"
+#include "engine/core/thread_pool.h"
+#include "engine/ops/cpu/kernel_dispatch.h"
+#include "gtest/gtest.h"
+#include "tests/testing/reference_math.h"
+
+namespace vismoe::cpu {
+namespace {
+
+using testing::Pattern;
+
+// Forces a kernel path for one scope.
+class ScopedPath {
+ public:
+  explicit ScopedPath(KernelPath p) : old_(ForceKernelPathForTesting(p)) {}
+  ~ScopedPath() { ForceKernelPathForTesting(old_); }
+
+ private:
+  std::optional<KernelPath> old_;
+};
+
+// A weight tensor in `dtype` holding `values` (rounded to the dtype once; the
+// kernels then see those rounded values exactly).
+struct Weights {
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  TensorView view;
+};
+
+Weights MakeWeights(DType dtype, const std::vector<float>& values, Shape shape) {
+  Weights w;
+  if (dtype == DType::kF32) {
+    w.f32 = values;
+    w.view = {w.f32.data(), dtype, std::move(shape)};
+    return w;
+  }
+  for (float v : values) w.half.push_back(dtype == DType::kBF16 ? FloatToBf16(v) : FloatToF16(v));
+  w.view = {w.half.data(), dtype, std::move(shape)};
+  return w;
+}
+
+// |fast - reference| is at most the sum of two recursive-summation error
+// bounds, gamma_K * sum |x_i w_i| each (Higham 3.1); the weights are exact
+// after widening, so the bound is the same for every dtype.
+double Bound(double abs_sum, int64_t k) {
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = (k + 1) * u / (1 - (k + 1) * u);
+  return 2 * gamma * abs_sum + 1e-30;
+}
+
+struct Case {
+  int64_t n, in, out;
+  bool transposed, bias;
+  DType dtype;
+};
+
+std::string Name(const Case& c, KernelPath p) {
+  std::ostringstream s;
+  s << KernelPathName(p) << " " << DTypeName(c.dtype) << (c.transposed ? " T" : "")
+    << (c.bias ? " bias" : "") << " n=" << c.n << " in=" << c.in << " out=" << c.out;
+  return s.str();
+}
+
+// Runs one case on the active path and checks it against both references.
+void CheckCase(const Case& c, ThreadPool* pool, const std::string& what) {
+  const std::vector<float> x = Pattern(c.n * c.in, c.in * 7 + c.out, 1.0f);
+  const std::vector<float> wv = Pattern(c.in * c.out, c.out * 13 + c.n, 0.5f);
+  const Shape shape = c.transposed ? Shape{c.in, c.out} : Shape{c.out, c.in};
+  const Weights w = MakeWeights(c.dtype, wv, shape);
+  const Weights b = MakeWeights(c.dtype, Pattern(c.out, 99, 0.25f), {c.out});
+  std::vector<float> fast(c.n * c.out, NAN), ref(c.n * c.out, NAN);
+  if (c.transposed) {
+    LinearTransposed(pool, x.data(), c.n, c.in, w.view, fast.data());
+    LinearTransposedReference(pool, x.data(), c.n, c.in, w.view, ref.data());
+  } else {
+    const TensorView* bias = c.bias ? &b.view : nullptr;
+    Linear(pool, x.data(), c.n, c.in, w.view, bias, fast.data());
+    LinearReference(pool, x.data(), c.n, c.in, w.view, bias, ref.data());
+  }
+  const std::vector<double> wd = testing::AsDouble(w.view);
+  const std::vector<double> bd = testing::AsDouble(b.view);
+  int bad = 0;
+  for (int64_t t = 0; t < c.n; ++t) {
+    for (int64_t o = 0; o < c.out; ++o) {
+      double exact = c.bias && !c.transposed ? bd[o] : 0.0, abs_sum = std::fabs(exact);
+      for (int64_t i = 0; i < c.in; ++i) {
+        const double wi = c.transposed ? wd[i * c.out + o] : wd[o * c.in + i];
+        exact += x[t * c.in + i] * wi;
+        abs_sum += std::fabs(x[t * c.in + i] * wi);
+      }
+      const size_t at = t * c.out + o;
+      const double tol = Bound(abs_sum, c.in + 1);
+      if (bad < 5 && !(std::fabs(fast[at] - ref[at]) <= tol && std::fabs(fast[at] - exact) <= tol)) {
+        ++bad;
+        ADD_FAILURE() << what << " at t=" << t << " o=" << o << ": fast " << fast[at] << ", ref "
+                      << ref[at] << ", exact " << exact << ", tol " << tol;
+      }
+    }
+  }
+}
+
+TEST(LinearTest, EveryPathMatchesTheReferenceOverOddShapes) {
+  ThreadPool pool(3);
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    ASSERT_EQ(ActiveKernelPath(), path);
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+        for (int64_t in : {1, 7, 8, 9, 17, 100}) {
+          for (int64_t out : {1, 5, 8, 13, 67, 130}) {
+            for (int variant = 0; variant < 3; ++variant) {
+              const Case c{n, in, out, variant == 2, variant == 1, dtype};
+              CheckCase(c, variant == 0 ? nullptr : &pool, Name(c, path));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearTest, DecoderSizedShapesMatchTheReference) {
+  ThreadPool pool(2);
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (const Case& c : {Case{1, 512, 768, false, false, dtype},
+                            Case{1, 384, 1024, true, false, dtype},
+                            Case{33, 256, 300, false, true, dtype},
+                            Case{33, 300, 256, true, false, dtype}}) {
+        CheckCase(c, &pool, Name(c, path));
+      }
+    }
+  }
+}
+
+// y for rows [begin, end) of x alone, computed with `pool`.
+std::vector<float> RunRows(bool transposed, const std::vector<float>& x, int64_t begin, int64_t end,
+                       int64_t in, const TensorView& w, const TensorView* bias,
+                       ThreadPool* pool) {
+  const int64_t out = transposed ? w.dim(1) : w.dim(0);
+  std::vector<float> y((end - begin) * out);
+  if (transposed) {
+    LinearTransposed(pool, x.data() + begin * in, end - begin, in, w, y.data());
+  } else {
+    Linear(pool, x.data() + begin * in, end - begin, in, w, bias, y.data());
+  }
+  return y;
+}
+
+TEST(LinearTest, ARowsBitsDependOnNeitherBatchNorPlaceNorThreads) {
+  ThreadPool pool2(2), pool3(3);
+  constexpr int64_t kRows = 11;
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (bool transposed : {false, true}) {
+        for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 70}, {256, 203}}) {
+          const std::vector<float> x = Pattern(kRows * in, in, 1.0f);
+          const Shape shape = transposed ? Shape{in, out} : Shape{out, in};
+          const Weights w = MakeWeights(dtype, Pattern(in * out, out, 0.5f), shape);
+          const Weights b = MakeWeights(dtype, Pattern(out, 5, 0.5f), {out});
+          const TensorView* bias = transposed ? nullptr : &b.view;
+          const std::vector<float> all = RunRows(transposed, x, 0, kRows, in, w.view, bias, &pool3);
+          std::ostringstream what_s;
+          what_s << KernelPathName(path) << " " << DTypeName(dtype) << (transposed ? " T" : "")
+                 << " in=" << in << " out=" << out;
+          const std::string what = what_s.str();
+          for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 1}, {3, 4}, {10, 11}, {1, 3},
+                                    {2, 7}, {5, 10}, {0, 4}, {4, 9}}) {
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+              const std::vector<float> part = RunRows(transposed, x, begin, end, in, w.view, bias, pool);
+              EXPECT_EQ(std::memcmp(part.data(), all.data() + begin * out,
+                                    part.size() * sizeof(float)),
+                        0)
+                  << what << ": rows [" << begin << ", " << end << ") alone differ from the batch";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// x = 1 over a one-column weight: y is each weight value exactly, so every
+// BF16 and F16 bit pattern (subnormals, infinities, NaN) must widen as
+// Bf16ToFloat / F16ToFloat do, on every path and in both layouts.
+TEST(LinearTest, EveryHalfBitPatternWidensExactly) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  const float one = 1.0f;
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      for (bool transposed : {false, true}) {
+        const TensorView w{all.data(), dtype, transposed ? Shape{1, 65536} : Shape{65536, 1}};
+        std::vector<float> y(65536);
+        if (transposed) {
+          LinearTransposed(nullptr, &one, 1, 1, w, y.data());
+        } else {
+          Linear(nullptr, &one, 1, 1, w, nullptr, y.data());
+        }
+        int bad = 0;
+        for (uint32_t h = 0; h < 65536 && bad < 5; ++h) {
+          const auto bits = static_cast<uint16_t>(h);
+          const float want = dtype == DType::kBF16 ? Bf16ToFloat(bits) : F16ToFloat(bits);
+          if (std::isnan(want) ? !std::isnan(y[h]) : y[h] != want) {
+            ++bad;
+            ADD_FAILURE() << KernelPathName(path) << " " << DTypeName(dtype)
+                          << (transposed ? " T" : "") << " 0x" << std::hex << h << ": got "
+                          << y[h] << ", want " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelDispatchTest, ForcingAPathAndReturningToTheDetectedOne) {
+  const KernelPath detected = DetectedKernelPath();
+  EXPECT_EQ(ActiveKernelPath(), detected);
+  EXPECT_EQ(AvailableKernelPaths().front(), KernelPath::kPortable);
+  EXPECT_EQ(AvailableKernelPaths().back(), detected);
+  EXPECT_EQ(ForceKernelPathForTesting(KernelPath::kPortable), std::nullopt);
+  EXPECT_EQ(ActiveKernelPath(), KernelPath::kPortable);
+  EXPECT_EQ(ForceKernelPathForTesting(std::nullopt), KernelPath::kPortable);
+  EXPECT_EQ(ActiveKernelPath(), detected);
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
+  const bool portable_forced = env != nullptr && std::string(env) == "portable";
+  EXPECT_EQ(detected == KernelPath::kAvx2, avx2 && !portable_forced);
+#endif
+}
+
+}  // namespace
+}  // namespace vismoe::cpu
