@@ -1,5 +1,7 @@
 // The CPU decoder against transformers' golden logits and greedy tokens
-// (tests/fixtures/golden, made by tests/fixtures/make_fixtures.py).
+// (tests/fixtures/golden, made by tests/fixtures/make_fixtures.py; the trained
+// benchmark model's tests/fixtures/vqa-eval/golden, made by
+// tests/fixtures/vqa/record_answers.py in the same format).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -54,7 +56,10 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(ss.str(), nullptr, false);
 }
 
-// Max |logit diff| of each row within 1e-4 of that row's golden logit range.
+// Logits agree when each row's max |diff| is within kRelTol of that row's
+// golden logit range.
+constexpr float kRelTol = 1e-4f;
+
 void ExpectLogitsClose(const TensorView& ref, const std::vector<float>& got, int vocab) {
   std::vector<float> want(ref.numel());
   ToFloat(ref.dtype, ref.data, want.size(), want.data());
@@ -66,38 +71,55 @@ void ExpectLogitsClose(const TensorView& ref, const std::vector<float>& got, int
     const auto [mn, mx] = std::minmax_element(r, r + vocab);
     float worst = 0;
     for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(r[v] - g[v]));
-    EXPECT_LE(worst, 1e-4f * (*mx - *mn)) << "position " << t;
+    EXPECT_LE(worst, kRelTol * (*mx - *mn)) << "position " << t;
     worst_ratio = std::max(worst_ratio, worst / (*mx - *mn));
   }
   std::printf("[parity] max |logit diff| / logit range = %.3g (limit 1e-4)\n", worst_ratio);
 }
 
-// Greedy decode continuing from `logits` (last row = next token) for `count`
-// tokens, every axis at position cache length + rope_delta.
-std::vector<int> GreedyDecode(const Loaded& m, KvCache* cache, std::vector<float> logits,
-                              size_t count, int64_t rope_delta) {
+// The greedy tokens against transformers' `want`, continuing from `logits`
+// (last row = next token), KV-cached, every axis at position cache length +
+// rope_delta. Each step is fed the golden token, so where every step's argmax
+// is the golden one this is exactly the greedy run (and a divergence is
+// reported at its step without derailing the rest). With `near_ties`, a step
+// whose argmax differs still passes when the golden token's logit is within
+// kRelTol of that step's logit range of the maximum: a near-tie that the
+// logits' own tolerance may flip (trained models have them: the VQA model's
+// read_375 path has a top1-top2 margin of ~0.002).
+void ExpectGreedyPath(const Loaded& m, KvCache* cache, std::vector<float> logits,
+                      const std::vector<int>& want, int64_t rope_delta, bool near_ties) {
   const int vocab = m.config.text.vocab_size;
   std::vector<int> got;
-  got.push_back(Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab)));
-  while (got.size() < count) {
-    DecoderInput step;
-    const int tok = got.back();
-    step.tokens = absl::MakeConstSpan(&tok, 1);
-    step.phase = Phase::kDecode;
-    const int64_t pos = cache->length() + rope_delta;
-    step.positions = {pos, pos, pos};
-    absl::Status st = m.model->Forward(step, cache, m.experts.get(), &logits);
-    EXPECT_TRUE(st.ok()) << st;
-    if (!st.ok()) break;
-    got.push_back(Sampler::Argmax(logits));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (i > 0) {
+      DecoderInput step;
+      step.tokens = absl::MakeConstSpan(&want[i - 1], 1);
+      step.phase = Phase::kDecode;
+      const int64_t pos = cache->length() + rope_delta;
+      step.positions = {pos, pos, pos};
+      absl::Status st = m.model->Forward(step, cache, m.experts.get(), &logits);
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    const float* last = logits.data() + logits.size() - vocab;
+    got.push_back(Sampler::Argmax(absl::MakeConstSpan(last, vocab)));
+    if (near_ties && got.back() != want[i]) {
+      const auto [mn, mx] = std::minmax_element(last, last + vocab);
+      const float gap = last[got.back()] - last[want[i]];
+      if (gap <= kRelTol * (*mx - *mn)) {
+        std::printf("[parity] step %zu: near-tie %d vs golden %d, gap %.3g\n", i, got.back(),
+                    want[i], gap);
+        got.back() = want[i];
+      }
+    }
   }
-  return got;
+  EXPECT_EQ(got, want);
 }
 
-// For every case: prompt logits within 1e-4 of the logit range, and 32 greedy
-// tokens (KV-cached decode, EOS not stopping) identical to transformers'.
+// For every case: prompt logits within kRelTol of the logit range, and 32
+// greedy tokens (KV-cached decode, EOS not stopping) identical to
+// transformers' (near-ties: ExpectGreedyPath).
 void CheckCases(const std::string& model_dir, const std::string& cases_file,
-                const std::string& logits_file) {
+                const std::string& logits_file, bool near_ties = false) {
   ThreadPool pool(2);
   Loaded m;
   ASSERT_NO_FATAL_FAILURE(Load(model_dir, &pool, &m));
@@ -126,8 +148,7 @@ void CheckCases(const std::string& model_dir, const std::string& cases_file,
     std::vector<float> logits;
     ASSERT_TRUE(m.model->Forward(input, cache.get(), m.experts.get(), &logits).ok());
     ExpectLogitsClose(*ref, logits, vocab);
-    std::vector<int> got = GreedyDecode(m, cache.get(), logits, want.size(), 0);
-    EXPECT_EQ(got, want);
+    ExpectGreedyPath(m, cache.get(), logits, want, 0, near_ties);
   }
 }
 
@@ -137,13 +158,13 @@ TEST(Qwen3VlMoeParityTest, TextCasesMatchTransformers) {
 }
 
 // Images: golden pixel values -> vision tower -> M-RoPE positions -> decoder.
-TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
-  const std::string gold = testing::FixturesDir() + "/golden";
+void CheckMultimodalCases(const std::string& model_dir, const std::string& gold,
+                          bool near_ties = false) {
   const nlohmann::json cases = ReadJson(gold + "/mm_cases.json");
   ASSERT_TRUE(cases.is_array() && !cases.empty()) << gold << "/mm_cases.json";
   ThreadPool pool(2);
   Loaded m;
-  ASSERT_NO_FATAL_FAILURE(Load(testing::TinyModelDir(), &pool, &m));
+  ASSERT_NO_FATAL_FAILURE(Load(model_dir, &pool, &m));
   auto vision = Qwen3VlVisionModel::Create(m.config, *m.checkpoint, &pool);
   ASSERT_TRUE(vision.ok()) << vision.status();
   auto pixels = SafetensorsFile::Open(gold + "/pixel_values.safetensors");
@@ -192,8 +213,26 @@ TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
     auto ref = (*golden)->Get(name);
     ASSERT_TRUE(ref.ok()) << ref.status();
     ExpectLogitsClose(*ref, logits, vocab);
-    EXPECT_EQ(GreedyDecode(m, cache.get(), logits, want.size(), pos->rope_delta), want);
+    ExpectGreedyPath(m, cache.get(), logits, want, pos->rope_delta, near_ties);
   }
+}
+
+TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
+  CheckMultimodalCases(testing::TinyModelDir(), testing::FixturesDir() + "/golden");
+}
+
+// The trained VQA benchmark model (tests/fixtures/vqa-qwen3-vl-moe) on its
+// goldens: caption / position / read prompts with their eval pictures, and an
+// arithmetic one; greedy near-ties allowed (ExpectGreedyPath).
+TEST(Qwen3VlMoeParityTest, VqaModelTextCasesMatchTransformers) {
+  const std::string gold = testing::FixturesDir() + "/vqa-eval/golden";
+  CheckCases(testing::FixturesDir() + "/vqa-qwen3-vl-moe", gold + "/text_cases.json",
+             gold + "/text_logits.safetensors", /*near_ties=*/true);
+}
+
+TEST(Qwen3VlMoeParityTest, VqaModelMultimodalCasesMatchTransformers) {
+  CheckMultimodalCases(testing::FixturesDir() + "/vqa-qwen3-vl-moe",
+                       testing::FixturesDir() + "/vqa-eval/golden", /*near_ties=*/true);
 }
 
 TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
