@@ -4,18 +4,30 @@
 #include <cstdlib>
 #include <string_view>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace vismoe::cpu {
 namespace {
 
 // -1: not forced; otherwise the KernelPath value.
 std::atomic<int> g_forced{-1};
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 1, ECX bit 29. Asked directly: clang 14's
+// __builtin_cpu_supports has no "f16c" (GCC's does).
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool HasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  // libgcc's checks include the OS's XSAVE support for the YMM state.
+  // The runtime's avx2 check includes the OS's XSAVE support for the YMM state.
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
 #else
   return false;
 #endif
