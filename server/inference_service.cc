@@ -55,9 +55,13 @@ bool IsLoggableRequestId(absl::string_view id) {
   return true;
 }
 
-// One Generate call. Lives from Generate() until gRPC calls OnDone(); the
-// scheduler job refers to it only until its on_done callback, after which
-// this reactor calls Finish (never before), so the pointer stays valid.
+// One Generate call. Lives from Generate() until gRPC calls OnDone() and no
+// callback is still running on another thread (refs_): gRPC may run OnDone,
+// and so the delete, on its own thread as soon as Finish is called, while
+// the thread that made Finish possible is still leaving its callback (still
+// inside mu_.Unlock(): absl::Mutex may touch its word after another thread
+// has acquired it). The scheduler job refers to the reactor only until its
+// on_done callback, after which this reactor calls Finish (never before).
 // Owns the parsed request, which the validated request's image views borrow.
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -103,6 +107,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   void OnCancel() override { cancelled_.store(true); }
 
   void OnWriteDone(bool ok) override {
+    ScopedRef ref(this);
     Action action;
     {
       absl::MutexLock lock(&mu_);
@@ -113,7 +118,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     Do(action);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { Unref(); }
 
  private:
   struct Action {
@@ -123,6 +128,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   };
 
   bool OnDelta(const TokenDelta& delta) {
+    ScopedRef ref(this);
     Action action;
     {
       absl::MutexLock lock(&mu_);
@@ -157,6 +163,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   void OnJobDone(absl::StatusOr<GenerateResult> result, double queue_seconds) {
+    ScopedRef ref(this);
     const double total = std::chrono::duration<double>(Clock::now() - received_).count();
     Record(result.status(), result.ok() ? &*result : nullptr);
     Action action;
@@ -172,7 +179,22 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       }
       action = NextAction();
     }
-    Do(action);  // may call Finish: `this` must not be touched afterwards
+    Do(action);  // may call Finish: only `ref` may touch `this` afterwards
+  }
+
+  // Keeps the reactor alive until the end of a callback that may end the call.
+  class ScopedRef {
+   public:
+    explicit ScopedRef(GenerateReactor* r) : r_(r) { r_->refs_.fetch_add(1); }
+    ~ScopedRef() { r_->Unref(); }
+    ScopedRef(const ScopedRef&) = delete;
+    ScopedRef& operator=(const ScopedRef&) = delete;
+
+   private:
+    GenerateReactor* r_;
+  };
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
   }
 
   void Record(const absl::Status& status, const GenerateResult* result) {
@@ -219,6 +241,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   const Clock::time_point received_;
   std::string request_id_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<int> refs_{1};  // gRPC's until OnDone, plus each running ScopedRef
 
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> pending_ ABSL_GUARDED_BY(mu_);
