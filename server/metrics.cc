@@ -10,6 +10,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -351,8 +352,10 @@ void ServerMetrics::ObserveResult(const GenerateResult& r) {
   if (u.completion_tokens >= 2 && ValidSeconds(t.tpot_seconds)) tpot_->Observe(t.tpot_seconds);
   if (ValidSeconds(t.total_seconds)) duration_->Observe(t.total_seconds);
   if (u.completion_tokens > 0) generated_tokens_->Increment(u.completion_tokens);
+  // prompt_tokens counts every visual token before compression; the image
+  // series counts those the decoder kept.
   const int image = u.visual_tokens_after > 0 ? u.visual_tokens_after : 0;
-  const int text = u.prompt_tokens - image;
+  const int text = u.prompt_tokens - std::max(u.visual_tokens_before, 0);
   if (text > 0) prompt_tokens_text_->Increment(text);
   if (image > 0) prompt_tokens_image_->Increment(image);
 }

@@ -227,7 +227,7 @@ TEST(ServerMetricsTest, RequestOutcomesAndResults) {
   m->OnRequestFinished("ok");
   m->OnRequestFinished("invalid_argument");
   GenerateResult r;
-  r.usage.prompt_tokens = 300;
+  r.usage.prompt_tokens = 556;  // 44 text + 512 visual, 256 of them kept
   r.usage.visual_tokens_before = 512;
   r.usage.visual_tokens_after = 256;
   r.usage.completion_tokens = 11;
