@@ -9,17 +9,6 @@ double Ratio(uint64_t num, uint64_t den) {
   return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 1.0;
 }
 
-void Add(const OffloadStats& o, OffloadStats* sum) {
-  sum->cache_queries += o.cache_queries;
-  sum->cache_hits += o.cache_hits;
-  sum->prefetch_needed += o.prefetch_needed;
-  sum->prefetch_recalled += o.prefetch_recalled;
-  sum->prefetch_issued += o.prefetch_issued;
-  sum->prefetch_used += o.prefetch_used;
-  sum->bytes_h2d += o.bytes_h2d;
-  sum->stall_seconds += o.stall_seconds;
-}
-
 }  // namespace
 
 double RunSummary::MeanTtft() const {
@@ -49,7 +38,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                             absl::StrCat("run ", run, " request ", i, ": ", r.status().message()));
       }
       const OffloadStats& o = r->offload;
-      Add(o, &s.offload);
+      s.offload.Add(o);
       s.ttft_seconds += r->timings.ttft_seconds;
       if (r->usage.completion_tokens > 1) {
         s.tpot_seconds += r->timings.tpot_seconds;

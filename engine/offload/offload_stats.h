@@ -17,6 +17,18 @@ struct OffloadStats {
   uint64_t prefetch_used = 0;
   uint64_t bytes_h2d = 0;
   double stall_seconds = 0;
+
+  // Adds another slice's counters (a request's steps, a run's requests).
+  void Add(const OffloadStats& o) {
+    cache_queries += o.cache_queries;
+    cache_hits += o.cache_hits;
+    prefetch_needed += o.prefetch_needed;
+    prefetch_recalled += o.prefetch_recalled;
+    prefetch_issued += o.prefetch_issued;
+    prefetch_used += o.prefetch_used;
+    bytes_h2d += o.bytes_h2d;
+    stall_seconds += o.stall_seconds;
+  }
 };
 
 }  // namespace vismoe

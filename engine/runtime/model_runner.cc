@@ -197,18 +197,7 @@ void ModelRunner::ShareStats(absl::Span<const ScheduledChunk> step) {
     }
   }
   const std::vector<OffloadStats> shares = SplitStats(total, rows);
-  for (size_t i = 0; i < ran.size(); ++i) {
-    OffloadStats& o = ran[i]->result.offload;
-    const OffloadStats& d = shares[i];
-    o.cache_queries += d.cache_queries;
-    o.cache_hits += d.cache_hits;
-    o.prefetch_needed += d.prefetch_needed;
-    o.prefetch_recalled += d.prefetch_recalled;
-    o.prefetch_issued += d.prefetch_issued;
-    o.prefetch_used += d.prefetch_used;
-    o.bytes_h2d += d.bytes_h2d;
-    o.stall_seconds += d.stall_seconds;
-  }
+  for (size_t i = 0; i < ran.size(); ++i) ran[i]->result.offload.Add(shares[i]);
 }
 
 }  // namespace vismoe

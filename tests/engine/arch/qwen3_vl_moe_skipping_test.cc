@@ -17,6 +17,7 @@
 #include "engine/offload/resident_expert_provider.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/tiny_decoder.h"
 #include "tests/testing/reference_math.h"
 
 namespace vismoe {
@@ -60,20 +61,7 @@ class DeclaredExperts final : public ExpertProvider {
 class SkippingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = testing::TinyModelDir();
-    auto config = ModelConfig::Load(dir);
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = *config;
-    auto ckpt = Checkpoint::Open(dir);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-    ckpt_ = *std::move(ckpt);
-    auto model = Qwen3VlMoeModel::Create(config_, *ckpt_, &pool_);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    auto resident =
-        ResidentExpertProvider::Create(*ckpt_, config_.text, Qwen3VlMoeModel::TextPrefix(config_));
-    ASSERT_TRUE(resident.ok()) << resident.status();
-    resident_ = *std::move(resident);
+    ASSERT_TRUE(testing::LoadTinyDecoder(&pool_, &config_, &ckpt_, &model_, &resident_));
     // 4 text, 6 image, 3 text tokens.
     tokens_ = {17, 230, 5, 81};
     tokens_.insert(tokens_.end(), 6, config_.image_token_id);

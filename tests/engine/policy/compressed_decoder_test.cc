@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/tiny_decoder.h"
 
 namespace vismoe {
 namespace {
@@ -24,20 +25,7 @@ using ::testing::HasSubstr;
 class CompressedDecoderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = testing::TinyModelDir();
-    auto config = ModelConfig::Load(dir);
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = *config;
-    auto ckpt = Checkpoint::Open(dir);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-    ckpt_ = std::move(*ckpt);
-    auto experts =
-        ResidentExpertProvider::Create(*ckpt_, config_.text, Qwen3VlMoeModel::TextPrefix(config_));
-    ASSERT_TRUE(experts.ok()) << experts.status();
-    experts_ = std::move(*experts);
-    auto model = Qwen3VlMoeModel::Create(config_, *ckpt_, &pool_);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::move(*model);
+    ASSERT_TRUE(testing::LoadTinyDecoder(&pool_, &config_, &ckpt_, &model_, &experts_));
   }
 
   ThreadPool pool_{1};
