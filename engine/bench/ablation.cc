@@ -58,12 +58,15 @@ absl::StatusOr<std::vector<AblationRow>> RunAblation(const std::vector<AblationR
   std::vector<AblationRow> rows;
   for (const AblationRowConfig& c : configs) {
     spdlog::info("ablation row \"{}\": {}", c.name, c.turns_on);
-    auto engine = Engine::Create(c.options);
+    PhaseHitCounter phases;
+    EngineOptions options = c.options;
+    options.stats = &phases;
+    auto engine = Engine::Create(options);
     if (!engine.ok()) {
       return absl::Status(engine.status().code(), absl::StrCat("ablation row \"", c.name,
                                                                "\": ", engine.status().message()));
     }
-    auto summary = RunRequestSet(**engine, requests, repeat);
+    auto summary = RunRequestSet(**engine, requests, repeat, &phases);
     if (!summary.ok()) {
       return absl::Status(
           summary.status().code(),
@@ -111,6 +114,7 @@ nlohmann::json AblationJson(const std::vector<AblationRow>& rows) {
                    {"ttft_seconds_mean", s.MeanTtft()},
                    {"tpot_seconds_mean", s.MeanTpot()},
                    {"hit_ratio", s.HitRatio()},
+                   {"decode_hit_ratio", s.phase_hits.decode.HitRatio()},
                    {"hot_recall", s.HotRecall()},
                    {"prefetch_issued", s.PerRun(static_cast<double>(s.offload.prefetch_issued))},
                    {"prefetch_used", s.PerRun(static_cast<double>(s.offload.prefetch_used))},

@@ -54,12 +54,15 @@ int Main() {
     return 2;
   }
 
-  auto engine = Engine::Create(b.engine);
+  PhaseHitCounter phases;  // the decode hit ratio apart from prefill's
+  EngineOptions engine_options = b.engine;
+  engine_options.stats = &phases;
+  auto engine = Engine::Create(engine_options);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
     return 1;
   }
-  auto summary = RunRequestSet(**engine, *requests, b.repeat);
+  auto summary = RunRequestSet(**engine, *requests, b.repeat, &phases);
   if (!summary.ok()) {
     std::fprintf(stderr, "request failed: %s\n", summary.status().ToString().c_str());
     return 1;

@@ -9,6 +9,14 @@ double Ratio(uint64_t num, uint64_t den) {
   return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 1.0;
 }
 
+// What a counter added between `before` and `after`.
+PhaseHitTotals Since(const PhaseHitTotals& before, const PhaseHitTotals& after) {
+  auto diff = [](const PhaseHits& b, const PhaseHits& a) {
+    return PhaseHits{a.queries - b.queries, a.hits - b.hits};
+  };
+  return {diff(before.prefill, after.prefill), diff(before.decode, after.decode)};
+}
+
 }  // namespace
 
 double RunSummary::MeanTtft() const {
@@ -26,7 +34,8 @@ double RunSummary::HotRecall() const {
 }
 
 absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<BenchRequest>& requests,
-                                         int repeat) {
+                                         int repeat, const PhaseHitCounter* phases) {
+  const PhaseHitTotals before = phases != nullptr ? phases->Totals() : PhaseHitTotals{};
   RunSummary s;
   s.runs = repeat;
   s.requests_per_run = static_cast<int>(requests.size());
@@ -68,6 +77,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"stall_seconds", o.stall_seconds}});
     }
   }
+  if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());
   return s;
 }
 

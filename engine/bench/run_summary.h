@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/bench/phase_hits.h"
 #include "engine/bench/request_set.h"
 #include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
@@ -29,6 +30,7 @@ struct RunSummary {
   int64_t visual_tokens_before = 0;
   int64_t visual_tokens_after = 0;
   ExpertSkipCounts skipping;  // MoDES expert skipping, summed over every request
+  PhaseHitTotals phase_hits;  // cache lookups by phase (zero without a PhaseHitCounter)
   nlohmann::json per_request = nlohmann::json::array();
 
   int64_t request_count() const { return static_cast<int64_t>(runs) * requests_per_run; }
@@ -42,9 +44,10 @@ struct RunSummary {
 };
 
 // Runs every request of `requests` in order, `repeat` times. A failed request
-// is an error naming its run and index.
+// is an error naming its run and index. `phases`, when given, is the engine's
+// StatsSink: the run's lookups by phase are what it counted during the run.
 absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<BenchRequest>& requests,
-                                         int repeat);
+                                         int repeat, const PhaseHitCounter* phases = nullptr);
 
 }  // namespace vismoe::bench
 

@@ -113,6 +113,14 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   ASSERT_GT(queries, 0);
   EXPECT_LT(hits, queries) << "the budget should force misses";
   EXPECT_NEAR(r["hit_ratio"].get<double>(), hits / queries, 1e-12);
+  // Every lookup is counted in exactly one phase; 8 new tokens = 7 decode steps.
+  const double decode_queries = r["decode_cache_queries"].get<double>();
+  EXPECT_GT(decode_queries, 0);
+  EXPECT_GT(r["prefill_cache_queries"].get<double>(), 0);
+  EXPECT_EQ(r["prefill_cache_queries"].get<double>() + decode_queries, queries);
+  EXPECT_EQ(r["prefill_cache_hits"].get<double>() + r["decode_cache_hits"].get<double>(), hits);
+  EXPECT_NEAR(r["decode_hit_ratio"].get<double>(),
+              r["decode_cache_hits"].get<double>() / decode_queries, 1e-12);
   const double needed = r["prefetch_needed"].get<double>();
   ASSERT_GT(needed, 0);
   EXPECT_NEAR(r["hot_recall"].get<double>(), r["prefetch_recalled"].get<double>() / needed, 1e-12);
