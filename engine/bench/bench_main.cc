@@ -12,6 +12,7 @@
 //                [--token_compressor none|random|saliency|affinity --keep_ratio B]
 //                [--ablation] [--micro] [--micro_kernels] [--json_out F]
 // Exit codes: 0 ok, 2 bad flags or request set, 1 engine or run failure.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -57,7 +58,10 @@ int Main() {
   PhaseHitCounter phases;  // the decode hit ratio apart from prefill's
   EngineOptions engine_options = b.engine;
   engine_options.stats = &phases;
+  const auto startup = std::chrono::steady_clock::now();
   auto engine = Engine::Create(engine_options);
+  const double startup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - startup).count();
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
     return 1;
@@ -68,6 +72,7 @@ int Main() {
     return 1;
   }
   const std::string backend = (*engine)->info().backend;
+  const int64_t peak_rss = PeakRssBytes();  // before the ablation engines load
   engine->reset();  // free its memory before the ablation engines load
 
   const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
@@ -84,7 +89,11 @@ int Main() {
                            {"calibration_profile", b.engine.calibration_profile},
                            {"token_compressor", b.engine.compression.kind},
                            {"keep_ratio", b.keep_ratio},
-                           {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit}};
+                           {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
+                           {"map_host_experts", b.engine.offload.map_host_experts},
+                           {"checkpoint_bytes", CheckpointBytes(b.engine.model_path)},
+                           {"peak_rss_bytes", peak_rss},
+                           {"startup_seconds", startup_seconds}};
   report.update(SummaryJson(*summary, expert_bytes, bw));
 
   if (b.ablation) {

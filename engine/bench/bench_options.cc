@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, prefetch, "none",
           "expert predictor driving prefetch: none | history | router-lookahead | mlp-lookahead");
 ABSL_FLAG(int, prefetch_count, 0, "B: experts prefetched per layer; 0 = the model's top-k");
 ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores ahead");
+ABSL_FLAG(bool, map_host_experts, true,
+          "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
+          "every offloaded expert at start-up, as before); only where the backend allows it");
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
 ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
@@ -132,6 +135,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
   }
+  o.map_host_experts = absl::GetFlag(FLAGS_map_host_experts);
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));

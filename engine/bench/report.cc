@@ -1,6 +1,9 @@
 #include "engine/bench/report.h"
 
+#include <sys/resource.h>
+
 #include <cstring>
+#include <filesystem>
 
 #include <algorithm>
 #include <utility>
@@ -70,6 +73,23 @@ double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda) {
   }
   te.WaitIdle();
   return te.MeasuredBandwidth();
+}
+
+int64_t CheckpointBytes(const std::string& model_path) {
+  std::error_code ec;
+  int64_t total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(model_path, ec)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    const auto size = entry.file_size(ec);
+    if (!ec) total += static_cast<int64_t>(size);
+  }
+  return total;
+}
+
+int64_t PeakRssBytes() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double measured_bandwidth) {

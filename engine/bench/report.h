@@ -24,6 +24,13 @@ int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights);
 // `throttle` (0 = unthrottled). Errors (no device) give 0.
 double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda = false);
 
+// Bytes of the *.safetensors files in `model_path` (0 when there are none,
+// e.g. a config-only directory for --synthetic_weights).
+int64_t CheckpointBytes(const std::string& model_path);
+
+// The process's peak resident set so far (getrusage), in bytes.
+int64_t PeakRssBytes();
+
 // Counters and sums are per run of the request set (means over --repeat runs;
 // plain integers when runs == 1); latencies are means per request; ratios come
 // from the sums. Fields are listed in README.md ("Offload runtime and vismoe-bench").

@@ -16,6 +16,15 @@
 
 namespace vismoe {
 
+// One piece of a gathered copy: `bytes` from `src` to the destination block
+// at `dst_offset` (an expert served from the mapped checkpoint is two or three
+// tensors in different places; see HostExpertStore).
+struct CopySegment {
+  const void* src = nullptr;
+  size_t dst_offset = 0;
+  size_t bytes = 0;
+};
+
 class CopyBackend {
  public:
   virtual ~CopyBackend() = default;

@@ -68,6 +68,11 @@ class ExpertProvider {
   virtual bool Ready(int /*layer*/, int /*expert*/) { return false; }
   // The layer is done for the current step.
   virtual void EndLayer(int layer) = 0;
+  // True when the views Acquire() returns stay valid after Release(), for as
+  // long as the provider lives (weights in memory it never recycles, such as
+  // the mmapped checkpoint), so another component may keep them
+  // (HostExpertStore's mapped mode). The default makes no such promise.
+  virtual bool views_outlive_release() const { return false; }
 };
 
 }  // namespace vismoe

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 
@@ -45,7 +46,7 @@ void ConvertFloats(DType from, const void* src, size_t n, DType to, void* dst) {
   }
 }
 
-std::vector<const TensorView*> PartsOf(const ExpertWeights& w) {
+absl::InlinedVector<const TensorView*, 3> PartsOf(const ExpertWeights& w) {
   if (w.layout == ExpertWeights::Layout::kFusedTransposed) return {&w.gate_up, &w.down};
   return {&w.gate, &w.up, &w.down};
 }
@@ -56,7 +57,7 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
                                                        std::optional<DType> dtype) {
   ExpertFormat f;
   f.layout = w.layout;
-  const std::vector<const TensorView*> parts = PartsOf(w);
+  const auto parts = PartsOf(w);
   f.source_dtype = parts[0]->dtype;
   f.dtype = dtype.value_or(f.source_dtype);
   for (const TensorView* t : parts) {
@@ -72,7 +73,7 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
 
 bool ExpertFormat::Matches(const ExpertWeights& w) const {
   if (w.layout != layout) return false;
-  const std::vector<const TensorView*> t = PartsOf(w);
+  const auto t = PartsOf(w);
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i]->empty() || t[i]->dtype != source_dtype || t[i]->shape != parts[i].shape) {
       return false;
@@ -82,7 +83,7 @@ bool ExpertFormat::Matches(const ExpertWeights& w) const {
 }
 
 void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
-  const std::vector<const TensorView*> t = PartsOf(w);
+  const auto t = PartsOf(w);
   char* d = static_cast<char*>(dst);
   std::memset(d, 0, bytes);  // padding is deterministic
   for (size_t i = 0; i < t.size(); ++i) {
@@ -122,8 +123,9 @@ AlignedHostAllocator* AlignedHostAllocator::Default() {
 
 absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
     ExpertProvider& source, absl::Span<const int> layers, int num_experts,
-    HostAllocator* allocator, std::optional<DType> dtype) {
+    HostAllocator* allocator, std::optional<DType> dtype, bool map_if_possible) {
   std::unique_ptr<HostExpertStore> s(new HostExpertStore());
+  const bool may_map = map_if_possible && allocator == nullptr && source.views_outlive_release();
   s->allocator_ = allocator != nullptr ? allocator : AlignedHostAllocator::Default();
   s->num_experts_ = num_experts;
   if (layers.empty() || num_experts <= 0) return s;
@@ -138,44 +140,86 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
     VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, source.BeginLayer(Phase::kPrefill, layer, all));
     for (int e : order) {
       auto w = source.Acquire(layer, e);
-      if (!w.ok()) {
-        source.EndLayer(layer);
-        return w.status();
-      }
-      if (!have_format) {
-        VISMOE_ASSIGN_OR_RETURN(s->format_, ExpertFormat::FromWeights(*w, dtype));
+      absl::Status st = w.status();
+      if (st.ok() && !have_format) {
+        st = s->SetFormat(*w, dtype, may_map, layers.size());
         have_format = true;
-        s->total_bytes_ = s->format_.bytes * layers.size() * num_experts;
-        s->data_ = static_cast<char*>(s->allocator_->Allocate(s->total_bytes_));
-        if (s->data_ == nullptr) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "cannot allocate ", s->total_bytes_, " bytes of host memory for the expert store"));
-        }
       }
-      if (!s->format_.Matches(*w)) {
+      if (st.ok()) st = s->Add(li, layer, e, *w);
+      if (w.ok()) source.Release(layer, e);
+      if (!st.ok()) {
         source.EndLayer(layer);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "layer ", layer, " expert ", e, " differs in layout, dtype or shape from the first"));
+        return st;
       }
-      s->format_.Pack(*w, const_cast<void*>(s->Block(layer, e)));
-      source.Release(layer, e);
     }
     source.EndLayer(layer);
   }
   return s;
 }
 
+absl::Status HostExpertStore::SetFormat(const ExpertWeights& w, std::optional<DType> dtype,
+                                        bool may_map, size_t num_layers) {
+  VISMOE_ASSIGN_OR_RETURN(format_, ExpertFormat::FromWeights(w, dtype));
+  const size_t count = num_layers * static_cast<size_t>(num_experts_);
+  if (may_map && format_.dtype == format_.source_dtype) {
+    views_.resize(count);
+    return absl::OkStatus();
+  }
+  total_bytes_ = format_.bytes * count;
+  data_ = static_cast<char*>(allocator_->Allocate(total_bytes_));
+  if (data_ == nullptr) {
+    total_bytes_ = 0;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", format_.bytes * count, " bytes of host memory for the expert store"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostExpertStore::Add(size_t li, int layer, int e, const ExpertWeights& w) {
+  if (!format_.Matches(w)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer, " expert ", e, " differs in layout, dtype or shape from the first"));
+  }
+  const size_t index = li * static_cast<size_t>(num_experts_) + static_cast<size_t>(e);
+  if (mapped()) {
+    views_[index] = w;
+  } else {
+    format_.Pack(w, data_ + index * format_.bytes);
+  }
+  return absl::OkStatus();
+}
+
 HostExpertStore::~HostExpertStore() {
   if (data_ != nullptr) allocator_->Free(data_, total_bytes_);
 }
 
-const void* HostExpertStore::Block(int layer, int expert) const {
+int64_t HostExpertStore::IndexOf(int layer, int expert) const {
   if (layer < 0 || layer >= static_cast<int>(slot_of_layer_.size()) || slot_of_layer_[layer] < 0 ||
       expert < 0 || expert >= num_experts_) {
-    return nullptr;
+    return -1;
   }
-  const size_t index = static_cast<size_t>(slot_of_layer_[layer]) * num_experts_ + expert;
-  return data_ + index * format_.bytes;
+  return static_cast<int64_t>(slot_of_layer_[layer]) * num_experts_ + expert;
+}
+
+const void* HostExpertStore::Block(int layer, int expert) const {
+  const int64_t index = IndexOf(layer, expert);
+  if (index < 0 || data_ == nullptr) return nullptr;
+  return data_ + static_cast<size_t>(index) * format_.bytes;
+}
+
+HostExpertStore::Segments HostExpertStore::CopySegments(int layer, int expert) const {
+  Segments out;
+  const int64_t index = IndexOf(layer, expert);
+  if (index < 0) return out;
+  if (!mapped()) {
+    if (data_ != nullptr) out.push_back({Block(layer, expert), 0, format_.bytes});
+    return out;
+  }
+  const auto tensors = PartsOf(views_[static_cast<size_t>(index)]);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.push_back({tensors[i]->data, format_.parts[i].offset, tensors[i]->nbytes()});
+  }
+  return out;
 }
 
 }  // namespace vismoe

@@ -8,8 +8,15 @@
 // checkpoints' experts as bf16, converted once at start-up).
 // Memory comes from a HostAllocator so the CUDA backend can page-lock it
 // (cudaHostAlloc) while the CPU backend uses aligned heap memory.
+// Mapped mode (no second host copy): where the source's views outlive
+// Release() (the mmapped checkpoint), no conversion is asked for and no
+// page-locked allocator is given, the store keeps the source's views instead
+// of packing them, and a copy gathers an expert's two or three tensors
+// straight from the checkpoint into the destination block (Segments()). A
+// 30B checkpoint's experts would otherwise be held twice in host memory.
 // Thread safety: immutable after Create(); reads from any thread.
-// Ownership: owns its block; the allocator must outlive the store.
+// Ownership: owns its block (packed mode); the allocator must outlive the
+// store; in mapped mode the source must outlive it.
 #ifndef VISMOE_ENGINE_OFFLOAD_HOST_EXPERT_STORE_H_
 #define VISMOE_ENGINE_OFFLOAD_HOST_EXPERT_STORE_H_
 
@@ -20,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/offload/copy_backend.h"
 #include "engine/offload/expert_provider.h"
 
 namespace vismoe {
@@ -74,20 +82,41 @@ class HostExpertStore {
   // (usually the ResidentExpertProvider over the mmapped checkpoint).
   // `allocator` null = AlignedHostAllocator::Default().
   // `dtype`: the dtype experts are packed in (unset = the checkpoint's).
+  // `map_if_possible`: keep the source's views instead (mapped mode) when
+  // `allocator` is null, `dtype` is unset or the source's, and
+  // source.views_outlive_release().
   static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(
       ExpertProvider& source, absl::Span<const int> layers, int num_experts,
-      HostAllocator* allocator, std::optional<DType> dtype = std::nullopt);
+      HostAllocator* allocator, std::optional<DType> dtype = std::nullopt,
+      bool map_if_possible = false);
   ~HostExpertStore();
   HostExpertStore(const HostExpertStore&) = delete;
   HostExpertStore& operator=(const HostExpertStore&) = delete;
 
+  using Segments = std::vector<CopySegment>;
+
   const ExpertFormat& format() const { return format_; }
-  // Block of (layer, expert); null if the layer is not in the store.
+  bool mapped() const { return !views_.empty(); }
+  // Block of (layer, expert) in packed mode; null in mapped mode or if the
+  // layer is not in the store.
   const void* Block(int layer, int expert) const;
+  // What to copy into a format().bytes block to place (layer, expert) there:
+  // one segment in packed mode, one per tensor in mapped mode (the block's
+  // alignment padding is not written). Empty if the layer is not in the store.
+  Segments CopySegments(int layer, int expert) const;
+  // Host bytes the store allocated (0 in mapped mode).
   size_t total_bytes() const { return total_bytes_; }
 
  private:
   HostExpertStore() = default;
+  // Index of (layer, expert) in the store; -1 if absent.
+  int64_t IndexOf(int layer, int expert) const;
+  // Takes the format from the first expert and allocates the packed block,
+  // or sizes views_ when the store may map and no conversion is asked for.
+  absl::Status SetFormat(const ExpertWeights& w, std::optional<DType> dtype, bool may_map,
+                         size_t num_layers);
+  // Packs or keeps (mapped) expert `e` of the layer at store index `li`.
+  absl::Status Add(size_t li, int layer, int e, const ExpertWeights& w);
 
   ExpertFormat format_;
   int num_experts_ = 0;
@@ -95,6 +124,7 @@ class HostExpertStore {
   HostAllocator* allocator_ = nullptr;
   char* data_ = nullptr;
   size_t total_bytes_ = 0;
+  std::vector<ExpertWeights> views_;  // mapped mode: the source's, by IndexOf
 };
 
 }  // namespace vismoe

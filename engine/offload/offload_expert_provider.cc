@@ -12,6 +12,35 @@
 namespace vismoe {
 namespace {
 
+// Copies every expert of `layer` from `store` into the pinned prefix at `dst`
+// (one format().bytes block per expert), through `copy` or by memcpy: one copy
+// of the whole layer from a packed store, a gather per expert from a mapped one.
+absl::Status UploadLayer(const HostExpertStore& store, int layer, int num_experts,
+                         CopyBackend* copy, char* dst) {
+  const size_t stride = store.format().bytes;
+  const int experts_per_copy = store.mapped() ? 1 : num_experts;
+  for (int e = 0; e < num_experts; e += experts_per_copy) {
+    char* block = dst + static_cast<size_t>(e) * stride;
+    HostExpertStore::Segments segments = store.CopySegments(layer, e);
+    if (segments.empty()) {
+      return absl::InternalError(absl::StrCat("pinned layer ", layer, " is not in its host store"));
+    }
+    if (!store.mapped()) segments[0].bytes = stride * static_cast<size_t>(num_experts);
+    for (const CopySegment& seg : segments) {
+      if (copy == nullptr) {
+        std::memcpy(block + seg.dst_offset, seg.src, seg.bytes);
+        continue;
+      }
+      absl::Status st = copy->Copy(block + seg.dst_offset, seg.src, seg.bytes);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("uploading pinned layer ", layer, " expert ", e,
+                                                    " through ", copy->name(), ": ", st.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t ExpertKey(int layer, int expert) {
   return (static_cast<int64_t>(layer) << 32) | static_cast<uint32_t>(expert);
 }
@@ -70,11 +99,12 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   // synthetic checkpoint already fills half the host).
   VISMOE_ASSIGN_OR_RETURN(
       p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids, config.num_experts,
-                                         device.host_allocator, device.expert_dtype));
+                                         device.host_allocator, device.expert_dtype,
+                                         options.map_host_experts));
   const std::vector<int>& prefix_layers = plan.pinned_layer_ids;
   auto pack_layer = [&](int layer) {
     return HostExpertStore::Create(source, {layer}, config.num_experts, nullptr,
-                                   device.expert_dtype);
+                                   device.expert_dtype, options.map_host_experts);
   };
   std::unique_ptr<HostExpertStore> one;  // the prefix layer being uploaded
   ExpertFormat pinned_format;
@@ -104,17 +134,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
       }
     }
     char* dst = prefix + static_cast<int64_t>(i) * layer_bytes;
-    const void* src = one->Block(layer, 0);
-    if (device.copy != nullptr) {
-      absl::Status st = device.copy->Copy(dst, src, static_cast<size_t>(layer_bytes));
-      if (!st.ok()) {
-        return absl::Status(
-            st.code(), absl::StrCat("uploading pinned layer ", layer, " (", layer_bytes,
-                                    " bytes) through ", device.copy->name(), ": ", st.message()));
-      }
-    } else {
-      std::memcpy(dst, src, static_cast<size_t>(layer_bytes));
-    }
+    VISMOE_RETURN_IF_ERROR(UploadLayer(*one, layer, config.num_experts, device.copy, dst));
     p->pinned_[layer] = dst;
   }
   p->store_format_pinned_ = pinned_format;
@@ -132,10 +152,12 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     std::lock_guard<std::mutex> lock(p->mu_);
     p->PublishSlotGaugesLocked();
   }
-  spdlog::info("offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s", plan.DebugString(),
-               EvictionPolicyName(policy),
+  spdlog::info("offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s; host experts {}",
+               plan.DebugString(), EvictionPolicyName(policy),
                p->predictor_ != nullptr ? p->predictor_->name() : "none",
-               options.copy_bandwidth_bytes_per_s);
+               options.copy_bandwidth_bytes_per_s,
+               p->store_->mapped() ? std::string("served from the checkpoint (no second copy)")
+                                   : absl::StrCat("packed (", p->store_->total_bytes(), " bytes)"));
   return p;
 }
 
@@ -171,7 +193,7 @@ void OffloadExpertProvider::StartCopyLocked(int slot, int layer, int expert, dou
   request_.bytes_h2d += stride_;
   sink_->OnBytesHostToDevice(stride_);
   TransferEngine::Request r;
-  r.src = store_->Block(layer, expert);
+  r.segments = store_->CopySegments(layer, expert);
   r.dst = const_cast<void*>(SlabData(slot));
   r.bytes = stride_;
   r.priority = priority;

@@ -19,6 +19,10 @@ struct OffloadOptions {
   int lookahead_window = 5;    // W: MoE layers a lookahead predictor scores ahead
   double history_decay = 0.8;             // history predictor decay per step
   int64_t activation_bytes = 0;           // reserved in the plan for activations
+  // Serve expert copies straight from the mmapped checkpoint instead of a
+  // packed second host copy, where the backend allows it (CPU backend; the
+  // CUDA backend packs into page-locked memory). See HostExpertStore.
+  bool map_host_experts = true;
 };
 
 }  // namespace vismoe

@@ -42,6 +42,8 @@ class ResidentExpertProvider final : public ExpertProvider {
   bool Ready(int, int) override { return true; }  // everything is resident
   void Release(int /*layer*/, int /*expert*/) override {}
   void EndLayer(int /*layer*/) override {}
+  // Views point into the checkpoint, which outlives this provider.
+  bool views_outlive_release() const override { return true; }
 
   ExpertWeights::Layout layout() const { return layout_; }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
@@ -81,6 +82,27 @@ void TransferEngine::Shutdown() {
   idle_cv_.notify_all();
 }
 
+absl::Status TransferEngine::CopyOne(const Request& r) {
+  const CopySegment whole{r.src, 0, r.bytes};
+  const absl::Span<const CopySegment> pieces =
+      r.segments.empty() ? absl::MakeConstSpan(&whole, 1) : absl::MakeConstSpan(r.segments);
+  for (const CopySegment& p : pieces) {
+    void* dst = static_cast<char*>(r.dst) + p.dst_offset;
+    if (options_.backend == nullptr) {
+      std::memcpy(dst, p.src, p.bytes);
+      continue;
+    }
+    absl::Status copied = options_.backend->Copy(dst, p.src, p.bytes);
+    // Cancelled means Cancel/Shutdown to the owner; a backend's own
+    // "cancelled" is a failed copy like any other.
+    if (absl::IsCancelled(copied)) {
+      return absl::InternalError(absl::StrCat("copy cancelled by the backend: ", copied.message()));
+    }
+    if (!copied.ok()) return copied;
+  }
+  return absl::OkStatus();
+}
+
 void TransferEngine::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -100,17 +122,7 @@ void TransferEngine::Run() {
     busy_ = true;
     lock.unlock();
     const Clock::time_point start = Clock::now();
-    absl::Status copied = absl::OkStatus();
-    if (options_.backend != nullptr) {
-      copied = options_.backend->Copy(r.dst, r.src, r.bytes);
-      // Cancelled means Cancel/Shutdown to the owner; a backend's own
-      // "cancelled" is a failed copy like any other.
-      if (absl::IsCancelled(copied)) {
-        copied = absl::InternalError(absl::StrCat("copy cancelled by the backend: ", copied.message()));
-      }
-    } else {
-      std::memcpy(r.dst, r.src, r.bytes);
-    }
+    absl::Status copied = CopyOne(r);
     if (copied.ok() && options_.bandwidth_bytes_per_s > 0) {
       std::this_thread::sleep_until(
           start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(

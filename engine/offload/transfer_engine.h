@@ -1,7 +1,7 @@
 // TransferEngine: the copy stream of the offload runtime. A priority queue of
 // pending host->device expert copies drained back-to-back by one copy thread
-// (highest priority first, FIFO among equals). Each copy moves one contiguous
-// expert block: through Options::backend when set (CUDA: cudaMemcpyAsync on
+// (highest priority first, FIFO among equals). Each copy moves one expert
+// block (contiguous, or gathered from its tensors' places): through Options::backend when set (CUDA: cudaMemcpyAsync on
 // its own copy stream, see copy_backend.h), else by memcpy (CPU backend).
 // With bandwidth_bytes_per_s > 0 a copy of B bytes takes at least
 // B / bandwidth seconds, so stalls and overlap are real and testable without
@@ -40,7 +40,10 @@ class TransferEngine {
   struct Request {
     const void* src = nullptr;
     void* dst = nullptr;
-    size_t bytes = 0;
+    size_t bytes = 0;  // the whole copy's (stats and throttle)
+    // When not empty, the copy gathers these pieces into dst instead of
+    // copying `bytes` from src (an expert served from the mapped checkpoint).
+    std::vector<CopySegment> segments;
     double priority = 0;  // higher first
     std::function<void(const absl::Status& copied)> on_done;
   };
@@ -75,6 +78,8 @@ class TransferEngine {
   size_t queued() const;
 
  private:
+  // Copies one request's bytes (all its segments) through the backend or memcpy.
+  absl::Status CopyOne(const Request& r);
   struct Entry {
     uint64_t ticket;
     Request request;

@@ -100,6 +100,10 @@ class FakeExpertSource final : public ExpertProvider {
   }
   void Release(int, int) override {}
   void EndLayer(int) override {}
+  // The views point into data_, which lives as long as the source: a test
+  // turns this on to let HostExpertStore map them (mapped mode).
+  bool views_outlive_release() const override { return stable_views; }
+  bool stable_views = false;
 
  private:
   float* Data(int layer, int expert) {

@@ -2,6 +2,8 @@
 // DeviceArena carving.
 #include "engine/offload/host_expert_store.h"
 
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include "engine/offload/device_arena.h"
@@ -77,6 +79,81 @@ TEST(HostExpertStoreTest, PacksAsTheRequestedDtype) {
     EXPECT_EQ(w.gate_up.dtype, DType::kBF16);
     EXPECT_TRUE(src.Holds(w, 1, e)) << e;
   }
+}
+
+// Places (layer, expert) into a block by its copy segments, as the transfer
+// engine does.
+std::vector<char> Gather(const HostExpertStore& store, int layer, int expert) {
+  std::vector<char> block(store.format().bytes, 0);
+  for (const CopySegment& s : store.CopySegments(layer, expert)) {
+    EXPECT_LE(s.dst_offset + s.bytes, block.size());
+    std::memcpy(block.data() + s.dst_offset, s.src, s.bytes);
+  }
+  return block;
+}
+
+// Mapped mode: no second host copy; an expert's tensors are copied straight
+// from the source's memory into the block, where the format puts them.
+TEST(HostExpertStoreTest, MapsTheSourceWhenItsViewsOutliveRelease) {
+  for (auto layout : {ExpertWeights::Layout::kFusedTransposed, ExpertWeights::Layout::kSeparate}) {
+    testing::FakeExpertSource src(3, 5, 8, 4, layout);
+    src.stable_views = true;
+    const std::vector<int> layers = {2, 0};
+    auto store = HostExpertStore::Create(src, layers, 5, nullptr, std::nullopt,
+                                         /*map_if_possible=*/true);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const HostExpertStore& s = **store;
+    EXPECT_TRUE(s.mapped());
+    EXPECT_EQ(s.total_bytes(), 0u);
+    EXPECT_EQ(s.Block(2, 0), nullptr);
+    const size_t tensors = layout == ExpertWeights::Layout::kFusedTransposed ? 2 : 3;
+    for (int l : layers) {
+      for (int e = 0; e < 5; ++e) {
+        const HostExpertStore::Segments segments = s.CopySegments(l, e);
+        ASSERT_EQ(segments.size(), tensors);
+        auto w = src.Acquire(l, e);
+        ASSERT_TRUE(w.ok());
+        EXPECT_EQ(segments.back().src, w->down.data) << "points into the source";
+        const std::vector<char> block = Gather(s, l, e);
+        EXPECT_TRUE(src.Holds(s.format().View(block.data()), l, e)) << l << "/" << e;
+      }
+    }
+    EXPECT_TRUE(s.CopySegments(1, 0).empty());  // not stored
+    EXPECT_TRUE(s.CopySegments(0, 5).empty());
+  }
+}
+
+// Packed whenever mapping is not allowed: not asked, a page-locking
+// allocator, a dtype conversion, or views that die at Release.
+TEST(HostExpertStoreTest, PacksWhenMappingIsNotAllowed) {
+  testing::FakeExpertSource stable(2, 3, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  stable.stable_views = true;
+  testing::FakeExpertSource transient(2, 3, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  CountingAllocator alloc;
+  const std::vector<int> layers = {1};
+  struct Case {
+    const char* why;
+    testing::FakeExpertSource* src;
+    HostAllocator* allocator;
+    std::optional<DType> dtype;
+    bool map;
+  };
+  for (const Case& c : {Case{"not asked", &stable, nullptr, std::nullopt, false},
+                        Case{"allocator", &stable, &alloc, std::nullopt, true},
+                        Case{"conversion", &stable, nullptr, DType::kBF16, true},
+                        Case{"transient views", &transient, nullptr, std::nullopt, true}}) {
+    auto store = HostExpertStore::Create(*c.src, layers, 3, c.allocator, c.dtype, c.map);
+    ASSERT_TRUE(store.ok()) << c.why << ": " << store.status();
+    EXPECT_FALSE((*store)->mapped()) << c.why;
+    EXPECT_GT((*store)->total_bytes(), 0u) << c.why;
+    const HostExpertStore::Segments segments = (*store)->CopySegments(1, 2);
+    ASSERT_EQ(segments.size(), 1u) << c.why;
+    EXPECT_EQ(segments[0].src, (*store)->Block(1, 2)) << c.why;
+    EXPECT_EQ(segments[0].bytes, (*store)->format().bytes) << c.why;
+    const std::vector<char> block = Gather(**store, 1, 2);
+    EXPECT_TRUE(c.src->Holds((*store)->format().View(block.data()), 1, 2)) << c.why;
+  }
+  EXPECT_EQ(alloc.allocations, 1);
 }
 
 TEST(HostExpertStoreTest, FormatRejectsMixedDtypes) {

@@ -151,6 +151,46 @@ TEST(OffloadExpertProviderTest, EveryPinnedLayerUploadedIntoItsOwnPlace) {
   EXPECT_EQ(p.TakeRequestStats().bytes_h2d, 0u);  // all served from the prefix
 }
 
+// Served from a mapped store (no packed host copy): the same experts, the same
+// counters as from a packed one; the prefix is gathered tensor by tensor.
+TEST(OffloadExpertProviderTest, MappedStoreServesTheSameExperts) {
+  OffloadStats stats[2];
+  for (bool map : {false, true}) {
+    FakeExpertSource src(4, 3, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+    src.stable_views = true;
+    testing::FlakyCopyBackend backend;
+    OffloadDevice device;
+    device.copy = &backend;
+    OffloadOptions o;
+    o.map_host_experts = map;
+    auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr,
+                                                 nullptr, device);
+    ASSERT_TRUE(created.ok()) << created.status();
+    OffloadExpertProvider& p = **created;
+    // One copy of the packed layer, or one per tensor (3 experts x 2 tensors).
+    EXPECT_EQ(backend.copies.load(), map ? 6 : 1);
+    for (int step = 0; step < 2; ++step) {
+      for (int layer = 0; layer < 4; ++layer) {
+        const std::vector<int> experts = {(layer + step) % 3, (layer + 2 * step + 1) % 3};
+        auto order = p.BeginLayer(Phase::kDecode, layer, experts);
+        ASSERT_TRUE(order.ok()) << order.status();
+        for (int e : *order) {
+          auto w = p.Acquire(layer, e);
+          ASSERT_TRUE(w.ok()) << w.status();
+          EXPECT_TRUE(src.Holds(*w, layer, e)) << "map " << map << " layer " << layer << " " << e;
+          p.Release(layer, e);
+        }
+        p.EndLayer(layer);
+      }
+    }
+    stats[map] = p.TakeRequestStats();
+  }
+  EXPECT_GT(stats[1].bytes_h2d, 0u);
+  EXPECT_EQ(stats[1].bytes_h2d, stats[0].bytes_h2d);
+  EXPECT_EQ(stats[1].cache_hits, stats[0].cache_hits);
+  EXPECT_EQ(stats[1].cache_queries, stats[0].cache_queries);
+}
+
 // A source whose layer 1 reports its experts with other shapes (same bytes).
 class ReshapedLayerSource final : public ExpertProvider {
  public:

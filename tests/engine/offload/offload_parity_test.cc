@@ -57,12 +57,14 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     int slabs;  // -1 = every offloaded expert
     const char* eviction;
     const char* prefetch;
+    bool packed = false;  // a packed host copy of the experts instead of the mapped checkpoint
   };
   std::vector<Variant> variants = {
       {0, 1, "lru", "none"},        {0, 1, "lfu", "history"},  {0, 2, "guarded", "history"},
       {0, 7, "lru", "history"},     {1, 1, "lru", "none"},     {1, 13, "lfu", "none"},
       {2, 5, "guarded", "history"}, {0, -1, "lru", "history"}, {num_moe - 1, 1, "lru", "history"},
-      {num_moe, 0, "lru", "none"}};
+      {num_moe, 0, "lru", "none"},  {0, 1, "lru", "history", true},
+      {1, 13, "guarded", "history", true}};
   for (const Variant& v : variants) {
     MemoryPlanOptions po;
     po.pinned_layers = v.pinned;
@@ -75,11 +77,13 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     OffloadOptions oo;
     oo.eviction = v.eviction;
     oo.prefetch = v.prefetch;
+    oo.map_host_experts = !v.packed;
     auto offload = OffloadExpertProvider::Create(**resident, config->text, *plan, oo, nullptr);
     ASSERT_TRUE(offload.ok()) << offload.status();
     for (size_t i = 0; i < cases.size(); ++i) {
       SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << slabs << " "
-                                        << v.eviction << "/" << v.prefetch << " case " << i);
+                                        << v.eviction << "/" << v.prefetch << (v.packed ? " packed" : "")
+                                        << " case " << i);
       std::vector<int> tokens;
       auto got = testing::GreedyLogits(**model, offload->get(),
                                        cases[i]["input_ids"].get<std::vector<int>>(), kDecodeSteps,

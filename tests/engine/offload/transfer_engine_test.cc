@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -42,6 +43,24 @@ TEST(TransferEngineTest, DrainsByPriorityThenFifo) {
   EXPECT_EQ(s.copies, 6u);
   EXPECT_EQ(s.bytes, 48u);
   EXPECT_EQ(s.cancelled, 0u);
+}
+
+// A gathered copy puts each segment at its offset and counts the request's bytes.
+TEST(TransferEngineTest, GathersSegmentsIntoTheirOffsets) {
+  TransferEngine te(TransferEngine::Options{});
+  const std::vector<char> a(5, 'a'), b(3, 'b');
+  std::vector<char> dst(16, '.');
+  TransferEngine::Request r;
+  r.dst = dst.data();
+  r.bytes = 16;
+  r.segments = {{a.data(), 0, 5}, {b.data(), 8, 3}};
+  absl::Status done = absl::UnknownError("not called");
+  r.on_done = [&](const absl::Status& copied) { done = copied; };
+  te.Submit(std::move(r));
+  te.WaitIdle();
+  EXPECT_TRUE(done.ok()) << done;
+  EXPECT_EQ(std::string(dst.begin(), dst.end()), "aaaaa...bbb.....");
+  EXPECT_EQ(te.stats().bytes, 16u);
 }
 
 TEST(TransferEngineTest, CancelAndShutdownReportNotCompleted) {
