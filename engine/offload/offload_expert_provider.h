@@ -78,7 +78,11 @@ class OffloadExpertProvider final : public ExpertProvider {
   // Packs the experts of `plan`'s layers from `source` (used only during
   // Create) into the pinned prefix and the host store, carves the arena and
   // starts the copy thread. `predictor` null = no prefetch (and guarded
-  // eviction falls back to last use).
+  // eviction falls back to last use). With options.map_host_experts, a
+  // source whose views outlive Release() (the checkpoint's) and no
+  // device.host_allocator, the store keeps the source's views instead of a
+  // packed copy: REQUIRES then that the memory behind them (the checkpoint)
+  // outlives the provider.
   static absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> Create(
       ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
       const OffloadOptions& options, StatsSink* stats,
