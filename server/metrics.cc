@@ -268,6 +268,11 @@ ServerMetrics::ServerMetrics(const Options& options)
                                  "Experts the predictor asked the transfer engine to fetch.");
   prefetch_used_ = &NewCounter(r, "vismoe_prefetch_used_total",
                                "Prefetched experts that were used before eviction.");
+  preloaded_ =
+      &NewCounter(r, "vismoe_preloaded_experts_total",
+                  "Experts copied in for a sequence's preferred set (per-sequence preload).");
+  preloaded_used_ = &NewCounter(r, "vismoe_preloaded_experts_used_total",
+                                "Preloaded experts that a later step used before eviction.");
   bytes_h2d_ =
       &NewCounter(r, "vismoe_expert_bytes_h2d_total", "Expert weight bytes copied host to device.");
   stall_seconds_ = &NewCounter(r, "vismoe_transfer_stall_seconds_total",
@@ -429,6 +434,14 @@ void ServerMetrics::OnPrefetchIssued(uint64_t count) {
 
 void ServerMetrics::OnPrefetchUsed(uint64_t count) {
   prefetch_used_->Increment(static_cast<double>(count));
+}
+
+void ServerMetrics::OnPreloadIssued(uint64_t count) {
+  preloaded_->Increment(static_cast<double>(count));
+}
+
+void ServerMetrics::OnPreloadUsed(uint64_t count) {
+  preloaded_used_->Increment(static_cast<double>(count));
 }
 
 void ServerMetrics::OnBytesHostToDevice(uint64_t bytes) {

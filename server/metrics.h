@@ -11,6 +11,7 @@
 //              vismoe_expert_cache_hits_total{phase,layer}
 //              vismoe_prefetch_needed_total, vismoe_prefetch_recalled_total
 //              vismoe_prefetch_issued_total, vismoe_prefetch_used_total
+//              vismoe_preloaded_experts_total, vismoe_preloaded_experts_used_total
 //              vismoe_expert_bytes_h2d_total, vismoe_transfer_stall_seconds_total
 //              vismoe_requests_total{status}, vismoe_generated_tokens_total
 //              vismoe_prompt_tokens_total{modality="text"|"image"}
@@ -122,6 +123,8 @@ class ServerMetrics : public StatsSink {
   void OnPrefetchNeeded(int layer, bool recalled) override;
   void OnPrefetchIssued(uint64_t count) override;
   void OnPrefetchUsed(uint64_t count) override;
+  void OnPreloadIssued(uint64_t count) override;
+  void OnPreloadUsed(uint64_t count) override;
   void OnBytesHostToDevice(uint64_t bytes) override;
   void OnTransferStall(double seconds) override;
   void OnVisualTokensPruned(uint64_t count) override;
@@ -164,6 +167,8 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* prefetch_recalled_ = nullptr;
   prometheus::Counter* prefetch_issued_ = nullptr;
   prometheus::Counter* prefetch_used_ = nullptr;
+  prometheus::Counter* preloaded_ = nullptr;
+  prometheus::Counter* preloaded_used_ = nullptr;
   prometheus::Counter* bytes_h2d_ = nullptr;
   prometheus::Counter* stall_seconds_ = nullptr;
   prometheus::Counter* generated_tokens_ = nullptr;

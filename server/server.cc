@@ -137,6 +137,9 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
+  eo.offload.preload = options_.preload;
+  eo.offload.preload_experts = options_.preload_experts;
+  eo.offload.preload_share = options_.preload_share;
   eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
   if (options_.keep_ratio > 0) {

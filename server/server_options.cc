@@ -105,6 +105,15 @@ ABSL_FLAG(double, skip_tau_text, kDefaults.skip_tau_text,
           "Expert skipping threshold of text tokens, >= 0; -1 = the calibration profile's");
 ABSL_FLAG(double, skip_tau_visual, kDefaults.skip_tau_visual,
           "Expert skipping threshold of visual tokens, >= 0; -1 = the calibration profile's");
+ABSL_FLAG(std::string, preload, kDefaults.preload,
+          "Per-sequence preload (MELINOE): none | prefill-routing (after its prefill, a "
+          "sequence's top experts per offloaded layer by prefill routing mass are copied in and "
+          "kept for it until it ends)");
+ABSL_FLAG(int, preload_experts, kDefaults.preload_experts,
+          "Experts preloaded per offloaded layer; 0 = the model's top-k");
+ABSL_FLAG(double, preload_share, kDefaults.preload_share,
+          "Fraction of the slab cache, in (0, 1], that all running sequences' preloaded experts "
+          "may hold together");
 
 namespace vismoe::server {
 namespace {
@@ -297,6 +306,16 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(expert_skipping),
       SkipThresholdOption("skip_tau_text", &ServerOptions::skip_tau_text),
       SkipThresholdOption("skip_tau_visual", &ServerOptions::skip_tau_visual),
+      VISMOE_STRING_OPTION(preload),
+      VISMOE_INT_OPTION(preload_experts),
+      OptionDef{"preload_share",
+                [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &o->preload_share)) {
+                    return BadValue(k, v, "expected a number");
+                  }
+                  return absl::OkStatus();
+                },
+                [](const ServerOptions& o) { return absl::StrCat(o.preload_share); }},
   };
   return *defs;
 }
@@ -461,6 +480,18 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
         "option expert_skipping: \"dual-threshold\" needs skip_tau_text and skip_tau_visual "
         "(>= 0) or a calibration_profile with calibrated thresholds (vismoe-calibrate "
         "--skip_target_rate)");
+  }
+  if (!PolicyFromName<PreloadKind>(o->preload).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option preload: unknown policy \"", o->preload,
+                                                   "\" (", PolicyNames<PreloadKind>(", "), ")"));
+  }
+  if (o->preload_experts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option preload_experts must be >= 0 (0 = the model's top-k), got ", o->preload_experts));
+  }
+  if (!(o->preload_share > 0 && o->preload_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option preload_share must be in (0, 1], got ", o->preload_share));
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
     return absl::InvalidArgumentError(absl::StrCat(

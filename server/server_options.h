@@ -81,6 +81,12 @@ struct ServerOptions {
   std::string expert_skipping = "none";
   double skip_tau_text = -1;
   double skip_tau_visual = -1;
+  // Per-sequence preload (MELINOE; engine/policy/preload.md): none |
+  // prefill-routing; experts per offloaded layer (0 = the model's top-k) and
+  // the slab cache's share all running sequences' preferred sets may hold.
+  std::string preload = "none";
+  int preload_experts = 0;
+  double preload_share = 0.5;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

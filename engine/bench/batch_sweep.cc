@@ -14,6 +14,7 @@
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
+#include "engine/policy/sequence_preload.h"
 
 namespace vismoe::bench {
 namespace {
@@ -56,9 +57,10 @@ absl::StatusOr<Setup> Load(const BatchSweepOptions& o) {
                             s.model->CreateKvCache(o.kv_cache_tokens));
     po.kv_cache_bytes = kv->bytes();
     VISMOE_ASSIGN_OR_RETURN(const MemoryPlan plan, MakeMemoryPlan(sizes, po));
-    VISMOE_ASSIGN_OR_RETURN(s.offload, OffloadExpertProvider::Create(*s.resident, s.config.text,
-                                                                     plan, OffloadOptions(),
-                                                                     nullptr));
+    OffloadOptions oo = o.offload;
+    oo.prefetch = "none";
+    VISMOE_ASSIGN_OR_RETURN(
+        s.offload, OffloadExpertProvider::Create(*s.resident, s.config.text, plan, oo, nullptr));
   }
   return s;
 }
@@ -70,20 +72,36 @@ int Argmax(const std::vector<float>& v) {
 // B sequences: prefill each alone, then decode together; times the decode.
 absl::StatusOr<BatchSweepRow> RunOne(Setup& s, const BatchSweepOptions& o, int batch) {
   const int vocab = s.config.text.vocab_size;
+  const TextConfig& t = s.config.text;
+  const bool preload = s.offload && o.offload.preload == "prefill-routing";
   std::vector<std::unique_ptr<KvCache>> caches;
+  std::vector<std::unique_ptr<SequencePreload>> preloads;  // ended when destroyed
   std::vector<std::vector<int>> next(batch);
   std::vector<std::vector<float>> logits(batch);
+  uint64_t preload_bytes = 0;
   for (int b = 0; b < batch; ++b) {
     VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache,
                             s.model->CreateKvCache(o.prompt_tokens + o.decode_steps));
     std::vector<int> prompt(o.prompt_tokens);
     // Distinct prompts, away from the added tokens at the top of the vocabulary.
-    for (int t = 0; t < o.prompt_tokens; ++t) prompt[t] = (97 * (t + 1) + 389 * b) % (vocab / 2);
+    for (int i = 0; i < o.prompt_tokens; ++i) prompt[i] = (97 * (i + 1) + 389 * b) % (vocab / 2);
     DecoderInput in;
     in.tokens = prompt;
+    if (preload) {
+      const int n =
+          o.offload.preload_experts > 0 ? o.offload.preload_experts : t.num_experts_per_tok;
+      preloads.push_back(std::make_unique<SequencePreload>(s.offload.get(), t.num_hidden_layers,
+                                                           t.num_experts, n));
+      in.observer = preloads.back().get();
+    }
     VISMOE_RETURN_IF_ERROR(s.model->Forward(in, cache.get(), s.experts(), &logits[b]));
     next[b] = {Argmax(logits[b])};
     caches.push_back(std::move(cache));
+    if (preload) {
+      (void)s.offload->TakeRequestStats();  // the prefill's copies are not the decode's
+      preloads.back()->Start();
+      preload_bytes += s.offload->TakeRequestStats().bytes_h2d;
+    }
   }
   if (s.offload) (void)s.offload->TakeRequestStats();  // count the decode only
   std::vector<DecoderInput> inputs(batch);
@@ -103,7 +121,12 @@ absl::StatusOr<BatchSweepRow> RunOne(Setup& s, const BatchSweepOptions& o, int b
   row.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.tokens = int64_t{batch} * o.decode_steps;
-  if (s.offload) row.bytes_h2d = s.offload->TakeRequestStats().bytes_h2d;
+  if (s.offload) {
+    const OffloadStats decode = s.offload->TakeRequestStats();
+    row.bytes_h2d = decode.bytes_h2d + preload_bytes;
+    row.preload_bytes = preload_bytes;
+    row.preload_used = decode.preload_used;
+  }
   return row;
 }
 
@@ -134,7 +157,9 @@ nlohmann::json BatchSweepJson(const std::vector<BatchSweepRow>& rows, int decode
                    {"tokens_per_s", r.tokens_per_s()},
                    {"ms_per_step", decode_steps > 0 ? 1e3 * r.seconds / decode_steps : 0.0},
                    {"bytes_h2d", r.bytes_h2d},
-                   {"bytes_per_token", r.bytes_per_token()}});
+                   {"bytes_per_token", r.bytes_per_token()},
+                   {"preload_bytes", r.preload_bytes},
+                   {"preload_used", r.preload_used}});
   }
   return out;
 }

@@ -86,6 +86,9 @@ int Main() {
                            {"prefetch", b.engine.offload.prefetch},
                            {"prefetch_count", b.engine.offload.prefetch_count},
                            {"lookahead_window", b.engine.offload.lookahead_window},
+                           {"preload", b.engine.offload.preload},
+                           {"preload_experts", b.engine.offload.preload_experts},
+                           {"preload_share", b.engine.offload.preload_share},
                            {"calibration_profile", b.engine.calibration_profile},
                            {"token_compressor", b.engine.compression.kind},
                            {"keep_ratio", b.keep_ratio},
@@ -143,6 +146,7 @@ int Main() {
     so.synthetic_seed = b.engine.synthetic_seed;
     so.budget_bytes = b.engine.gpu_memory_budget_bytes;
     so.pinned_layers = b.engine.offload.pinned_layers;
+    so.offload = b.engine.offload;
     so.kv_cache_tokens = b.engine.max_context_tokens;
     so.batch_sizes = b.batch_sizes;
     so.prompt_tokens = b.batch_prompt_tokens;

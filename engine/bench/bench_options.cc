@@ -28,6 +28,14 @@ ABSL_FLAG(std::string, prefetch, "none",
           "expert predictor driving prefetch: none | history | router-lookahead | mlp-lookahead");
 ABSL_FLAG(int, prefetch_count, 0, "B: experts prefetched per layer; 0 = the model's top-k");
 ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores ahead");
+ABSL_FLAG(std::string, preload, "none",
+          "per-sequence preload (MELINOE): none | prefill-routing (after its prefill, a "
+          "sequence's top experts per offloaded layer by prefill routing mass are copied in and "
+          "kept for it until it ends)");
+ABSL_FLAG(int, preload_experts, 0, "experts preloaded per offloaded layer; 0 = the model's top-k");
+ABSL_FLAG(double, preload_share, 0.5,
+          "fraction of the slab cache, in (0, 1], all running sequences' preloaded experts may "
+          "hold together");
 ABSL_FLAG(bool, map_host_experts, true,
           "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
           "every offloaded expert at start-up, as before); only where the backend allows it");
@@ -136,6 +144,18 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
         absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
   }
   o.map_host_experts = absl::GetFlag(FLAGS_map_host_experts);
+  o.preload = absl::GetFlag(FLAGS_preload);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<PreloadKind>("preload", o.preload));
+  o.preload_experts = absl::GetFlag(FLAGS_preload_experts);
+  if (o.preload_experts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--preload_experts=", o.preload_experts,
+                                                   ": must be >= 0 (0 = the model's top-k)"));
+  }
+  o.preload_share = absl::GetFlag(FLAGS_preload_share);
+  if (!(o.preload_share > 0 && o.preload_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preload_share=", o.preload_share, ": must be in (0, 1]"));
+  }
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));

@@ -106,6 +106,11 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
   const double stall = s.PerRun(o.stall_seconds);
   const double compute = std::max(0.0, total - stall);
   const double copy_floor = measured_bandwidth > 0 ? missed_bytes / measured_bandwidth : 0;
+  // Experts copied per request and offloaded layer (MELINOE's transfers per layer).
+  auto per_layer = [&](uint64_t transfers) {
+    const double n = static_cast<double>(s.request_count()) * s.phase_hits.offloaded_layers;
+    return n > 0 ? static_cast<double>(transfers) / n : 0.0;
+  };
   return {{"runs", s.runs},
           {"requests", s.requests_per_run},
           {"prompt_tokens", per_run(static_cast<double>(s.prompt_tokens))},
@@ -138,6 +143,24 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
           {"copy_bandwidth_measured_bytes_per_s", measured_bandwidth},
           {"compute_seconds", compute},
           {"bound_seconds", std::max(compute, copy_floor)},
+          {"preload_issued", per_run(static_cast<double>(o.preload_issued))},
+          {"preload_used", per_run(static_cast<double>(o.preload_used))},
+          {"preload_kept_lookups", per_run(static_cast<double>(o.preload_kept_lookups))},
+          {"decode_offloaded_lookups", per_run(static_cast<double>(s.phase_hits.decode.offloaded))},
+          {"prefill_transfers", per_run(static_cast<double>(s.phase_hits.prefill.transfers))},
+          {"decode_transfers", per_run(static_cast<double>(s.phase_hits.decode.transfers))},
+          {"preload_transfers", per_run(static_cast<double>(s.phase_hits.preload_transfers))},
+          {"offloaded_layers", s.phase_hits.offloaded_layers},
+          {"transfers_per_layer",
+           per_layer(s.phase_hits.prefill.transfers + s.phase_hits.decode.transfers +
+                     s.phase_hits.preload_transfers)},
+          {"decode_transfers_per_layer",
+           per_layer(s.phase_hits.decode.transfers + s.phase_hits.preload_transfers)},
+          {"decode_transfers_per_token", s.completion_tokens > 0
+                                             ? static_cast<double>(s.phase_hits.decode.transfers +
+                                                                   s.phase_hits.preload_transfers) /
+                                                   static_cast<double>(s.completion_tokens)
+                                             : 0.0},
           {"experts_routed", per_run(static_cast<double>(s.skipping.total_routed()))},
           {"experts_skipped_text", per_run(static_cast<double>(s.skipping.skipped[0]))},
           {"experts_skipped_visual", per_run(static_cast<double>(s.skipping.skipped[1]))},

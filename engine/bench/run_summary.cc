@@ -12,9 +12,11 @@ double Ratio(uint64_t num, uint64_t den) {
 // What a counter added between `before` and `after`.
 PhaseHitTotals Since(const PhaseHitTotals& before, const PhaseHitTotals& after) {
   auto diff = [](const PhaseHits& b, const PhaseHits& a) {
-    return PhaseHits{a.queries - b.queries, a.hits - b.hits};
+    return PhaseHits{a.queries - b.queries, a.hits - b.hits, a.transfers - b.transfers,
+                     a.offloaded - b.offloaded};
   };
-  return {diff(before.prefill, after.prefill), diff(before.decode, after.decode)};
+  return {diff(before.prefill, after.prefill), diff(before.decode, after.decode),
+          after.preload_transfers - before.preload_transfers, after.offloaded_layers};
 }
 
 }  // namespace
@@ -74,7 +76,10 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"prefetch_needed", o.prefetch_needed},
                                {"prefetch_recalled", o.prefetch_recalled},
                                {"bytes_h2d", o.bytes_h2d},
-                               {"stall_seconds", o.stall_seconds}});
+                               {"stall_seconds", o.stall_seconds},
+                               {"preload_issued", o.preload_issued},
+                               {"preload_used", o.preload_used},
+                               {"preload_kept_lookups", o.preload_kept_lookups}});
     }
   }
   if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());

@@ -7,6 +7,7 @@
 //   PredictorKind   none | history | router-lookahead | mlp-lookahead  (expert prediction)
 //   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
 //   SkipKind        none | dual-threshold                      (MoDES expert skipping)
+//   PreloadKind     none | prefill-routing                     (MELINOE per-sequence preload)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -23,6 +24,7 @@ enum class CompressorKind { kNone, kRandom, kSaliency, kAffinity };
 enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
 enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
 enum class SkipKind { kNone, kDualThreshold };
+enum class PreloadKind { kNone, kPrefillRouting };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>
@@ -32,6 +34,7 @@ const char* PolicyName(CompressorKind kind);
 const char* PolicyName(PredictorKind kind);
 const char* PolicyName(EvictionPolicy kind);
 const char* PolicyName(SkipKind kind);
+const char* PolicyName(PreloadKind kind);
 // Every canonical name of a kind, in table order, joined by `separator`:
 // PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
 template <typename Kind>

@@ -26,6 +26,10 @@ class StatsSink {
   virtual void OnPrefetchNeeded(int layer, bool recalled) = 0;
   virtual void OnPrefetchIssued(uint64_t count) = 0;
   virtual void OnPrefetchUsed(uint64_t count) = 0;
+  // Per-sequence preload (MELINOE): experts copied in for a sequence's
+  // preferred set; of those, used by a later step before eviction.
+  virtual void OnPreloadIssued(uint64_t count) = 0;
+  virtual void OnPreloadUsed(uint64_t count) = 0;
   virtual void OnBytesHostToDevice(uint64_t bytes) = 0;
   virtual void OnTransferStall(double seconds) = 0;
   virtual void OnVisualTokensPruned(uint64_t count) = 0;
@@ -57,6 +61,8 @@ class NullStatsSink : public StatsSink {
   void OnPrefetchNeeded(int, bool) override {}
   void OnPrefetchIssued(uint64_t) override {}
   void OnPrefetchUsed(uint64_t) override {}
+  void OnPreloadIssued(uint64_t) override {}
+  void OnPreloadUsed(uint64_t) override {}
   void OnBytesHostToDevice(uint64_t) override {}
   void OnTransferStall(double) override {}
   void OnVisualTokensPruned(uint64_t) override {}

@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     return absl::InvalidArgumentError(
         absl::StrCat("history decay must be in (0, 1], got ", options.history_decay));
   }
+  VISMOE_RETURN_IF_ERROR(CheckPreloadOptions(options));
   std::unique_ptr<OffloadExpertProvider> p(new OffloadExpertProvider());
   p->plan_ = plan;
   p->options_ = options;
@@ -141,6 +142,8 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->pinned_stride_ = pinned_format.bytes;
   VISMOE_ASSIGN_OR_RETURN(p->slabs_, p->arena_->Carve("slab_cache", slab_bytes));
   p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
+  p->preload_ = std::make_unique<PreloadSet>(plan.num_slabs, options.preload_share,
+                                             config.num_experts, plan.offloaded_layer_ids);
   p->predictor_ = std::move(predictor);
   p->transfer_ = std::make_unique<TransferEngine>(
       TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false, device.copy});
@@ -311,6 +314,7 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
   pending_.clear();
   std::vector<int> loaded, loading;
   uint64_t used = 0;
+  uint64_t preloaded_used = 0;
   for (int e : experts) {
     const int slot = cache_->Find(layer, e);
     const bool hit = slot >= 0;
@@ -318,6 +322,7 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
     ++request_.prefetch_needed;
     sink_->OnExpertQuery(phase, layer, hit);
     sink_->OnPrefetchNeeded(layer, hit);
+    if (cache_->IsProtected(layer, e)) ++request_.preload_kept_lookups;
     if (!hit) {
       pending_.push_back(e);
       continue;
@@ -328,6 +333,10 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
       ++used;
       cache_->ClearPrefetched(slot);
     }
+    if (cache_->slot(slot).preloaded) {
+      ++preloaded_used;
+      cache_->SetPreloaded(slot, false);
+    }
     cache_->SetState(slot, SlotState::kRequired);
     cache_->Touch(slot);
     (cache_->slot(slot).in_flight ? loading : loaded).push_back(e);
@@ -335,6 +344,10 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
   if (used > 0) {
     request_.prefetch_used += used;
     sink_->OnPrefetchUsed(used);
+  }
+  if (preloaded_used > 0) {
+    request_.preload_used += preloaded_used;
+    sink_->OnPreloadUsed(preloaded_used);
   }
   std::vector<int> order = loaded;
   order.insert(order.end(), loading.begin(), loading.end());

@@ -24,6 +24,9 @@
 // With every slab Required and nothing in flight, Acquire fails with
 // ResourceExhausted instead of blocking forever (callers must acquire in the
 // order BeginLayer returns; the engine does).
+// Per-sequence preload (MELINOE; Preload/EndPreload, preload_set.h, kept in
+// offload_expert_provider_preload.cc): a sequence's preferred experts are
+// copied in after its prefill and protected from eviction until it ends.
 //
 // Thread safety: the ExpertProvider calls come from one forward-pass thread;
 // a mutex guards all state because the copy thread completes transfers, and
@@ -36,25 +39,27 @@
 #define VISMOE_ENGINE_OFFLOAD_OFFLOAD_EXPERT_PROVIDER_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/stats_sink.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/copy_backend.h"
 #include "engine/offload/device_allocator.h"
 #include "engine/offload/device_arena.h"
+#include "engine/offload/expert_predictor.h"
 #include "engine/offload/expert_provider.h"
 #include "engine/offload/host_expert_store.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_options.h"
+#include "engine/offload/offload_stats.h"
+#include "engine/offload/preload_set.h"
 #include "engine/offload/slab_cache.h"
 #include "engine/offload/transfer_engine.h"
-#include "engine/offload/expert_predictor.h"
-#include "engine/offload/offload_stats.h"
-#include "engine/core/stats_sink.h"
 
 namespace vismoe {
 
@@ -119,6 +124,22 @@ class OffloadExpertProvider final : public ExpertProvider {
   // Slot-table consistency (tests): false with a reason.
   bool CheckInvariants(std::string* why) const;
 
+  // ---- Per-sequence preload (offload_expert_provider_preload.cc) ----
+  // `owner`'s preferred experts (`preferred[l]`: decoder layer l's, best
+  // first; layers outside the slab cache are ignored), replacing what it had.
+  // The experts PreloadSet grants the running owners are protected from
+  // eviction (SlabCache::SetProtected), and those not cached are copied in
+  // now, in preload order, into Free or unprotected Expired slabs (never
+  // evicting a Required, Speculative or protected one) at a priority below
+  // demand misses and above prefetches. Call between forward steps.
+  void Preload(uint64_t owner, const std::vector<std::vector<int>>& preferred);
+  // `owner` has ended: its experts lose their protection (they stay cached
+  // until evicted as usual) and the other owners' quotas grow, which may copy
+  // in more of their experts. No-op for an unknown owner.
+  void EndPreload(uint64_t owner);
+  // Experts protected now (tests).
+  int64_t ProtectedExperts() const;
+
  private:
   enum class Kind { kDense, kPinned, kOffloaded };
   static constexpr double kDemandPriority = 1e12;
@@ -134,6 +155,8 @@ class OffloadExpertProvider final : public ExpertProvider {
   void StartCopyLocked(int slot, int layer, int expert, double priority);
   void OnCopyDone(int slot, const absl::Status& copied);
   void PublishSlotGaugesLocked();
+  // Protects what preload_ grants and copies in the missing ones.
+  void ApplyPreloadLocked();
 
   MemoryPlan plan_;
   OffloadOptions options_;
@@ -165,6 +188,7 @@ class OffloadExpertProvider final : public ExpertProvider {
   std::vector<std::pair<int64_t, absl::Status>> failed_copies_;
   uint64_t demand_seq_ = 0;     // guarded by mu_
   OffloadStats request_;        // guarded by mu_
+  std::unique_ptr<PreloadSet> preload_;       // guarded by mu_
   std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first
 };
 

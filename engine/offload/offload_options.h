@@ -23,6 +23,15 @@ struct OffloadOptions {
   // packed second host copy, where the backend allows it (CPU backend; the
   // CUDA backend packs into page-locked memory). See HostExpertStore.
   bool map_host_experts = true;
+  // Per-sequence preload (MELINOE; engine/policy/preload.md): "none" |
+  // "prefill-routing" (after a sequence's prefill, its top preload_experts
+  // experts per offloaded layer by prefill routing mass are copied in and kept
+  // for it until it ends). preload_experts 0 = the model's top-k.
+  // preload_share: the fraction of the slab cache the running sequences'
+  // preferred experts may hold together, in (0, 1].
+  std::string preload = "none";
+  int preload_experts = 0;
+  double preload_share = 0.5;
 };
 
 }  // namespace vismoe

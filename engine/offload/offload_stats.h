@@ -17,6 +17,13 @@ struct OffloadStats {
   uint64_t prefetch_used = 0;
   uint64_t bytes_h2d = 0;
   double stall_seconds = 0;
+  // Per-sequence preload (preload_set.h): experts copied in for a sequence's
+  // preferred set; of those, used by a later step while kept; and lookups
+  // (outside the pinned prefix) of an expert kept for a running sequence,
+  // hit or not: how much of the routing the preferred sets cover.
+  uint64_t preload_issued = 0;
+  uint64_t preload_used = 0;
+  uint64_t preload_kept_lookups = 0;
 
   // Adds another slice's counters (a request's steps, a run's requests).
   void Add(const OffloadStats& o) {
@@ -28,6 +35,9 @@ struct OffloadStats {
     prefetch_used += o.prefetch_used;
     bytes_h2d += o.bytes_h2d;
     stall_seconds += o.stall_seconds;
+    preload_issued += o.preload_issued;
+    preload_used += o.preload_used;
+    preload_kept_lookups += o.preload_kept_lookups;
   }
 };
 

@@ -44,17 +44,22 @@ bool SlabCache::Before(int a, int b) const {
 int SlabCache::PickVictim(bool demand) const {
   int expired = -1;
   int speculative = -1;
+  int kept = -1;  // protected: a demand miss's last resort
   for (int i = 0; i < num_slots(); ++i) {
     const Slot& s = slots_[i];
     if (s.state == SlotState::kFree) return i;
     if (s.pins > 0 || s.in_flight) continue;
-    if (s.state == SlotState::kExpired) {
+    if (s.state != SlotState::kExpired && !(s.state == SlotState::kSpeculative && demand)) continue;
+    if (IsProtected(s.layer, s.expert)) {
+      if (demand && (kept < 0 || Before(i, kept))) kept = i;
+    } else if (s.state == SlotState::kExpired) {
       if (expired < 0 || Before(i, expired)) expired = i;
-    } else if (s.state == SlotState::kSpeculative && demand) {
-      if (speculative < 0 || Before(i, speculative)) speculative = i;
+    } else if (speculative < 0 || Before(i, speculative)) {
+      speculative = i;
     }
   }
-  return expired >= 0 ? expired : speculative;
+  if (expired >= 0) return expired;
+  return speculative >= 0 ? speculative : kept;
 }
 
 void SlabCache::Assign(int slot, int layer, int expert, SlotState state, bool prefetched) {
@@ -72,6 +77,7 @@ void SlabCache::Assign(int slot, int layer, int expert, SlotState state, bool pr
   s.state = state;
   s.in_flight = true;
   s.prefetched = prefetched;
+  s.preloaded = false;
   s.last_use = ++clock_;
   ++counts_[static_cast<int>(state)];
   where_[Key(layer, expert)] = slot;
@@ -119,6 +125,11 @@ void SlabCache::Unpin(int slot) {
 
 void SlabCache::SetPriority(int layer, int expert, double priority) {
   priority_[Key(layer, expert)] = priority;
+}
+
+void SlabCache::SetProtected(const std::vector<std::pair<int, int>>& experts) {
+  protected_.clear();
+  for (const auto& [layer, expert] : experts) protected_.insert(Key(layer, expert));
 }
 
 double SlabCache::Priority(int layer, int expert) const {

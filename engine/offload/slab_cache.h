@@ -12,7 +12,11 @@
 // Victim choice: a Free slot first; else the Expired slot the policy ranks
 // lowest; for a demand miss only, else the lowest-ranked Speculative slot.
 // A slot that is Required, pinned (Acquire'd) or in flight (copy not done) is
-// never a victim. Ranking, lowest evicted first (ties: lower slot index):
+// never a victim. A slot holding a protected expert (SetProtected: a running
+// sequence's preferred set, preload_set.h) is passed over by both rules; a
+// demand miss takes the lowest-ranked protected Expired or Speculative slot
+// only when nothing else may be taken, so protection never starves the
+// running layer. Ranking, lowest evicted first (ties: lower slot index):
 //   lru      last use (logical clock of Touch/Assign)
 //   lfu      uses of the key since start (persists across evictions), then last use
 //   guarded  priority set from outside (SetPriority; default 0), then last use
@@ -25,9 +29,11 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/core/policy_names.h"
@@ -48,6 +54,7 @@ class SlabCache {
     int pins = 0;
     bool in_flight = false;
     bool prefetched = false;  // filled by a prefetch and not demanded since
+    bool preloaded = false;   // filled by a preload, kept and not used since
     uint64_t last_use = 0;
   };
 
@@ -71,6 +78,9 @@ class SlabCache {
   // REQUIRES: the slot holds an expert; `state` is not Free.
   void SetState(int slot, SlotState state);
   void ClearPrefetched(int slot) { slots_[slot].prefetched = false; }
+  // Preload bookkeeping: Assign clears the mark; the provider sets it on the
+  // slots a preload filled and clears it at their first use.
+  void SetPreloaded(int slot, bool preloaded) { slots_[slot].preloaded = preloaded; }
   // A use of the slot's expert: updates LRU clock and LFU count.
   void Touch(int slot);
   void Pin(int slot) { ++slots_[slot].pins; }
@@ -79,6 +89,13 @@ class SlabCache {
   void SetPriority(int layer, int expert, double priority);
   double Priority(int layer, int expert) const;
   uint64_t UseCount(int layer, int expert) const;
+  // The experts protected from eviction (see the class comment), replacing
+  // the previous set; they need not be cached.
+  void SetProtected(const std::vector<std::pair<int, int>>& experts);
+  bool IsProtected(int layer, int expert) const {
+    return !protected_.empty() && protected_.contains(Key(layer, expert));
+  }
+  int64_t protected_count() const { return static_cast<int64_t>(protected_.size()); }
 
   int64_t Count(SlotState s) const { return counts_[static_cast<int>(s)]; }
   // Consistency of the index, counts and per-slot fields; false with a reason.
@@ -96,6 +113,7 @@ class SlabCache {
   absl::flat_hash_map<int64_t, int> where_;        // key -> slot
   absl::flat_hash_map<int64_t, uint64_t> uses_;    // key -> uses (LFU)
   absl::flat_hash_map<int64_t, double> priority_;  // key -> priority (guarded)
+  absl::flat_hash_set<int64_t> protected_;         // keys kept for running sequences
   std::array<int64_t, 4> counts_{};
   uint64_t clock_ = 0;
 };

@@ -126,17 +126,21 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
     return;
   }
   if (seq->prefilling()) return;  // more prompt chunks to come
-  if (seq->result.token_ids.empty() && seq->callbacks.on_prefill_logits) {
-    seq->callbacks.on_prefill_logits(seq->logits);
-  }
+  const bool first = seq->result.token_ids.empty();
+  if (first && seq->callbacks.on_prefill_logits) seq->callbacks.on_prefill_logits(seq->logits);
   if (seq->output.Accept(seq->logits, seq->cache->CheckRoom(1).ok())) {
     Finish(seq, absl::OkStatus());
+    return;
   }
+  // It will decode: its preferred experts come in ahead of its first decode
+  // step (never for a sequence that ends with its first token).
+  if (first) runner_->StartPreload(seq);
 }
 
 void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   scheduler_->Remove(seq);
   seq->cache.reset();  // the memory goes back before the caller wakes
+  if (seq->preload != nullptr) seq->preload->End();  // its experts are no longer kept
   ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);

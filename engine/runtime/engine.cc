@@ -19,6 +19,7 @@
 #include "engine/arch/vision_tower.h"
 #include "engine/backend/backend.h"
 #include "engine/backends/registry.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
@@ -30,10 +31,12 @@
 #include "engine/model/tokenizer.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/preload_set.h"
 #include "engine/offload/resident_expert_provider.h"
 #include "engine/policy/calibration_profile.h"
 #include "engine/policy/compression_session.h"
 #include "engine/policy/expert_predictor_factory.h"
+#include "engine/policy/sequence_preload.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/batch_loop.h"
 #include "engine/runtime/kv_block_pool.h"
@@ -107,6 +110,9 @@ class LocalEngine final : public Engine {
   int64_t KvBytes() const;
   // The expert counters since the last call (the step thread's only).
   OffloadStats TakeStepStats();
+  // A sequence's preload (engine/policy/sequence_preload.h), or null when
+  // preload is off or every expert is resident.
+  std::unique_ptr<SequencePreload> MakePreload() const;
   // The request's expert skipping: the engine's, with the request's overrides.
   absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
       const GenerateRequest& request) const;
@@ -156,6 +162,9 @@ absl::Status CheckOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
+  // Checked here too: without a budget there is no offload provider to
+  // refuse them (and nothing to preload).
+  VISMOE_RETURN_IF_ERROR(CheckPreloadOptions(options.offload));
   return CheckExpertSkippingOptions(options.skipping, SkipOptionNames{});
 }
 
@@ -445,6 +454,17 @@ void LocalEngine::StartLoop() {
                                       });
 }
 
+std::unique_ptr<SequencePreload> LocalEngine::MakePreload() const {
+  if (offload_ == nullptr ||
+      PolicyFromName<PreloadKind>(options_.offload.preload) != PreloadKind::kPrefillRouting) {
+    return nullptr;
+  }
+  const TextConfig& t = config_.text;
+  const int n = options_.offload.preload_experts > 0 ? options_.offload.preload_experts
+                                                     : t.num_experts_per_tok;
+  return std::make_unique<SequencePreload>(offload_.get(), t.num_hidden_layers, t.num_experts, n);
+}
+
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prepared,
                                                      const GenerateCallbacks& callbacks) {
   const auto* p = dynamic_cast<const LocalPrepared*>(&prepared);
@@ -455,8 +475,8 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   const Clock::time_point start =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(p->prepare_seconds()));
-  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_,
-               options_.max_context_tokens, start);
+  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_, options_.max_context_tokens,
+               start, MakePreload());
   seq.result.usage.prompt_tokens = p->prompt_tokens();
   loop_->Submit(&seq);
   seq.done.WaitForNotification();

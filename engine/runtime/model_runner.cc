@@ -59,6 +59,9 @@ std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const
   split(&OffloadStats::prefetch_issued);
   split(&OffloadStats::prefetch_used);
   split(&OffloadStats::bytes_h2d);
+  split(&OffloadStats::preload_issued);
+  split(&OffloadStats::preload_used);
+  split(&OffloadStats::preload_kept_lookups);
   for (size_t i = 0; i < rows.size(); ++i) {
     out[i].stall_seconds = total.stall_seconds * static_cast<double>(rows[i]) / sum;
   }
@@ -183,6 +186,12 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
   }
   ShareStats(step);
   return st;
+}
+
+void ModelRunner::StartPreload(Sequence* seq) {
+  if (seq->preload == nullptr || seq->preload->started()) return;
+  seq->preload->Start();
+  if (p_.take_stats) seq->result.offload.Add(p_.take_stats());
 }
 
 // Sequences whose setup failed did not run and get no share.

@@ -53,6 +53,10 @@ class ModelRunner {
   // sequence in it gets that error. On success a sequence's logits hold its
   // last row's and `prefilled` counts the chunk.
   std::vector<absl::Status> Run(absl::Span<const ScheduledChunk> step);
+  // The sequence's prefill is done and it goes on decoding: starts its
+  // preload (if it has one), whose copies count as its own offload counters.
+  // Call between steps.
+  void StartPreload(Sequence* seq);
 
  private:
   // First chunk: the KV cache, the vision tower and token compression.

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,7 @@
 #include "engine/backend/kv_cache.h"
 #include "engine/policy/compression_session.h"
 #include "engine/policy/observer_chain.h"
+#include "engine/policy/sequence_preload.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/local_prepared.h"
 #include "engine/runtime/token_output.h"
@@ -35,15 +37,18 @@ namespace vismoe {
 
 struct Sequence {
   // start: when the request's time began (Prepare's time included).
+  // preload: its per-sequence preload (null = off), observing its steps.
   Sequence(const LocalPrepared& p, const GenerateCallbacks& cb, const Tokenizer* tokenizer,
            absl::Span<const int> eos_ids, RouterObserver* predictor, int64_t max_context,
-           std::chrono::steady_clock::time_point start)
+           std::chrono::steady_clock::time_point start,
+           std::unique_ptr<SequencePreload> preload = nullptr)
       : prepared(p),
         callbacks(cb),
         start(start),
-        kv_tokens(std::min<int64_t>(max_context, int64_t{p.prompt_tokens()} +
-                                                     p.request().sampling.max_new_tokens)),
-        chain{predictor, cb.router_observer},
+        kv_tokens(std::min<int64_t>(
+            max_context, int64_t{p.prompt_tokens()} + p.request().sampling.max_new_tokens)),
+        preload(std::move(preload)),
+        chain{predictor, this->preload.get(), cb.router_observer},
         output(p.request().sampling, tokenizer, eos_ids, cb.on_delta, &result) {}
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -54,7 +59,7 @@ struct Sequence {
   // prefill runs in one step; the exact path may be split into chunks.
   bool chunkable() const { return prepared.compression.kind == "none"; }
   bool has_images() const { return !prepared.prompt.grids.empty(); }
-  // Observers of every step: [compression ->] predictor -> caller's.
+  // Observers of every step: [compression ->] predictor -> preload -> caller's.
   RouterObserver* observers() { return chain.Head(); }
   // The expert-skipping rule its steps run with (a tool's override in the
   // callbacks first); null = off.
@@ -75,6 +80,9 @@ struct Sequence {
   VisionOutput vision;
   std::unique_ptr<TokenCompressor> compressor;       // only off the exact path
   std::unique_ptr<CompressionSession> compression;   // only off the exact path
+  // Started once its prefill is done and it goes on decoding; ended by
+  // BatchLoop::Finish (engine/policy/sequence_preload.h).
+  std::unique_ptr<SequencePreload> preload;
   ObserverChain chain;
   DecoderInput input;  // this step's, rebuilt every step
   std::vector<float> logits;

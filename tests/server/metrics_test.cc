@@ -95,6 +95,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_prefetch_recalled_total",
                            "vismoe_prefetch_issued_total",
                            "vismoe_prefetch_used_total",
+                           "vismoe_preloaded_experts_total",
+                           "vismoe_preloaded_experts_used_total",
                            "vismoe_expert_bytes_h2d_total",
                            "vismoe_transfer_stall_seconds_total",
                            "vismoe_generated_tokens_total",
@@ -168,6 +170,9 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnPrefetchNeeded(5, false);
   m->OnPrefetchIssued(20);
   m->OnPrefetchUsed(15);
+  m->OnPreloadIssued(12);
+  m->OnPreloadIssued(4);
+  m->OnPreloadUsed(9);
   m->OnBytesHostToDevice(3u << 20);
   m->OnBytesHostToDevice(1u << 20);
   m->OnTransferStall(0.25);
@@ -185,6 +190,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_DOUBLE_EQ(Value(t, "vismoe_prefetch_recall"), 0.75);
   EXPECT_EQ(Value(t, "vismoe_prefetch_issued_total"), 20);
   EXPECT_EQ(Value(t, "vismoe_prefetch_used_total"), 15);
+  EXPECT_EQ(Value(t, "vismoe_preloaded_experts_total"), 16);
+  EXPECT_EQ(Value(t, "vismoe_preloaded_experts_used_total"), 9);
   EXPECT_EQ(Value(t, "vismoe_expert_bytes_h2d_total"), 4 << 20);
   EXPECT_DOUBLE_EQ(Value(t, "vismoe_transfer_stall_seconds_total"), 0.25);
   EXPECT_EQ(Value(t, "vismoe_visual_tokens_pruned_total"), 128);

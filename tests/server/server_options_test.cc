@@ -127,6 +127,36 @@ TEST(ServerOptionsTest, ExpertSkippingFlags) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("option skip_tau_visual"));
 }
 
+TEST(ServerOptionsTest, PreloadFlags) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.preload, "none");  // off by default
+  ASSERT_TRUE(SetServerOption("preload", "prefill-routing", &o).ok());
+  ASSERT_TRUE(SetServerOption("preload_experts", "6", &o).ok());
+  ASSERT_TRUE(SetServerOption("preload_share", "0.25", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.preload_experts, 6);
+  EXPECT_DOUBLE_EQ(o.preload_share, 0.25);
+  EXPECT_THAT(o.DebugString(), HasSubstr("preload_share"));
+  auto fails = [](ServerOptions x, const char* substr) {
+    absl::Status s = FinalizeServerOptions(&x);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(substr));
+  };
+  ServerOptions bad = o;
+  bad.preload = "oracle";
+  fails(bad, "option preload: unknown policy \"oracle\" (none, prefill-routing)");
+  bad = o;
+  bad.preload_experts = -1;
+  fails(bad, "option preload_experts must be >= 0");
+  bad = o;
+  bad.preload_share = 0;
+  fails(bad, "option preload_share must be in (0, 1], got 0");
+  bad.preload_share = 1.5;
+  fails(bad, "option preload_share must be in (0, 1], got 1.5");
+  EXPECT_THAT(std::string(SetServerOption("preload_share", "half", &o).message()),
+              HasSubstr("option preload_share: invalid value \"half\""));
+}
+
 TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {
   ServerOptions o;
   o.model = "/m";

@@ -19,7 +19,8 @@ nlohmann::json TextCases() {
 
 std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertProvider* experts,
                                              const std::vector<int>& ids, int decode_steps,
-                                             RouterObserver* observer, std::vector<int>* tokens) {
+                                             RouterObserver* observer, std::vector<int>* tokens,
+                                             const std::function<void()>& after_prompt) {
   std::vector<std::vector<float>> out;
   auto created = model.CreateKvCache(static_cast<int64_t>(ids.size()) + decode_steps + 1);
   EXPECT_TRUE(created.ok()) << created.status();
@@ -33,6 +34,7 @@ std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertPro
   absl::Status st = model.Forward(input, cache.get(), experts, &logits);
   EXPECT_TRUE(st.ok()) << st;
   out.push_back(logits);
+  if (st.ok() && after_prompt) after_prompt();
   const int vocab = static_cast<int>(logits.size() / ids.size());
   for (int i = 0; i < decode_steps && st.ok(); ++i) {
     const int tok = Sampler::Argmax(absl::MakeConstSpan(logits).subspan(logits.size() - vocab));

@@ -4,6 +4,7 @@
 #ifndef VISMOE_TESTS_TESTING_GREEDY_DECODE_H_
 #define VISMOE_TESTS_TESTING_GREEDY_DECODE_H_
 
+#include <functional>
 #include <vector>
 
 #include "engine/arch/qwen3_vl_moe.h"
@@ -16,11 +17,14 @@ nlohmann::json TextCases();
 
 // Prompt logits (every position) then `decode_steps` greedy steps' logits,
 // with `observer` (may be null) on every step; the greedy tokens go to
-// `tokens` when given. Forward errors are test failures.
+// `tokens` when given; `after_prompt` (when set) runs between the prompt and
+// the first decode step, as the engine starts a sequence's preload there.
+// Forward errors are test failures.
 std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertProvider* experts,
                                              const std::vector<int>& ids, int decode_steps,
                                              RouterObserver* observer = nullptr,
-                                             std::vector<int>* tokens = nullptr);
+                                             std::vector<int>* tokens = nullptr,
+                                             const std::function<void()>& after_prompt = {});
 
 // Same shapes and the same bytes (memcmp), step by step.
 bool BitIdentical(const std::vector<std::vector<float>>& a,

@@ -4,16 +4,18 @@
 // Qwen3-VL-MoE text cases; and through the public Engine API.
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/api/engine.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
-#include "engine/api/engine.h"
+#include "engine/policy/sequence_preload.h"
 #include "engine/runtime/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -58,6 +60,7 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     const char* eviction;
     const char* prefetch;
     bool packed = false;  // a packed host copy of the experts instead of the mapped checkpoint
+    double preload_share = 0;  // > 0: per-sequence preload on, with this share
   };
   std::vector<Variant> variants = {
       {0, 1, "lru", "none"},        {0, 1, "lfu", "history"},  {0, 2, "guarded", "history"},
@@ -65,6 +68,14 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
       {2, 5, "guarded", "history"}, {0, -1, "lru", "history"}, {num_moe - 1, 1, "lru", "history"},
       {num_moe, 0, "lru", "none"},  {0, 1, "lru", "history", true},
       {1, 13, "guarded", "history", true}};
+  // Per-sequence preload: from one slab (kept, yet every miss still gets it)
+  // to every expert cached, with each eviction policy.
+  const Variant preload_variants[] = {
+      {0, 1, "lru", "none", false, 1.0},        {0, 2, "lfu", "history", false, 1.0},
+      {0, 7, "guarded", "history", false, 0.5}, {1, 13, "lru", "none", false, 0.5},
+      {1, 13, "lfu", "none", true, 0.25},       {2, 5, "guarded", "history", false, 1.0},
+      {0, -1, "lru", "history", false, 1.0},    {num_moe, 0, "lfu", "none", false, 1.0}};
+  variants.insert(variants.end(), std::begin(preload_variants), std::end(preload_variants));
   for (const Variant& v : variants) {
     MemoryPlanOptions po;
     po.pinned_layers = v.pinned;
@@ -78,20 +89,39 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     oo.eviction = v.eviction;
     oo.prefetch = v.prefetch;
     oo.map_host_experts = !v.packed;
+    if (v.preload_share > 0) {
+      oo.preload = "prefill-routing";
+      oo.preload_share = v.preload_share;
+    }
     auto offload = OffloadExpertProvider::Create(**resident, config->text, *plan, oo, nullptr);
     ASSERT_TRUE(offload.ok()) << offload.status();
+    OffloadStats s;  // over every case
     for (size_t i = 0; i < cases.size(); ++i) {
-      SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << slabs << " "
-                                        << v.eviction << "/" << v.prefetch << (v.packed ? " packed" : "")
-                                        << " case " << i);
+      SCOPED_TRACE(::testing::Message()
+                   << "pinned " << v.pinned << " slabs " << slabs << " " << v.eviction << "/"
+                   << v.prefetch << (v.packed ? " packed" : "") << " preload share "
+                   << v.preload_share << " case " << i);
       std::vector<int> tokens;
+      // As the engine: the sequence's preload observes its prefill and starts
+      // before its first decode step.
+      std::unique_ptr<SequencePreload> preload;
+      if (v.preload_share > 0) {
+        preload = std::make_unique<SequencePreload>(offload->get(), config->text.num_hidden_layers,
+                                                    e, config->text.num_experts_per_tok);
+      }
       auto got = testing::GreedyLogits(**model, offload->get(),
                                        cases[i]["input_ids"].get<std::vector<int>>(), kDecodeSteps,
-                                       nullptr, &tokens);
+                                       preload.get(), &tokens, [&] {
+                                         if (preload != nullptr) preload->Start();
+                                       });
       EXPECT_EQ(tokens, want_tokens[i]);
       EXPECT_TRUE(testing::BitIdentical(got, want[i]));
+      if (preload != nullptr) preload->End();
+      s.Add((*offload)->TakeRequestStats());
     }
-    const OffloadStats s = (*offload)->TakeRequestStats();
+    if (v.preload_share > 0 && slabs > 0 && slabs < (num_moe - v.pinned) * e) {
+      EXPECT_GT(s.preload_issued, 0u) << "preload never copied anything: the variant tests nothing";
+    }
     if (slabs > 0 && slabs < (num_moe - v.pinned) * e) {
       EXPECT_GT(s.bytes_h2d, 0u);
     }
@@ -161,6 +191,75 @@ TEST(OffloadParityTest, EngineWithMinimumBudgetMatchesResident) {
     EXPECT_EQ(a->offload.cache_hits, a->offload.cache_queries);
     EXPECT_EQ(a->offload.bytes_h2d, 0u);
     EXPECT_EQ(a->offload.cache_queries, b->offload.cache_queries);
+  }
+}
+
+// Per-sequence preload through the Engine: at every budget from one slab to
+// every expert cached, with each eviction policy, the greedy tokens are the
+// resident engine's; preload copies something where the cache is partial.
+TEST(OffloadParityTest, EngineWithPreloadMatchesResidentAtEveryBudget) {
+  const nlohmann::json cases = testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  EngineOptions base;
+  base.model_path = testing::TinyModelDir();
+  base.backend = "cpu";
+  base.num_threads = 1;
+  base.max_context_tokens = 256;
+  auto resident = Engine::Create(base);
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  auto config = ModelConfig::Load(base.model_path);
+  auto ckpt = Checkpoint::Open(base.model_path);
+  ASSERT_TRUE(config.ok() && ckpt.ok());
+  ThreadPool pool(1);
+  auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  ASSERT_TRUE(sizes.ok());
+  const int64_t floor =
+      sizes->resident_bytes + (*model)->NewKvCache(base.max_context_tokens)->bytes();
+  const int all = static_cast<int>(sizes->moe_layers.size()) * config->text.num_experts;
+  struct Variant {
+    int slabs;
+    const char* eviction;
+    const char* prefetch;
+    double share;
+  };
+  for (const Variant& v : {Variant{1, "lru", "none", 1.0}, Variant{5, "lfu", "history", 0.5},
+                           Variant{12, "guarded", "history", 0.5}, Variant{24, "lru", "none", 1.0},
+                           Variant{all, "lfu", "none", 1.0}}) {
+    SCOPED_TRACE(::testing::Message() << v.slabs << " slabs, " << v.eviction << "/" << v.prefetch
+                                      << ", share " << v.share);
+    EngineOptions o = base;
+    o.gpu_memory_budget_bytes = floor + v.slabs * sizes->expert_bytes;
+    o.offload.pinned_layers = 0;
+    o.offload.eviction = v.eviction;
+    o.offload.prefetch = v.prefetch;
+    o.offload.preload = "prefill-routing";
+    o.offload.preload_share = v.share;
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    uint64_t preloaded = 0;
+    for (const auto& c : cases) {
+      GenerateRequest req;
+      ChatMessage m;
+      m.role = "user";
+      ContentPart part;
+      part.text = c.value("name", std::string("hello"));
+      m.content.push_back(part);
+      req.messages.push_back(m);
+      req.sampling.max_new_tokens = 6;
+      auto a = (*resident)->Generate(req, {});
+      auto b = (*engine)->Generate(req, {});
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(a->token_ids, b->token_ids);
+      EXPECT_EQ(a->text, b->text);
+      EXPECT_LE(b->offload.preload_used, b->offload.preload_issued);
+      preloaded += b->offload.preload_issued;
+    }
+    if (v.slabs < all) {
+      EXPECT_GT(preloaded, 0u);
+    }
   }
 }
 

@@ -1,9 +1,12 @@
-// SlabCache victim rules, and randomised schedules (fixed seeds) checking its
-// invariants: never evict Required, pinned or in-flight slots; no leaks.
+// SlabCache victim rules (protected preload experts included), and randomised
+// schedules (fixed seeds) checking its invariants: never evict Required,
+// pinned or in-flight slots; no leaks.
 #include "engine/offload/slab_cache.h"
 
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -73,41 +76,109 @@ TEST(SlabCacheTest, LfuAndGuardedRanking) {
   EXPECT_EQ(g.PickVictim(false), 1);
 }
 
-// Brute-force reference of the victim rule.
+// Brute-force reference of the victim rule: Free; unprotected Expired;
+// (demand) unprotected Speculative; (demand) protected Expired or Speculative.
 int ReferenceVictim(const SlabCache& c, bool demand) {
   for (int i = 0; i < c.num_slots(); ++i) {
     if (c.slot(i).state == SlotState::kFree) return i;
   }
-  for (SlotState want : {SlotState::kExpired, SlotState::kSpeculative}) {
-    if (want == SlotState::kSpeculative && !demand) break;
+  auto rank = [&](int i) {
+    const SlabCache::Slot& s = c.slot(i);
+    double key = 0;
+    if (c.policy() == EvictionPolicy::kLfu)
+      key = static_cast<double>(c.UseCount(s.layer, s.expert));
+    if (c.policy() == EvictionPolicy::kGuardedPriority) key = c.Priority(s.layer, s.expert);
+    return std::make_tuple(key, s.last_use, i);
+  };
+  auto best_of = [&](auto eligible) {
     int best = -1;
-    auto rank = [&](int i) {
-      const SlabCache::Slot& s = c.slot(i);
-      double key = 0;
-      if (c.policy() == EvictionPolicy::kLfu)
-        key = static_cast<double>(c.UseCount(s.layer, s.expert));
-      if (c.policy() == EvictionPolicy::kGuardedPriority) key = c.Priority(s.layer, s.expert);
-      return std::make_tuple(key, s.last_use, i);
-    };
     for (int i = 0; i < c.num_slots(); ++i) {
       const SlabCache::Slot& s = c.slot(i);
-      if (s.state != want || s.pins > 0 || s.in_flight) continue;
+      if (s.pins > 0 || s.in_flight || !eligible(s)) continue;
       if (best < 0 || rank(i) < rank(best)) best = i;
     }
-    if (best >= 0) return best;
-  }
-  return -1;
+    return best;
+  };
+  auto kept = [&](const SlabCache::Slot& s) { return c.IsProtected(s.layer, s.expert); };
+  int v =
+      best_of([&](const SlabCache::Slot& s) { return s.state == SlotState::kExpired && !kept(s); });
+  if (v >= 0 || !demand) return v;
+  v = best_of(
+      [&](const SlabCache::Slot& s) { return s.state == SlotState::kSpeculative && !kept(s); });
+  if (v >= 0) return v;
+  return best_of([&](const SlabCache::Slot& s) {
+    return (s.state == SlotState::kExpired || s.state == SlotState::kSpeculative) && kept(s);
+  });
+}
+
+// Protected experts (a sequence's preload): passed over for prefetch, taken
+// by a demand miss only when nothing else is left; the set may name experts
+// that are not cached.
+TEST(SlabCacheTest, ProtectedSlotsAreADemandMissesLastResort) {
+  SlabCache c(4, EvictionPolicy::kLru);
+  c.Assign(0, 1, 0, SlotState::kRequired, false);
+  c.Assign(1, 1, 1, SlotState::kRequired, false);
+  c.Assign(2, 2, 2, SlotState::kSpeculative, true);
+  c.Assign(3, 2, 3, SlotState::kSpeculative, false);
+  for (int i = 0; i < 4; ++i) c.MarkLoaded(i);
+  c.SetState(0, SlotState::kExpired);
+  c.SetState(1, SlotState::kExpired);
+  c.Touch(1);  // slot 1 used last: LRU would take slot 0 first
+  c.SetProtected({{1, 0}, {2, 3}, {5, 5}});
+  EXPECT_EQ(c.protected_count(), 3);
+  EXPECT_TRUE(c.IsProtected(1, 0));
+  EXPECT_FALSE(c.IsProtected(1, 1));
+  EXPECT_EQ(c.PickVictim(false), 1);  // the unprotected Expired one, though used later
+  EXPECT_EQ(c.PickVictim(true), 1);
+  c.Pin(1);
+  EXPECT_EQ(c.PickVictim(false), -1);  // never a protected one for a prefetch or preload
+  EXPECT_EQ(c.PickVictim(true), 2);    // unprotected Speculative before protected Expired
+  c.Pin(2);
+  // Only protected slots left: the lowest-ranked one (slot 0's last use is the oldest).
+  EXPECT_EQ(c.PickVictim(true), 0);
+  c.Pin(0);
+  EXPECT_EQ(c.PickVictim(true), 3);  // a protected Speculative one as well
+  c.SetProtected({});
+  EXPECT_EQ(c.protected_count(), 0);
+  EXPECT_EQ(c.PickVictim(false), -1);  // slot 3 is Speculative: demand only
+  EXPECT_EQ(c.PickVictim(true), 3);
+}
+
+TEST(SlabCacheTest, AssignClearsThePreloadedMark) {
+  SlabCache c(1, EvictionPolicy::kLfu);
+  c.Assign(0, 3, 1, SlotState::kSpeculative, false);
+  c.SetPreloaded(0, true);
+  EXPECT_TRUE(c.slot(0).preloaded);
+  c.MarkLoaded(0);
+  c.SetState(0, SlotState::kExpired);
+  c.Assign(0, 3, 2, SlotState::kRequired, false);
+  EXPECT_FALSE(c.slot(0).preloaded);
+  c.SetPreloaded(0, true);
+  c.Drop(0);
+  EXPECT_FALSE(c.slot(0).preloaded);
+}
+
+// One slab, its expert protected: a demand miss still gets it (progress).
+TEST(SlabCacheTest, OneProtectedSlabStillServesADemandMiss) {
+  SlabCache c(1, EvictionPolicy::kGuardedPriority);
+  c.Assign(0, 4, 7, SlotState::kSpeculative, false);
+  c.MarkLoaded(0);
+  c.SetState(0, SlotState::kExpired);
+  c.SetProtected({{4, 7}});
+  EXPECT_EQ(c.PickVictim(false), -1);
+  EXPECT_EQ(c.PickVictim(true), 0);
 }
 
 TEST(SlabCacheTest, RandomSchedulesKeepInvariants) {
   int victims = 0;
-  for (int seed = 0; seed < 3000; ++seed) {
+  // Seeds from 3000 on also protect random experts (a preload) now and then.
+  for (int seed = 0; seed < 4500; ++seed) {
     std::mt19937 rng(seed);
     const int n = 1 + static_cast<int>(rng() % 6);
     const EvictionPolicy policy = static_cast<EvictionPolicy>(seed % 3);
     SlabCache c(n, policy);
     for (int op = 0; op < 200; ++op) {
-      const int kind = static_cast<int>(rng() % 8);
+      const int kind = static_cast<int>(rng() % (seed < 3000 ? 8 : 9));
       const int i = static_cast<int>(rng() % n);
       const SlabCache::Slot s = c.slot(i);
       switch (kind) {
@@ -152,6 +223,14 @@ TEST(SlabCacheTest, RandomSchedulesKeepInvariants) {
           c.SetPriority(static_cast<int>(rng() % 3), static_cast<int>(rng() % 6),
                         static_cast<double>(rng() % 5));
           break;
+        case 8: {
+          std::vector<std::pair<int, int>> keep;
+          for (int k = static_cast<int>(rng() % 5); k > 0; --k) {
+            keep.push_back({static_cast<int>(rng() % 3), static_cast<int>(rng() % 6)});
+          }
+          c.SetProtected(keep);
+          break;
+        }
       }
       std::string why;
       ASSERT_TRUE(c.CheckInvariants(&why)) << "seed " << seed << ": " << why;
@@ -163,7 +242,7 @@ TEST(SlabCacheTest, RandomSchedulesKeepInvariants) {
       ASSERT_EQ(total, n);  // no slot leaks
     }
   }
-  EXPECT_GT(victims, 10000);
+  EXPECT_GT(victims, 15000);
 }
 
 }  // namespace

@@ -190,24 +190,33 @@ TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneResident) {
   EXPECT_EQ(again[0].token_ids, alone[0].token_ids);
 }
 
-TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
-  const std::vector<Job> jobs = Jobs();
+// BaseOptions under an offload budget: the first MoE layer pinned (the
+// affinity compressor reads its routing) and 6 slabs for the other three:
+// constant eviction.
+EngineOptions BudgetOptions() {
   EngineOptions o = BaseOptions();
   auto config = ModelConfig::Load(o.model_path);
   auto ckpt = Checkpoint::Open(o.model_path);
-  ASSERT_TRUE(config.ok() && ckpt.ok());
+  EXPECT_TRUE(config.ok() && ckpt.ok());
+  if (!config.ok() || !ckpt.ok()) return o;
   auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
-  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  EXPECT_TRUE(sizes.ok()) << sizes.status();
+  if (!sizes.ok()) return o;
   const TextConfig& t = config->text;
   const int64_t kv_bytes =
       2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * o.kv_cache_tokens * 4;
-  // The first MoE layer pinned (the affinity compressor reads its routing)
-  // and 6 slabs for the other three: constant eviction.
   o.gpu_memory_budget_bytes =
       sizes->resident_bytes + kv_bytes + (t.num_experts + 6) * sizes->expert_bytes;
   o.offload.pinned_layers = 1;
   o.offload.prefetch = "history";
   o.offload.eviction = "lru";
+  return o;
+}
+
+TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
+  const std::vector<Job> jobs = Jobs();
+  EngineOptions o = BudgetOptions();
+  ASSERT_GT(o.gpu_memory_budget_bytes, 0);
   o.max_running_sequences = 1;
   auto alone_engine = Engine::Create(o);
   ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
@@ -224,6 +233,53 @@ TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
     if (r.ok()) misses += r->offload.cache_queries - r->offload.cache_hits;
   }
   EXPECT_GT(misses, 0u) << "the budget never evicted: the test does not exercise offload";
+}
+
+// Counts what per-sequence preload reports.
+class PreloadSink final : public NullStatsSink {
+ public:
+  void OnPreloadIssued(uint64_t n) override { issued += n; }
+  void OnPreloadUsed(uint64_t n) override { used += n; }
+  std::atomic<uint64_t> issued{0}, used{0};
+};
+
+// Per-sequence preload with several sequences sharing the slab cache (each
+// keeping its quota of 6 slabs): every request's tokens are its tokens alone
+// on an engine without preload, and the preloaded experts are used.
+TEST(BatchLoopTest, PreloadKeepsBatchedTokensUnderAnOffloadBudget) {
+  const std::vector<Job> jobs = Jobs();
+  EngineOptions o = BudgetOptions();
+  ASSERT_GT(o.gpu_memory_budget_bytes, 0);
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  PreloadSink sink;
+  o.stats = &sink;
+  o.max_running_sequences = 3;
+  o.max_step_tokens = 24;
+  o.offload.preload = "prefill-routing";
+  o.offload.preload_share = 1.0;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<absl::StatusOr<GenerateResult>> together = RunTogether(engine->get(), jobs);
+  ExpectSameAsAlone(jobs, alone, together);
+  uint64_t issued = 0, used = 0;
+  for (const auto& r : together) {
+    if (!r.ok()) continue;
+    issued += r->offload.preload_issued;
+    used += r->offload.preload_used;
+  }
+  EXPECT_GT(issued, 0u);
+  EXPECT_GT(used, 0u);
+  EXPECT_LE(used, issued);
+  EXPECT_EQ(sink.issued.load(), issued) << "the requests' shares sum to what the engine reported";
+  EXPECT_EQ(sink.used.load(), used);
+  // Preload on, run alone: also the same tokens.
+  const std::vector<GenerateResult> again = RunAlone(engine->get(), {jobs[0], jobs[2]});
+  EXPECT_EQ(again[0].token_ids, alone[0].token_ids);
+  EXPECT_EQ(again[1].token_ids, alone[2].token_ids);
 }
 
 TEST(BatchLoopTest, AHugeMaxNewTokensIsCappedAtTheContext) {
