@@ -140,7 +140,8 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
 void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   scheduler_->Remove(seq);
   seq->cache.reset();  // the memory goes back before the caller wakes
-  if (seq->preload != nullptr) seq->preload->End();  // its experts are no longer kept
+  // Its preferred experts are no longer kept for it.
+  if (seq->preload != nullptr) seq->preload->End();
   ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);

@@ -113,6 +113,9 @@ class LocalEngine final : public Engine {
   // A sequence's preload (engine/policy/sequence_preload.h), or null when
   // preload is off or every expert is resident.
   std::unique_ptr<SequencePreload> MakePreload() const;
+  // One start-up line when preload is on: what it keeps, or that it has
+  // nothing to do (no offload runtime).
+  void LogPreload() const;
   // The request's expert skipping: the engine's, with the request's overrides.
   absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
       const GenerateRequest& request) const;
@@ -201,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   VISMOE_RETURN_IF_ERROR(e->SetUpExperts(*choice.backend, activation_bytes,
                                          profile.has_value() ? &*profile : nullptr));
   VISMOE_RETURN_IF_ERROR(e->SetUpCompression());
+  e->LogPreload();
   if (profile.has_value()) e->skip_calibration_ = profile->expert_skipping;
   // The default rule must resolve now (a start-up error, not every request's).
   VISMOE_ASSIGN_OR_RETURN(
@@ -463,6 +467,20 @@ std::unique_ptr<SequencePreload> LocalEngine::MakePreload() const {
   const int n = options_.offload.preload_experts > 0 ? options_.offload.preload_experts
                                                      : t.num_experts_per_tok;
   return std::make_unique<SequencePreload>(offload_.get(), t.num_hidden_layers, t.num_experts, n);
+}
+
+void LocalEngine::LogPreload() const {
+  const OffloadOptions& o = options_.offload;
+  if (PolicyFromName<PreloadKind>(o.preload) != PreloadKind::kPrefillRouting) return;
+  if (offload_ == nullptr) {
+    spdlog::info("engine: preload {} has nothing to do: every expert is resident", o.preload);
+    return;
+  }
+  spdlog::info(
+      "engine: preload {}: top {} experts per offloaded layer by prefill routing mass, "
+      "kept for the sequence; running sequences keep at most {} of the {} slabs",
+      o.preload, o.preload_experts > 0 ? o.preload_experts : config_.text.num_experts_per_tok,
+      o.preload_share, offload_->plan().num_slabs);
 }
 
 absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prepared,

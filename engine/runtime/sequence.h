@@ -49,6 +49,7 @@ struct Sequence {
             max_context, int64_t{p.prompt_tokens()} + p.request().sampling.max_new_tokens)),
         preload(std::move(preload)),
         chain{predictor, this->preload.get(), cb.router_observer},
+        decode_chain{predictor, cb.router_observer},
         output(p.request().sampling, tokenizer, eos_ids, cb.on_delta, &result) {}
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -59,8 +60,11 @@ struct Sequence {
   // prefill runs in one step; the exact path may be split into chunks.
   bool chunkable() const { return prepared.compression.kind == "none"; }
   bool has_images() const { return !prepared.prompt.grids.empty(); }
-  // Observers of every step: [compression ->] predictor -> preload -> caller's.
-  RouterObserver* observers() { return chain.Head(); }
+  // Observers of its steps: [compression ->] predictor -> preload -> caller's
+  // while prefilling; the preload reads only the prefill, so decode steps go
+  // without it (an observer makes a backend bring the routing scores and rows
+  // to the host).
+  RouterObserver* observers() { return prefilling() ? chain.Head() : decode_chain.Head(); }
   // The expert-skipping rule its steps run with (a tool's override in the
   // callbacks first); null = off.
   const ExpertSkipping* skipping() const {
@@ -84,6 +88,7 @@ struct Sequence {
   // BatchLoop::Finish (engine/policy/sequence_preload.h).
   std::unique_ptr<SequencePreload> preload;
   ObserverChain chain;
+  ObserverChain decode_chain;
   DecoderInput input;  // this step's, rebuilt every step
   std::vector<float> logits;
 

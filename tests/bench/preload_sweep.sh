@@ -7,11 +7,12 @@
 #         11 / 12 / 14 / 16 MiB (17 / 34 / 68 / 102 slabs of the 160 offloaded experts);
 #   mid:  tests/fixtures/synthetic/qwen3-vl-mid (synthetic weights, RANDOM routing), 6 requests
 #         (4 text, 2 with a picture), 32 new tokens, 64 MiB budget, 1 pinned layer; plus the
-#         batch sweep (--batch_sizes) where several sequences share the cache by the quota.
+#         batch sweep (--batch_sizes) where several sequences share the cache by the quota, at
+#         64 MiB (7 slabs) and, alone, at 96 MiB (49 slabs).
 # Eviction rows: lru and lfu without prefetch, guarded with router-lookahead (its predictor),
 # and lru + history (the server's default). One fresh vismoe-bench per cell, one thread, a fixed
 # copy throttle; every JSON report is kept and the tables are printed (preload_table.py).
-# Usage: tests/bench/preload_sweep.sh [BUILD_DIR] [OUT_DIR]   (PART=vqa|mid|params|all)
+# Usage: tests/bench/preload_sweep.sh [BUILD_DIR] [OUT_DIR]   (PART=vqa|params|mid|batch|all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build/release}
@@ -114,6 +115,21 @@ if [[ $PART == mid || $PART == all ]]; then
     done
     echo "mid $pol: done"
   done
+fi
+
+if [[ $PART == batch || $PART == all ]]; then
+  # Sharing the cache: the batch sweep alone on qwen3-vl-mid with a 96 MiB budget (49 slabs, a
+  # per-sequence quota of 24 / 6 / 3 at B = 1 / 4 / 8 with share 0.5), preload off, share 0.5
+  # and share 1.0 (the main run's one request is a minimal one).
+  M=tests/fixtures/synthetic/qwen3-vl-mid
+  for pre in none 0.5 1.0; do
+    flags=(--preload=none)
+    [[ $pre != none ]] && flags=(--preload=prefill-routing --preload_share=$pre)
+    run "batch-$pre" --model=$M --synthetic_weights --budget=96M --max_context_tokens=256 \
+      --pinned_layers=1 --copy_bandwidth=1G --threads=2 --max_new_tokens=1 --eviction=lru \
+      "${flags[@]}" --batch_sizes=1,2,4,8 --batch_decode_steps=16
+  done
+  echo "batch: done"
 fi
 
 python3 tests/bench/preload_table.py "$OUT"

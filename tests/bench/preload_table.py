@@ -23,14 +23,18 @@ def load(out, name):
 def cells(r):
     req = r["requests"]
     used = f'{r["preload_used"] / req:.1f}/{r["preload_issued"] / req:.1f}' if r["preload_issued"] else "-"
+    kept = "-"
+    if r.get("preload_kept_lookups") and r.get("decode_offloaded_lookups"):
+        kept = f'{r["preload_kept_lookups"] / r["decode_offloaded_lookups"]:.3f}'
     return [f'{r["transfers_per_layer"]:.2f}', f'{r["decode_transfers_per_layer"]:.2f}',
             f'{r["decode_transfers_per_token"]:.2f}', f'{r["bytes_h2d"] / req / 1e6:.2f}',
-            f'{r["decode_hit_ratio"]:.3f}', used, f'{r["stall_seconds"] / req * 1e3:.1f}',
+            f'{r["decode_hit_ratio"]:.3f}', used, kept, f'{r["stall_seconds"] / req * 1e3:.1f}',
             f'{r["tpot_seconds_mean"] * 1e3:.1f}']
 
 
 HEAD = ("| transfers / layer, all | decode (+ preload) / layer | decode transfers / token | MB / request "
-        "| decode hit ratio | preloaded used / issued per request | stall ms / request | TPOT ms |")
+        "| decode hit ratio | preloaded used / issued per request | kept lookups / decode lookups "
+        "| stall ms / request | TPOT ms |")
 
 
 def vqa(out):
@@ -42,7 +46,7 @@ def vqa(out):
         print(f"\n### VQA model, {title}: {first['completion_tokens'] / first['requests']:.2f} "
               "generated tokens / request\n")
         print("| budget | eviction | preload " + HEAD)
-        print("|---" * 11 + "|")
+        print("|---" * 12 + "|")
         for budget in (11, 12, 14, 16):
             for pol in POLICIES:
                 for pre in ("none", "prefill-routing"):
@@ -61,7 +65,7 @@ def params(out):
         budget, pol = cfg.split("-")
         base = load(out, f"vqa-long-{budget}-{pol}-none")
         print("| N | share " + HEAD)
-        print("|---" * 10 + "|")
+        print("|---" * 11 + "|")
         if base is not None:
             print("| off | - | " + " | ".join(cells(base)) + " |")
         for n in (1, 2, 4, 8):
@@ -76,7 +80,7 @@ def mid(out):
         return
     print("\n### qwen3-vl-mid (synthetic weights, random routing), 64 MiB\n")
     print("| eviction | preload " + HEAD)
-    print("|---" * 10 + "|")
+    print("|---" * 11 + "|")
     for pol in POLICIES:
         for pre in ("none", "prefill-routing"):
             r = load(out, f"mid-{pol}-{pre}")
@@ -100,8 +104,31 @@ def mid(out):
             print(f"| {pol} | {'on' if pre != 'none' else 'off'} | " + " | ".join(row) + " |")
 
 
+def batch(out):
+    rows = {pre: load(out, f"batch-{pre}") for pre in ("none", "0.5", "1.0")}
+    if rows["none"] is None:
+        return
+    print("\n### Batch sweep, qwen3-vl-mid, 96 MiB (49 slabs), lru: MB copied per generated token "
+          "(preloaded used / preload MB)\n")
+    sizes = [b["batch"] for b in rows["none"]["batch_sweep"]["rows"]]
+    print("| preload | " + " | ".join(f"B={b}" for b in sizes) + " |")
+    print("|---" * (len(sizes) + 1) + "|")
+    for pre, r in rows.items():
+        if r is None:
+            continue
+        row = []
+        for b in r["batch_sweep"]["rows"]:
+            c = f'{b["bytes_per_token"] / 1e6:.2f}'
+            if b["preload_bytes"]:
+                c += f' ({b["preload_used"]} / {b["preload_bytes"] / 1e6:.1f})'
+            row.append(c)
+        name = "off" if pre == "none" else f"on, share {pre}"
+        print(f"| {name} | " + " | ".join(row) + " |")
+
+
 if __name__ == "__main__":
     out = sys.argv[1]
     vqa(out)
     params(out)
     mid(out)
+    batch(out)
