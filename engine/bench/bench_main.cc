@@ -76,7 +76,7 @@ int Main() {
   engine->reset();  // free its memory before the ablation engines load
 
   const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
-  const double bw = MeasureCopyBandwidth(b.copy_bandwidth_limit, expert_bytes, backend == "cuda");
+  const double bw = MeasureCopyBandwidth(backend, b.copy_bandwidth_limit, expert_bytes);
   nlohmann::json report = {{"model", b.engine.model_path},
                            {"synthetic_weights", b.engine.synthetic_weights},
                            {"backend", backend},

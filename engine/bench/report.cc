@@ -2,24 +2,22 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
-
-#include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "engine/arch/qwen3_vl_moe.h"
+#include "engine/backend/backend.h"
+#include "engine/backends/registry.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synthetic_weights.h"
+#include "engine/offload/device_allocator.h"
+#include "engine/offload/host_expert_store.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/transfer_engine.h"
-
-#ifdef VISMOE_HAVE_CUDA
-#include "engine/device/cuda/cuda_copy_backend.h"
-#include "engine/device/cuda/device.h"
-#endif
 
 namespace vismoe::bench {
 
@@ -36,43 +34,53 @@ int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights) {
   return sizes.ok() ? sizes->expert_bytes : 0;
 }
 
-double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda) {
+namespace {
+
+// Memory from an allocator, freed on scope exit.
+template <typename Allocator>
+struct Block {
+  Allocator* allocator;
+  size_t bytes;
+  void* p;
+  Block(Allocator* a, size_t n) : allocator(a), bytes(n), p(a->Allocate(n)) {}
+  ~Block() {
+    if (p != nullptr) allocator->Free(p, bytes);
+  }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+};
+
+}  // namespace
+
+double MeasureCopyBandwidth(const std::string& backend_name, double throttle, int64_t block_bytes) {
+  absl::StatusOr<BackendChoice> choice = ChooseBackend(backend_name);
+  if (!choice.ok()) return 0;
+  absl::StatusOr<OffloadDeviceParts> parts = choice->backend->CreateOffloadDevice(BackendOptions{});
+  if (!parts.ok()) return 0;
+  HostAllocator* host = parts->host_allocator != nullptr ? parts->host_allocator.get()
+                                                         : AlignedHostAllocator::Default();
+  DeviceAllocator* device = parts->device_allocator != nullptr ? parts->device_allocator.get()
+                                                               : HeapDeviceAllocator::Default();
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(block_bytes, 4096));
   constexpr int kCopies = 16;
-  if (cuda) {
-#ifdef VISMOE_HAVE_CUDA
-    auto backend = cuda::CudaCopyBackend::Create(0);
-    auto src = cuda::PinnedHostBuffer::Allocate(bytes);
-    auto dst = cuda::DeviceBuffer::Allocate(bytes * kCopies);
-    if (!backend.ok() || !src.ok() || !dst.ok()) return 0;
-    std::memset(src->data(), 1, bytes);
-    TransferEngine te(TransferEngine::Options{0, false, backend->get()});
-    for (int i = 0; i < kCopies; ++i) {
-      TransferEngine::Request r;
-      r.src = src->data();
-      r.dst = dst->as<char>() + i * bytes;
-      r.bytes = bytes;
-      te.Submit(std::move(r));
-    }
-    te.WaitIdle();
-    const double bw = te.MeasuredBandwidth();
-    te.Shutdown();
-    return bw;
-#else
-    return 0;
-#endif
-  }
-  std::vector<char> src(bytes, 1), dst(bytes * kCopies);
-  TransferEngine te(TransferEngine::Options{throttle, false});
+  Block<HostAllocator> src(host, bytes);
+  Block<DeviceAllocator> dst(device, bytes * kCopies);
+  if (src.p == nullptr || dst.p == nullptr) return 0;
+  std::memset(src.p, 1, bytes);
+  // The throttle is the CPU copy engine's; a device copy backend runs at its own rate.
+  TransferEngine te(
+      TransferEngine::Options{parts->copy != nullptr ? 0 : throttle, false, parts->copy.get()});
   for (int i = 0; i < kCopies; ++i) {
     TransferEngine::Request r;
-    r.src = src.data();
-    r.dst = dst.data() + i * bytes;
+    r.src = src.p;
+    r.dst = static_cast<char*>(dst.p) + i * bytes;
     r.bytes = bytes;
     te.Submit(std::move(r));
   }
   te.WaitIdle();
-  return te.MeasuredBandwidth();
+  const double bw = te.MeasuredBandwidth();
+  te.Shutdown();
+  return bw;
 }
 
 int64_t CheckpointBytes(const std::string& model_path) {
