@@ -34,7 +34,7 @@ int64_t PeakRssBytes();
 
 // Counters and sums are per run of the request set (means over --repeat runs;
 // plain integers when runs == 1); latencies are means per request; ratios come
-// from the sums. Fields are listed in README.md ("Offload runtime and vismoe-bench").
+// from the sums. Fields are listed in engine/bench/README.md.
 nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double measured_bandwidth);
 
 }  // namespace vismoe::bench
