@@ -2,10 +2,9 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
-
-#include <algorithm>
 #include <utility>
 #include <vector>
 
