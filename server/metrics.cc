@@ -253,6 +253,16 @@ ServerMetrics::ServerMetrics(const Options& options)
                       .Register(r);
   skipped_[static_cast<int>(TokenModality::kText)] = &skipped.Add({{"modality", "text"}});
   skipped_[static_cast<int>(TokenModality::kVisual)] = &skipped.Add({{"modality", "image"}});
+  auto& committed = prometheus::BuildCounter()
+                        .Name("vismoe_experts_committed_total")
+                        .Help(
+                            "Routed expert activations the commit miss policy computed without "
+                            "a copy: choice=\"router\" with the router's own expert (resident or "
+                            "in flight), choice=\"substitute\" with a predicted expert in place "
+                            "of a missing one (differing from the router).")
+                        .Register(r);
+  committed_router_ = &committed.Add({{"choice", "router"}});
+  committed_substitute_ = &committed.Add({{"choice", "substitute"}});
   auto& slots = prometheus::BuildGauge()
                     .Name("vismoe_slab_cache_slots")
                     .Help("Slab cache slots in each state.")
@@ -445,6 +455,11 @@ void ServerMetrics::OnVisualTokensPruned(uint64_t count) {
 
 void ServerMetrics::OnExpertsSkipped(TokenModality modality, uint64_t count) {
   skipped_[static_cast<int>(modality)]->Increment(static_cast<double>(count));
+}
+
+void ServerMetrics::OnExpertsCommitted(uint64_t router, uint64_t substitute) {
+  committed_router_->Increment(static_cast<double>(router));
+  committed_substitute_->Increment(static_cast<double>(substitute));
 }
 
 void ServerMetrics::OnCompressionTime(double seconds) {

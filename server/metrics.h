@@ -16,6 +16,7 @@
 //              vismoe_prompt_tokens_total{modality="text"|"image"}
 //              vismoe_visual_tokens_pruned_total
 //              vismoe_experts_skipped_total{modality="text"|"image"}
+//              vismoe_experts_committed_total{choice="router"|"substitute"}
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
@@ -128,6 +129,7 @@ class ServerMetrics : public StatsSink {
   void OnCompressionTime(double seconds) override;
   void OnPredictorTime(double seconds) override;
   void OnExpertsSkipped(TokenModality modality, uint64_t count) override;
+  void OnExpertsCommitted(uint64_t router, uint64_t substitute) override;
   void SetSlotCount(SlotState state, int64_t count) override;
   void SetMemoryRegion(std::string_view region, int64_t bytes) override;
   void OnSchedulerStep(int sequences, int64_t tokens) override;
@@ -171,6 +173,8 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* prompt_tokens_image_ = nullptr;
   prometheus::Counter* visual_pruned_ = nullptr;
   prometheus::Counter* skipped_[2] = {};  // indexed by TokenModality
+  prometheus::Counter* committed_router_ = nullptr;
+  prometheus::Counter* committed_substitute_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* running_requests_ = nullptr;
   prometheus::Gauge* sequences_running_ = nullptr;

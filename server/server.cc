@@ -147,6 +147,12 @@ absl::Status VismoeServer::LoadModel() {
   eo.skipping.kind = options_.expert_skipping;
   eo.skipping.tau_text = static_cast<float>(options_.skip_tau_text);
   eo.skipping.tau_visual = static_cast<float>(options_.skip_tau_visual);
+  eo.miss_policy = options_.miss_policy;
+  eo.commit.threshold = static_cast<float>(options_.commit_threshold);
+  eo.commit.owa_alpha1 = static_cast<float>(options_.commit_owa_alpha1);
+  eo.commit.owa_alpha2 = static_cast<float>(options_.commit_owa_alpha2);
+  eo.commit.owa_min_correct = options_.commit_owa_min_correct;
+  eo.commit.owa_max_correct = options_.commit_owa_max_correct;
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

@@ -106,6 +106,24 @@ ABSL_FLAG(double, skip_tau_text, kDefaults.skip_tau_text,
 ABSL_FLAG(double, skip_tau_visual, kDefaults.skip_tau_visual,
           "Expert skipping threshold of visual tokens, >= 0; -1 = the calibration profile's");
 
+ABSL_FLAG(std::string, miss_policy, kDefaults.miss_policy,
+          "What an offloaded MoE layer does about a routed expert neither resident nor in "
+          "flight: fetch (exact) | commit (lossy, paper 003: uncertain tokens compute with "
+          "predicted experts already there; needs --expert_predictor)");
+ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
+          "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
+          "profile's");
+ABSL_FLAG(double, commit_owa_alpha1, kDefaults.commit_owa_alpha1,
+          "Commit's Output Weight Adjustment alpha_1 (Eq. 5), >= 0; 0 = OWA off");
+ABSL_FLAG(double, commit_owa_alpha2, kDefaults.commit_owa_alpha2,
+          "Commit's Output Weight Adjustment alpha_2 (Eq. 6), > 0");
+ABSL_FLAG(int, commit_owa_min_correct, kDefaults.commit_owa_min_correct,
+          "OWA applies to tokens keeping at least this many of their router's experts; -1 = "
+          "ceil(top_k / 2)");
+ABSL_FLAG(int, commit_owa_max_correct, kDefaults.commit_owa_max_correct,
+          "OWA applies to tokens keeping at most this many of their router's experts; -1 = "
+          "top_k - 1");
+
 namespace vismoe::server {
 namespace {
 
@@ -169,6 +187,35 @@ OptionDef SkipThresholdOption(const char* key, double ServerOptions::*field) {
         return absl::OkStatus();
       },
       [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+}
+
+// A finite number accepted by `ok`, which names what it expects.
+OptionDef NumberOption(const char* key, double ServerOptions::*field, bool (*ok)(double),
+                       const char* expected) {
+  return OptionDef{
+      key,
+      [field, ok, expected](absl::string_view k, absl::string_view v, ServerOptions* o) {
+        double x = 0;
+        if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x) || !std::isfinite(x) || !ok(x)) {
+          return BadValue(k, v, expected);
+        }
+        o->*field = x;
+        return absl::OkStatus();
+      },
+      [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+}
+
+// An OWA trigger bound: >= 1, or -1 for the default.
+OptionDef CorrectBoundOption(const char* key, int ServerOptions::*field) {
+  return OptionDef{key,
+                   [field](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                     int x = 0;
+                     VISMOE_RETURN_IF_ERROR(ParseInt(k, v, &x));
+                     if (x < 1 && x != -1) return BadValue(k, v, "expected >= 1, or -1");
+                     o->*field = x;
+                     return absl::OkStatus();
+                   },
+                   [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
 }
 
 #define VISMOE_STRING_OPTION(name)                                                      \
@@ -297,6 +344,16 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(expert_skipping),
       SkipThresholdOption("skip_tau_text", &ServerOptions::skip_tau_text),
       SkipThresholdOption("skip_tau_visual", &ServerOptions::skip_tau_visual),
+      VISMOE_STRING_OPTION(miss_policy),
+      SkipThresholdOption("commit_threshold", &ServerOptions::commit_threshold),
+      NumberOption(
+          "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1, [](double x) { return x >= 0; },
+          "expected a number >= 0 (0 = OWA off)"),
+      NumberOption(
+          "commit_owa_alpha2", &ServerOptions::commit_owa_alpha2, [](double x) { return x > 0; },
+          "expected a number > 0"),
+      CorrectBoundOption("commit_owa_min_correct", &ServerOptions::commit_owa_min_correct),
+      CorrectBoundOption("commit_owa_max_correct", &ServerOptions::commit_owa_max_correct),
   };
   return *defs;
 }
@@ -461,6 +518,16 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
         "option expert_skipping: \"dual-threshold\" needs skip_tau_text and skip_tau_visual "
         "(>= 0) or a calibration_profile with calibrated thresholds (vismoe-calibrate "
         "--skip_target_rate)");
+  }
+  if (!PolicyFromName<MissPolicy>(o->miss_policy).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option miss_policy: unknown policy \"",
+                                                   o->miss_policy, "\" (",
+                                                   PolicyNames<MissPolicy>(", "), ")"));
+  }
+  if (o->miss_policy == "commit" && o->calibration_profile.empty() && o->commit_threshold < 0) {
+    return absl::InvalidArgumentError(
+        "option miss_policy: \"commit\" needs commit_threshold (>= 0) or a calibration_profile "
+        "with a calibrated threshold (vismoe-calibrate --commit_target_rate)");
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -81,6 +81,20 @@ struct ServerOptions {
   std::string expert_skipping = "none";
   double skip_tau_text = -1;
   double skip_tau_visual = -1;
+  // Miss policy of an offloaded MoE layer: fetch (the exact path) | commit
+  // (paper 003, lossy: an uncertain token computes with experts the predictor
+  // chose that are resident or in flight; needs an expert predictor). The
+  // certainty threshold < 0 comes from the calibration profile (vismoe-calibrate
+  // --commit_target_rate); OWA (Eq. 5-6) is on when commit_owa_alpha1 > 0, and
+  // triggers for tokens keeping [min, max] of their router's experts (-1 =
+  // ceil(top_k / 2) and top_k - 1). A request may override the policy, the
+  // threshold and both alphas.
+  std::string miss_policy = "fetch";
+  double commit_threshold = -1;
+  double commit_owa_alpha1 = 0;
+  double commit_owa_alpha2 = 1;
+  int commit_owa_min_correct = -1;
+  int commit_owa_max_correct = -1;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

@@ -24,6 +24,7 @@
 #include "engine/api/stats_sink.h"
 #include "engine/core/routing.h"
 #include "engine/offload/offload_options.h"
+#include "engine/policy/commit_miss_options.h"
 #include "engine/policy/expert_skipping_options.h"
 #include "engine/policy/token_compressor_options.h"
 
@@ -47,6 +48,13 @@ struct EngineOptions {
   // per request). "none" keeps the exact path; thresholds < 0 come from the
   // calibration profile, as does alpha(l).
   ExpertSkippingOptions skipping;
+  // What an offloaded MoE layer does about a routed expert that is neither
+  // resident nor in flight (MissPolicy; PolicyOverrides may change it per
+  // request): "fetch" copies it (the exact path); "commit" (paper 003, lossy)
+  // computes an uncertain token with experts the predictor chose that are
+  // there instead; needs an expert predictor. Its settings in `commit`.
+  std::string miss_policy = "fetch";
+  CommitMissOptions commit;
   // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
   // Supplies the mlp-lookahead weights, router-lookahead default vectors and,
   // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.

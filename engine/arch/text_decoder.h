@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
@@ -58,6 +59,15 @@ struct DecoderInput {
   const ExpertSkipping* expert_skipping = nullptr;
   // Where the rule's counts accumulate (optional, with expert_skipping).
   ExpertSkipCounts* skip_counts = nullptr;
+  // The commit miss policy (paper 003, engine/core/commit_miss_policy.h) of
+  // this sequence's decode rows; null = fetch, the exact path. Prefill rows
+  // always fetch. Observers see the router's own routing. Not owned.
+  const CommitMissPolicy* commit = nullptr;
+  // The sequence's first decode step: its first MoE layer follows the router
+  // (paper 003, 4.1: no prediction precedes it).
+  bool first_decode_step = false;
+  // Where the rule's counts accumulate (optional, with commit).
+  CommitCounts* commit_counts = nullptr;
 };
 
 // One sequence of a batched forward step.

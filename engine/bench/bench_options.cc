@@ -40,6 +40,17 @@ ABSL_FLAG(double, skip_tau_text, -1,
           "expert skipping threshold of text tokens (>= 0); -1 = the calibration profile's");
 ABSL_FLAG(double, skip_tau_visual, -1,
           "expert skipping threshold of visual tokens (>= 0); -1 = the calibration profile's");
+ABSL_FLAG(std::string, miss_policy, "fetch",
+          "offloaded expert miss: fetch | commit (lossy, paper 003; needs --prefetch)");
+ABSL_FLAG(double, commit_threshold, -1,
+          "commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
+          "profile's");
+ABSL_FLAG(double, commit_owa_alpha1, 0, "commit OWA alpha_1 (Eq. 5), >= 0; 0 = OWA off");
+ABSL_FLAG(double, commit_owa_alpha2, 1, "commit OWA alpha_2 (Eq. 6), > 0");
+ABSL_FLAG(int, commit_owa_min_correct, -1,
+          "OWA trigger: at least this many router experts kept; -1 = ceil(k/2)");
+ABSL_FLAG(int, commit_owa_max_correct, -1,
+          "OWA trigger: at most this many router experts kept; -1 = k - 1");
 ABSL_FLAG(double, keep_ratio, 0.5,
           "keep ratio beta of --token_compressor and of the compressing --ablation rows");
 ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sentence.",
@@ -159,6 +170,24 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
           "--", name, "=", value, ": must be >= 0, or -1 for the calibration profile's"));
     }
     *out = static_cast<float>(value);
+  }
+
+  e.miss_policy = absl::GetFlag(FLAGS_miss_policy);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<MissPolicy>("miss_policy", e.miss_policy));
+  const double threshold = absl::GetFlag(FLAGS_commit_threshold);
+  if (!std::isfinite(threshold) || (threshold < 0 && threshold != -1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--commit_threshold=", threshold, ": must be >= 0, or -1 for the calibration profile's"));
+  }
+  e.commit.threshold = static_cast<float>(threshold);
+  e.commit.owa_alpha1 = static_cast<float>(absl::GetFlag(FLAGS_commit_owa_alpha1));
+  e.commit.owa_alpha2 = static_cast<float>(absl::GetFlag(FLAGS_commit_owa_alpha2));
+  e.commit.owa_min_correct = absl::GetFlag(FLAGS_commit_owa_min_correct);
+  e.commit.owa_max_correct = absl::GetFlag(FLAGS_commit_owa_max_correct);
+  {
+    const CommitOptionNames names{"--miss_policy", "--commit_threshold", "--commit_owa_alpha1",
+                                  "--commit_owa_alpha2"};
+    VISMOE_RETURN_IF_ERROR(CheckCommitMissOptions(e.miss_policy, e.commit, names));
   }
 
   b.requests_path = absl::GetFlag(FLAGS_requests);

@@ -57,6 +57,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
       s.prompt_tokens += r->usage.prompt_tokens;
       s.completion_tokens += r->usage.completion_tokens;
       s.skipping.Add(r->expert_skipping);
+      s.commit.Add(r->commit);
       s.visual_tokens_before += r->usage.visual_tokens_before;
       s.visual_tokens_after += r->usage.visual_tokens_after;
       s.per_request.push_back({{"run", run},
@@ -74,7 +75,10 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"prefetch_needed", o.prefetch_needed},
                                {"prefetch_recalled", o.prefetch_recalled},
                                {"bytes_h2d", o.bytes_h2d},
-                               {"stall_seconds", o.stall_seconds}});
+                               {"stall_seconds", o.stall_seconds},
+                               {"commit_uncertain_tokens", r->commit.uncertain_tokens},
+                               {"experts_committed_router", r->commit.committed_router},
+                               {"experts_committed_substitute", r->commit.committed_substitute}});
     }
   }
   if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 
@@ -34,6 +35,11 @@ class StatsSink {
   // Routed (token, expert) activations MoDES expert skipping dropped
   // (engine/core/expert_skipping.h), of tokens of `modality`.
   virtual void OnExpertsSkipped(TokenModality modality, uint64_t count) = 0;
+  // Routed (token, expert) activations the commit miss policy computed without
+  // a copy (engine/core/commit_miss_policy.h): `router` with the router's own
+  // expert (resident or in flight), `substitute` with a predicted expert in
+  // place of a missing one (differing from the router).
+  virtual void OnExpertsCommitted(uint64_t router, uint64_t substitute) = 0;
   // Current number of slab slots in `state` (gauge).
   virtual void SetSlotCount(SlotState state, int64_t count) = 0;
   // Device memory carved for a region: "resident", "pinned_prefix",
@@ -63,6 +69,7 @@ class NullStatsSink : public StatsSink {
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
   void OnExpertsSkipped(TokenModality, uint64_t) override {}
+  void OnExpertsCommitted(uint64_t, uint64_t) override {}
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
   void OnSchedulerStep(int, int64_t) override {}

@@ -26,8 +26,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/core/tensor.h"
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/stats_sink.h"
+#include "engine/core/tensor.h"
 
 namespace vismoe {
 
@@ -68,6 +69,13 @@ class ExpertProvider {
   virtual bool Ready(int /*layer*/, int /*expert*/) { return false; }
   // The layer is done for the current step.
   virtual void EndLayer(int layer) = 0;
+  // For the commit miss policy (engine/core/commit_miss_policy.h), between
+  // layers (before BeginLayer(layer)): which experts of `layer` are resident
+  // or in flight, and those the predictor chose for it. The default: every
+  // expert is resident (nothing to commit to instead of a copy).
+  virtual ExpertAvailability Availability(int /*layer*/) {
+    return ExpertAvailability{true, {}, {}};
+  }
   // True when the views Acquire() returns stay valid after Release(), for as
   // long as the provider lives (weights in memory it never recycles, such as
   // the mmapped checkpoint), so another component may keep them

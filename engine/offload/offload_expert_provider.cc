@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   for (int l : plan.pinned_layer_ids) p->kind_.at(l) = Kind::kPinned;
   for (int l : plan.offloaded_layer_ids) p->kind_.at(l) = Kind::kOffloaded;
   p->next_offloaded_.assign(num_layers, -1);
+  p->predicted_.assign(num_layers, {});
   for (int l = 0; l < num_layers && !plan.offloaded_layer_ids.empty(); ++l) {
     auto it = std::upper_bound(plan.offloaded_layer_ids.begin(), plan.offloaded_layer_ids.end(), l);
     p->next_offloaded_[l] =
@@ -256,11 +257,18 @@ void OffloadExpertProvider::UpdatePrioritiesLocked(int layer) {
 }
 
 void OffloadExpertProvider::PrefetchLocked(int layer) {
-  if (predictor_ == nullptr || !pending_.empty()) return;
+  if (predictor_ == nullptr) return;
   const int next = next_offloaded_[layer];
   if (next < 0) return;
+  std::vector<int>& chosen = predicted_[next];
+  chosen.clear();  // no prefetch this time: no choice for the commit policy either
+  if (!pending_.empty()) return;
+  const std::vector<std::pair<int, double>> predicted = predictor_->Predict(next, prefetch_count_);
+  for (const auto& [e, score] : predicted) {
+    if (e >= 0 && e < num_experts_) chosen.push_back(e);
+  }
   uint64_t issued = 0;
-  for (const auto& [e, score] : predictor_->Predict(next, prefetch_count_)) {
+  for (const auto& [e, score] : predicted) {
     if (e < 0 || e >= num_experts_) continue;
     if (cache_->Find(next, e) >= 0) continue;
     const int victim = cache_->PickVictim(/*demand=*/false);
@@ -444,6 +452,19 @@ void OffloadExpertProvider::EndLayer(int layer) {
   if (current_layer_ == layer) current_layer_ = -1;
   PublishSlotGaugesLocked();
   cv_.notify_all();
+}
+
+ExpertAvailability OffloadExpertProvider::Availability(int layer) {
+  ExpertAvailability a;
+  if (layer < 0 || layer >= static_cast<int>(kind_.size()) || kind_[layer] != Kind::kOffloaded) {
+    a.all = true;  // pinned (or dense): nothing is ever copied for it
+    return a;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  a.available.assign(static_cast<size_t>(num_experts_), 0);
+  for (int e = 0; e < num_experts_; ++e) a.available[e] = cache_->Find(layer, e) >= 0 ? 1 : 0;
+  a.predicted = predicted_[layer];
+  return a;
 }
 
 void OffloadExpertProvider::BeginRequest() {

@@ -98,6 +98,10 @@ class OffloadExpertProvider final : public ExpertProvider {
   bool Ready(int layer, int expert) override;
   void Release(int layer, int expert) override;
   void EndLayer(int layer) override;
+  // Pinned layers: all. Offloaded layers: the experts the slab cache holds or
+  // is copying, and the predictor's choice recorded by the last prefetch
+  // aimed at the layer (cleared when demand misses left no room to prefetch).
+  ExpertAvailability Availability(int layer) override;
 
   // A new sequence starts: the predictor drops its per-request state.
   void BeginRequest();
@@ -164,6 +168,9 @@ class OffloadExpertProvider final : public ExpertProvider {
   // next BeginLayer forgets them and copies again (the server keeps serving).
   std::vector<std::pair<int64_t, absl::Status>> failed_copies_;
   uint64_t demand_seq_ = 0;     // guarded by mu_
+  // Guarded by mu_: per decoder layer, the predictor's top-B for it at the
+  // last prefetch aimed at it (the commit miss policy's candidates).
+  std::vector<std::vector<int>> predicted_;
   OffloadStats request_;        // guarded by mu_
   std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first
 };

@@ -138,6 +138,7 @@ void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   scheduler_->Remove(seq);
   seq->cache.reset();  // the memory goes back before the caller wakes
   ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
+  ReportCommit(seq->result.commit);
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);
   PublishGauges();     // before the caller wakes: its KV blocks are free
@@ -150,6 +151,11 @@ void BatchLoop::ReportSkipping(const ExpertSkipCounts& counts) {
     const uint64_t n = counts.skipped[static_cast<int>(m)];
     if (n > 0) stats_->OnExpertsSkipped(m, n);
   }
+}
+
+void BatchLoop::ReportCommit(const CommitCounts& counts) {
+  if (stats_ == nullptr || counts.committed() == 0) return;
+  stats_->OnExpertsCommitted(counts.committed_router, counts.committed_substitute);
 }
 
 void BatchLoop::PublishGauges() {

@@ -53,6 +53,8 @@ class BatchLoop {
   void PublishGauges();
   // A finished sequence's skipped experts, to the stats sink.
   void ReportSkipping(const ExpertSkipCounts& counts);
+  // A finished sequence's committed experts (commit miss policy), likewise.
+  void ReportCommit(const CommitCounts& counts);
 
   StepScheduler* const scheduler_;
   ModelRunner* const runner_;

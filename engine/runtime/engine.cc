@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -110,6 +111,14 @@ class LocalEngine final : public Engine {
   // The request's expert skipping: the engine's, with the request's overrides.
   absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
       const GenerateRequest& request) const;
+  // The request's miss policy: the engine's, with the request's overrides;
+  // a commit rule, or nullopt to fetch.
+  absl::StatusOr<std::optional<CommitMissPolicy>> RequestCommit(
+      const GenerateRequest& request) const;
+  // The commit rule `rule` (resolved from the settings named by `names`)
+  // needs prefetch predictions wherever experts are offloaded.
+  absl::Status CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
+                                       const std::string& name) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -132,6 +141,7 @@ class LocalEngine final : public Engine {
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
   int compress_layer_ = 0;                          // decoder layer token compression runs before
   std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
+  std::optional<CommitCalibration> commit_calibration_;  // likewise
   uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
   std::unique_ptr<KvBlockPool> kv_pool_;
   std::unique_ptr<StepScheduler> scheduler_;
@@ -156,7 +166,8 @@ absl::Status CheckOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
-  return CheckExpertSkippingOptions(options.skipping, SkipOptionNames{});
+  VISMOE_RETURN_IF_ERROR(CheckExpertSkippingOptions(options.skipping, SkipOptionNames{}));
+  return CheckCommitMissOptions(options.miss_policy, options.commit, CommitOptionNames{});
 }
 
 // The calibration profile of the options, checked against the model; none
@@ -203,6 +214,21 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
     spdlog::info("engine: expert skipping dual-threshold (tau_text {}, tau_visual {}, alpha {})",
                  skipping->tau_text, skipping->tau_visual,
                  skipping->alpha.empty() ? "1 (no calibration)" : "calibrated");
+  }
+  if (profile.has_value()) e->commit_calibration_ = profile->commit_miss;
+  VISMOE_ASSIGN_OR_RETURN(
+      const std::optional<CommitMissPolicy> commit,
+      ResolveCommitMiss(options.miss_policy, options.commit,
+                        e->commit_calibration_ ? &*e->commit_calibration_ : nullptr,
+                        e->config_.text.num_experts_per_tok, CommitOptionNames{}));
+  VISMOE_RETURN_IF_ERROR(e->CheckCommitHasPredictor(commit, "miss_policy"));
+  if (commit.has_value()) {
+    spdlog::info("engine: miss policy commit (certainty threshold {}, OWA {})", commit->threshold,
+                 commit->owa()
+                     ? absl::StrCat("alpha1 ", commit->owa_alpha1, ", alpha2 ", commit->owa_alpha2,
+                                    ", trigger [", commit->owa_min_correct, ", ",
+                                    commit->owa_max_correct, "]")
+                     : std::string("off"));
   }
   e->FillInfo();
   e->StartLoop();
@@ -386,6 +412,45 @@ absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
                                config_.text.num_hidden_layers, names);
 }
 
+absl::StatusOr<std::optional<CommitMissPolicy>> LocalEngine::RequestCommit(
+    const GenerateRequest& request) const {
+  std::string miss_policy = options_.miss_policy;
+  CommitMissOptions co = options_.commit;
+  const PolicyOverrides& po = request.policy;
+  if (po.miss_policy.has_value()) miss_policy = *po.miss_policy;
+  // A request's values are values, never "unset": each is checked as given.
+  if (po.commit_threshold.has_value()) {
+    if (!(*po.commit_threshold >= 0) || !std::isfinite(*po.commit_threshold)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy.commit_threshold must be a finite value >= 0, got ", *po.commit_threshold));
+    }
+    co.threshold = *po.commit_threshold;
+  }
+  if (po.commit_owa_alpha1.has_value()) co.owa_alpha1 = *po.commit_owa_alpha1;
+  if (po.commit_owa_alpha2.has_value()) co.owa_alpha2 = *po.commit_owa_alpha2;
+  const CommitOptionNames names{"policy.miss_policy", "policy.commit_threshold",
+                                "policy.commit_owa_alpha1", "policy.commit_owa_alpha2"};
+  VISMOE_ASSIGN_OR_RETURN(
+      std::optional<CommitMissPolicy> rule,
+      ResolveCommitMiss(miss_policy, co, commit_calibration_ ? &*commit_calibration_ : nullptr,
+                        config_.text.num_experts_per_tok, names));
+  VISMOE_RETURN_IF_ERROR(CheckCommitHasPredictor(rule, names.miss_policy));
+  return rule;
+}
+
+absl::Status LocalEngine::CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
+                                                  const std::string& name) const {
+  if (!rule.has_value() || offload_ == nullptr || offload_->plan().offloaded_layer_ids.empty() ||
+      predictor_ != nullptr) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      name,
+      " \"commit\" computes with the experts the predictor chose, and this engine runs no "
+      "expert predictor (expert_predictor \"none\"): choose history, router-lookahead or "
+      "mlp-lookahead"));
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
@@ -393,11 +458,12 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, prompts_->Build(request));
   VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
   VISMOE_ASSIGN_OR_RETURN(std::optional<ExpertSkipping> skipping, RequestSkipping(request));
+  VISMOE_ASSIGN_OR_RETURN(std::optional<CommitMissPolicy> commit, RequestCommit(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them
-  return std::unique_ptr<PreparedRequest>(new LocalPrepared(std::move(kept), std::move(prompt),
-                                                            std::move(co), std::move(skipping),
-                                                            Seconds(start, Clock::now())));
+  return std::unique_ptr<PreparedRequest>(
+      new LocalPrepared(std::move(kept), std::move(prompt), std::move(co), std::move(skipping),
+                        std::move(commit), Seconds(start, Clock::now())));
 }
 
 int64_t LocalEngine::KvTokens() const {

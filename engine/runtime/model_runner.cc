@@ -95,6 +95,8 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   s->input.observer = s->observers();
   s->input.expert_skipping = s->skipping();
   s->input.skip_counts = &s->result.expert_skipping;
+  s->input.commit = s->commit();
+  s->input.commit_counts = &s->result.commit;
   if (s->prefilling()) {
     BuildPrefillInput(s, chunk.rows);
     return;
@@ -102,6 +104,7 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   DecoderInput& in = s->input;
   in.tokens = absl::MakeConstSpan(&s->result.token_ids.back(), 1);
   in.phase = Phase::kDecode;
+  in.first_decode_step = s->result.token_ids.size() == 1;  // the prefill sampled one
   const int64_t delta = s->has_images() ? s->prepared.prompt.mrope.rope_delta : 0;
   const int64_t pos = s->cache->length() + delta;
   in.positions = {pos, pos, pos};

@@ -62,6 +62,10 @@ struct Sequence {
     if (callbacks.expert_skipping != nullptr) return callbacks.expert_skipping;
     return prepared.skipping.has_value() ? &*prepared.skipping : nullptr;
   }
+  // The commit miss policy its decode steps run with; null = fetch.
+  const CommitMissPolicy* commit() const {
+    return prepared.commit.has_value() ? &*prepared.commit : nullptr;
+  }
 
   const LocalPrepared& prepared;
   const GenerateCallbacks& callbacks;

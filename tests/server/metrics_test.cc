@@ -101,6 +101,7 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_prompt_tokens_total",
                            "vismoe_visual_tokens_pruned_total",
                            "vismoe_experts_skipped_total",
+                           "vismoe_experts_committed_total",
                            "vismoe_requests_total",
                            "vismoe_expert_cache_hit_ratio",
                            "vismoe_prefetch_recall",
@@ -124,6 +125,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
   EXPECT_EQ(Value(text, "vismoe_prompt_tokens_total", {{"modality", "image"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "text"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "image"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "router"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
   EXPECT_FALSE(absl::StrContains(text, "vismoe_gpu_memory_bytes{"));
@@ -176,6 +179,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnExpertsSkipped(TokenModality::kText, 3);
   m->OnExpertsSkipped(TokenModality::kVisual, 40);
   m->OnExpertsSkipped(TokenModality::kVisual, 2);
+  m->OnExpertsCommitted(7, 5);
+  m->OnExpertsCommitted(1, 0);
   m->OnCompressionTime(0.0004);
   m->OnPredictorTime(0.00002);
   m->OnPredictorTime(0.00003);
@@ -190,6 +195,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_EQ(Value(t, "vismoe_visual_tokens_pruned_total"), 128);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "text"}}), 3);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "image"}}), 42);
+  EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "router"}}), 8);
+  EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 5);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_count"), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.0005"}}), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.00025"}}), 0);

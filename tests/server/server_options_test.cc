@@ -84,6 +84,12 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.skip_tau_text = 0.1;
   fails(o, "needs skip_tau_text and skip_tau_visual");
   o = base;
+  o.miss_policy = "cpu-maybe";
+  fails(o, "option miss_policy: unknown policy \"cpu-maybe\" (fetch, commit)");
+  o = base;
+  o.miss_policy = "commit";  // no threshold and no profile
+  fails(o, "\"commit\" needs commit_threshold");
+  o = base;
   o.workers = 0;
   fails(o, "workers");
   o = base;
@@ -125,6 +131,36 @@ TEST(ServerOptionsTest, ExpertSkippingFlags) {
               HasSubstr("option skip_tau_text: invalid value \"-0.5\": expected a threshold >= 0"));
   bad = SetServerOption("skip_tau_visual", "lots", &o);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("option skip_tau_visual"));
+}
+
+TEST(ServerOptionsTest, MissPolicyFlags) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.miss_policy, "fetch");         // commit is lossy: fetch by default
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha1, 0);  // OWA off
+  ASSERT_TRUE(SetServerOption("miss_policy", "commit", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_threshold", "0.9", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_alpha1", "1.3", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_alpha2", "1.06", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_min_correct", "2", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_max_correct", "3", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_DOUBLE_EQ(o.commit_threshold, 0.9);
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha1, 1.3);
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha2, 1.06);
+  EXPECT_EQ(o.commit_owa_min_correct, 2);
+  ASSERT_TRUE(SetServerOption("commit_threshold", "-1", &o).ok());  // from the profile
+  o.calibration_profile = "/p.json";
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  absl::Status bad = SetServerOption("commit_owa_alpha2", "0", &o);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("option commit_owa_alpha2: invalid value \"0\": expected a number > 0"));
+  bad = SetServerOption("commit_owa_alpha1", "-2", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_alpha1"));
+  bad = SetServerOption("commit_owa_min_correct", "0", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_min_correct"));
+  bad = SetServerOption("commit_threshold", "-0.5", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_threshold"));
 }
 
 TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {

@@ -149,6 +149,9 @@ class CudaDecoderStep final : public DecoderStep {
   // Expert skipping on the device: zeroes the permuted rows and the combine
   // weights of the skipped slots.
   absl::Status ZeroSkippedSlots(const RouterResult& r);
+  // The commit miss policy rewrote some tokens' experts and weights on the
+  // host: uploads both and rebuilds the permutation from them.
+  absl::Status UploadCommittedRouting(const RouterResult& r);
   // Host fp32 copy of `count` device bf16 values (waits for the stream).
   absl::Status DownloadF32(const Bf16* src, int64_t count, std::vector<float>* out) const;
 
@@ -183,6 +186,8 @@ class CudaDecoderStep final : public DecoderStep {
   Bf16* ds_tmp_ = nullptr;        // [num_visual, H]
   std::vector<float> host_rows_;  // HostRows' copy
   std::vector<float> skip_weights_;  // source of ZeroSkippedSlots' upload; outlives the copy
+  std::vector<int32_t> commit_experts_;  // sources of UploadCommittedRouting's copies
+  std::vector<float> commit_weights_;
 };
 
 absl::Status CudaDecoderStep::Allocate(int64_t n) {
@@ -413,6 +418,7 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
     if (used[e]) active.push_back(e);
     offsets[e + 1] += offsets[e];
   }
+  if (!r.committed.empty()) VISMOE_RETURN_IF_ERROR(UploadCommittedRouting(r));
   if (!r.skipped.empty()) VISMOE_RETURN_IF_ERROR(ZeroSkippedSlots(r));
   // Only with every id known to be in range: an out-of-range id (a NaN router
   // row) leaves row_token entries unwritten.
@@ -422,6 +428,20 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, launcher));
   return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
                           /*accumulate=*/false, y_, st_);
+}
+
+absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {
+  if (r.weights.size() != r.experts.size()) {
+    return absl::InternalError("commit miss policy: the routing has no weights on the host");
+  }
+  commit_experts_.assign(r.experts.begin(), r.experts.end());
+  commit_weights_ = r.weights;
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_experts_, commit_experts_.data(),
+                                           commit_experts_.size() * sizeof(int32_t), st_));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_weights_, commit_weights_.data(),
+                                           commit_weights_.size() * sizeof(float), st_));
+  return BuildMoePermutation(top_experts_, n_, c_.num_experts_per_tok, c_.num_experts, counts_,
+                             offsets_, row_token_, slot_row_, st_);
 }
 
 absl::Status CudaDecoderStep::ZeroSkippedSlots(const RouterResult& r) {

@@ -481,6 +481,79 @@ TEST(OffloadExpertProviderTest, GuardedEvictionFollowsPredictedPriority) {
   EXPECT_EQ(copies_with("lru", true), 4u);
 }
 
+// Says the same experts about every layer.
+class EveryLayerPredictor final : public ExpertPredictor {
+ public:
+  explicit EveryLayerPredictor(std::vector<std::pair<int, double>> says) : says_(std::move(says)) {}
+  const char* name() const override { return "every-layer"; }
+  void BeginRequest() override {}
+  std::vector<std::pair<int, double>> Predict(int, int count) override {
+    auto out = says_;
+    if (static_cast<int>(out.size()) > count) out.resize(count);
+    return out;
+  }
+  void OnRouting(Phase, int, const float*, const RouterResult&) override {}
+
+ private:
+  std::vector<std::pair<int, double>> says_;
+};
+
+// The commit miss policy's view of a layer: pinned layers have everything;
+// an offloaded one has what its slabs hold or are copying, and the
+// predictor's choice from the last prefetch aimed at it -- also the experts
+// that found no slab (so not available) -- cleared when demand left no room to
+// prefetch.
+TEST(OffloadExpertProviderTest, AvailabilityIsTheCacheAndThePredictorsChoice) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.prefetch = "router-lookahead";  // any kind; the predictor itself is given
+  o.prefetch_count = 2;
+  auto created = OffloadExpertProvider::Create(
+      src, src.Config(2), src.Plan(/*pinned=*/1, /*slabs=*/1), o, nullptr,
+      std::make_unique<EveryLayerPredictor>(
+          std::vector<std::pair<int, double>>{{3, 0.9}, {2, 0.5}}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  EXPECT_TRUE(p.Availability(0).all);
+  ExpertAvailability a = p.Availability(1);
+  EXPECT_FALSE(a.all);
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(a.predicted.empty());  // nothing prefetched for it yet
+  auto run = [&p](int layer, const std::vector<int>& experts) {
+    auto order = p.BeginLayer(Phase::kDecode, layer, experts);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int e : *order) {
+      ASSERT_TRUE(p.Acquire(layer, e).ok());
+      p.Release(layer, e);
+    }
+    p.EndLayer(layer);
+  };
+  // The pinned layer prefetches for layer 1: 3 into the one slab, 2 finds none.
+  ASSERT_TRUE(p.BeginLayer(Phase::kDecode, 0, std::vector<int>{0}).ok());
+  a = p.Availability(1);  // 3 is in flight or landed: available either way
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(a.predicted, (std::vector<int>{3, 2}));
+  ASSERT_TRUE(p.Acquire(0, 0).ok());
+  p.Release(0, 0);
+  p.EndLayer(0);
+  p.WaitForTransfers();
+  run(1, {0, 1});  // demand waits for the slab: no prefetch for layer 2
+  EXPECT_TRUE(p.Availability(2).predicted.empty());
+  a = p.Availability(1);
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 1, 0, 0}));  // the slab's last expert
+  // Layer 2 with room: it prefetches for layer 1 (the next offloaded, wrapping).
+  run(2, {1});
+  EXPECT_EQ(p.Availability(1).predicted, (std::vector<int>{3, 2}));
+  run(1, {});  // every expert skipped: room to prefetch 3 for layer 2
+  a = p.Availability(2);
+  EXPECT_EQ(a.predicted, (std::vector<int>{3, 2}));
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 1}));
+  run(2, {0, 1});  // pending demand: the choice for layer 1 is cleared
+  EXPECT_TRUE(p.Availability(1).predicted.empty());
+  std::string why;
+  EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
 TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
   constexpr int kLayers = 4, kExperts = 6;
   FakeExpertSource fused(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kFusedTransposed);

@@ -15,7 +15,8 @@ using ::testing::HasSubstr;
 // tokens; compressed prompts (token compression on) cannot be chunked.
 struct TestSeq {
   TestSeq(int prompt, int max_new, bool compressed = false, int max_context = 1 << 20)
-      : prepared(Request(max_new), MakePrompt(prompt), Compression(compressed), std::nullopt, 0.0),
+      : prepared(Request(max_new), MakePrompt(prompt), Compression(compressed), std::nullopt,
+                 std::nullopt, 0.0),
         seq(prepared, callbacks, nullptr, {}, nullptr, max_context, {}) {}
   static GenerateRequest Request(int max_new) {
     GenerateRequest r;
