@@ -136,6 +136,8 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.pinned_layers = options_.pinned_layers;
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
+  eo.offload.miss_policy = options_.miss_policy;
+  eo.offload.host_moe_layers = options_.host_moe_layers;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;

@@ -89,6 +89,12 @@ ABSL_FLAG(int, pinned_layers, kDefaults.pinned_layers,
 ABSL_FLAG(std::string, copy_bandwidth, "0",
           "CPU backend: host->device copy rate in bytes/s (units ok, e.g. 25GB); 0 = unthrottled");
 ABSL_FLAG(std::string, eviction, kDefaults.eviction, "Slab cache eviction: lru | lfu | guarded");
+ABSL_FLAG(std::string, miss_policy, kDefaults.miss_policy,
+          "What a slab-cache miss does: fetch (copy the expert in and wait) | cpu (compute it on "
+          "the host when the measured host time is below its copy time)");
+ABSL_FLAG(int, host_moe_layers, kDefaults.host_moe_layers,
+          "Static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, token_compressor, "",
           "Default token compressor: none|random|saliency|affinity; empty = engine default");
 ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
@@ -283,6 +289,8 @@ const std::vector<OptionDef>& OptionDefs() {
                 [](const ServerOptions& o) { return absl::StrCat(o.pinned_layers); }},
       VISMOE_BYTES_OPTION(copy_bandwidth),
       VISMOE_STRING_OPTION(eviction),
+      VISMOE_STRING_OPTION(miss_policy),
+      VISMOE_INT_OPTION(host_moe_layers),
       VISMOE_STRING_OPTION(token_compressor),
       OptionDef{"keep_ratio",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
@@ -437,6 +445,15 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
                                                    o->eviction, "\" (",
                                                    PolicyNames<EvictionPolicy>(", "), ")"));
+  }
+  if (!PolicyFromName<MissPolicy>(o->miss_policy).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option miss_policy: unknown policy \"",
+                                                   o->miss_policy, "\" (",
+                                                   PolicyNames<MissPolicy>(", "), ")"));
+  }
+  if (o->host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option host_moe_layers must be >= 0, got ", o->host_moe_layers));
   }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));

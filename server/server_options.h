@@ -65,6 +65,10 @@ struct ServerOptions {
   int pinned_layers = -1;        // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
   int64_t copy_bandwidth = 0;    // CPU backend copy engine bytes/s; 0 = unthrottled
   std::string eviction = "lru";  // lru | lfu | guarded
+  // fetch | cpu: a miss computed on the host when that is measured cheaper
+  // than its copy (engine/policy/host_experts.md).
+  std::string miss_policy = "fetch";
+  int host_moe_layers = 0;  // the last N MoE layers always computed on the host
 
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;

@@ -31,6 +31,12 @@ ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores 
 ABSL_FLAG(bool, map_host_experts, true,
           "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
           "every offloaded expert at start-up, as before); only where the backend allows it");
+ABSL_FLAG(std::string, miss_policy, "fetch",
+          "what a slab-cache miss does: fetch (copy it in, wait) | cpu (compute it on the host "
+          "when the measured host time is below its copy time; engine/policy/host_experts.md)");
+ABSL_FLAG(int, host_moe_layers, 0,
+          "static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
 ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
@@ -136,6 +142,13 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
         absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
   }
   o.map_host_experts = absl::GetFlag(FLAGS_map_host_experts);
+  o.miss_policy = absl::GetFlag(FLAGS_miss_policy);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<MissPolicy>("miss_policy", o.miss_policy));
+  o.host_moe_layers = absl::GetFlag(FLAGS_host_moe_layers);
+  if (o.host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_moe_layers=", o.host_moe_layers, ": must be >= 0"));
+  }
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));

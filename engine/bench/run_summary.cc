@@ -74,7 +74,9 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"prefetch_needed", o.prefetch_needed},
                                {"prefetch_recalled", o.prefetch_recalled},
                                {"bytes_h2d", o.bytes_h2d},
-                               {"stall_seconds", o.stall_seconds}});
+                               {"stall_seconds", o.stall_seconds},
+                               {"experts_host_computed", o.experts_host_computed},
+                               {"bytes_not_copied", o.bytes_not_copied}});
     }
   }
   if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());

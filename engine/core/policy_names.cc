@@ -34,6 +34,10 @@ constexpr Entry<SkipKind> kSkips[] = {
     {SkipKind::kNone, "none", false},
     {SkipKind::kDualThreshold, "dual-threshold", false},
 };
+constexpr Entry<MissPolicy> kMissPolicies[] = {
+    {MissPolicy::kFetch, "fetch", false},
+    {MissPolicy::kCpu, "cpu", false},
+};
 
 template <typename Kind>
 struct Table;
@@ -52,6 +56,10 @@ struct Table<EvictionPolicy> {
 template <>
 struct Table<SkipKind> {
   static constexpr const auto& entries = kSkips;
+};
+template <>
+struct Table<MissPolicy> {
+  static constexpr const auto& entries = kMissPolicies;
 };
 
 template <typename Kind>
@@ -86,6 +94,7 @@ const char* PolicyName(CompressorKind kind) { return NameOf(kind); }
 const char* PolicyName(PredictorKind kind) { return NameOf(kind); }
 const char* PolicyName(EvictionPolicy kind) { return NameOf(kind); }
 const char* PolicyName(SkipKind kind) { return NameOf(kind); }
+const char* PolicyName(MissPolicy kind) { return NameOf(kind); }
 
 template std::optional<CompressorKind> PolicyFromName<CompressorKind>(absl::string_view);
 template std::optional<PredictorKind> PolicyFromName<PredictorKind>(absl::string_view);
@@ -95,5 +104,7 @@ template std::string PolicyNames<PredictorKind>(absl::string_view);
 template std::string PolicyNames<EvictionPolicy>(absl::string_view);
 template std::optional<SkipKind> PolicyFromName<SkipKind>(absl::string_view);
 template std::string PolicyNames<SkipKind>(absl::string_view);
+template std::optional<MissPolicy> PolicyFromName<MissPolicy>(absl::string_view);
+template std::string PolicyNames<MissPolicy>(absl::string_view);
 
 }  // namespace vismoe

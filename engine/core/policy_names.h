@@ -7,6 +7,7 @@
 //   PredictorKind   none | history | router-lookahead | mlp-lookahead  (expert prediction)
 //   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
 //   SkipKind        none | dual-threshold                      (MoDES expert skipping)
+//   MissPolicy      fetch | cpu                                (what a slab-cache miss does)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -23,6 +24,10 @@ enum class CompressorKind { kNone, kRandom, kSaliency, kAffinity };
 enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
 enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
 enum class SkipKind { kNone, kDualThreshold };
+// fetch: copy the missed expert in and wait for it; cpu: compute it on the
+// host when that is measured to cost less than the copy
+// (engine/policy/host_experts.md).
+enum class MissPolicy { kFetch, kCpu };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>
@@ -32,6 +37,7 @@ const char* PolicyName(CompressorKind kind);
 const char* PolicyName(PredictorKind kind);
 const char* PolicyName(EvictionPolicy kind);
 const char* PolicyName(SkipKind kind);
+const char* PolicyName(MissPolicy kind);
 // Every canonical name of a kind, in table order, joined by `separator`:
 // PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
 template <typename Kind>

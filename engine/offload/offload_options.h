@@ -23,6 +23,15 @@ struct OffloadOptions {
   // packed second host copy, where the backend allows it (CPU backend; the
   // CUDA backend packs into page-locked memory). See HostExpertStore.
   bool map_host_experts = true;
+  // What a slab-cache miss does (MissPolicy): "fetch" copies the expert in and
+  // waits for it; "cpu" computes it on the host from the host expert store
+  // when the measured host time for its routed tokens is below its copy time
+  // at the measured bandwidth (engine/policy/host_experts.md).
+  std::string miss_policy = "fetch";
+  // Static host placement, like llama.cpp's --n-cpu-moe: the experts of the
+  // last N MoE layers are always computed on the host, never copied or
+  // prefetched. REQUIRES N <= the offloaded (not pinned) MoE layers; 0 = none.
+  int host_moe_layers = 0;
 };
 
 }  // namespace vismoe
