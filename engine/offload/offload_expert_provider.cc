@@ -333,7 +333,6 @@ absl::StatusOr<LayerPlan> OffloadExpertProvider::Begin(Phase phase, int layer,
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": duplicate expert ids"));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  LayerPlan plan;
   if (kind_[layer] == Kind::kPinned) {
     request_.cache_queries += experts.size();
     request_.cache_hits += experts.size();
@@ -341,13 +340,10 @@ absl::StatusOr<LayerPlan> OffloadExpertProvider::Begin(Phase phase, int layer,
     // The pinned prefix computes while the first offloaded layer's experts
     // come in (only between offloaded layers: never under a running one).
     if (predictor_ != nullptr && current_layer_ < 0 && !shutting_down_) {
-      const auto start = std::chrono::steady_clock::now();
-      UpdatePrioritiesLocked(layer);
-      PrefetchLocked(layer);
-      sink_->OnPredictorTime(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      PredictLocked(layer);
       PublishSlotGaugesLocked();
     }
+    LayerPlan plan;
     plan.order.assign(experts.begin(), experts.end());
     return plan;
   }
@@ -359,6 +355,15 @@ absl::StatusOr<LayerPlan> OffloadExpertProvider::Begin(Phase phase, int layer,
   current_layer_ = layer;
   failed_copies_.clear();
   declared_.assign(experts.begin(), experts.end());
+  LayerPlan plan = PlanLocked(phase, layer, experts, tokens, host_ok);
+  DispatchDemandLocked();
+  if (predictor_ != nullptr) PredictLocked(layer);
+  PublishSlotGaugesLocked();
+  return plan;
+}
+
+LayerPlan OffloadExpertProvider::PlanLocked(Phase phase, int layer, absl::Span<const int> experts,
+                                            absl::Span<const int64_t> tokens, bool host_ok) {
   pending_.clear();
   on_host_.clear();
   std::vector<int> loaded, loading;
@@ -392,21 +397,21 @@ absl::StatusOr<LayerPlan> OffloadExpertProvider::Begin(Phase phase, int layer,
   CountHostLocked(on_host_.size());
   // Resident experts first, then the host's (computed while copies land),
   // then those still copying, then those waiting for a slab.
+  LayerPlan plan;
   for (const auto* part : {&loaded, &on_host_, &loading, &pending_}) {
     plan.order.insert(plan.order.end(), part->begin(), part->end());
     plan.on_host.insert(plan.on_host.end(), part->size(), part == &on_host_ ? 1 : 0);
   }
   if (on_host_.empty()) plan.on_host.clear();
-  DispatchDemandLocked();
-  if (predictor_ != nullptr) {
-    const auto start = std::chrono::steady_clock::now();
-    UpdatePrioritiesLocked(layer);
-    PrefetchLocked(layer);
-    sink_->OnPredictorTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  PublishSlotGaugesLocked();
   return plan;
+}
+
+void OffloadExpertProvider::PredictLocked(int layer) {
+  const auto start = std::chrono::steady_clock::now();
+  UpdatePrioritiesLocked(layer);
+  PrefetchLocked(layer);
+  sink_->OnPredictorTime(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 bool OffloadExpertProvider::HostComputesLocked(int layer, int64_t tokens) const {

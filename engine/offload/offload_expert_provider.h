@@ -151,6 +151,12 @@ class OffloadExpertProvider final : public ExpertProvider {
   // BeginLayer (host_ok false: every miss is copied) and BeginRoutedLayer.
   absl::StatusOr<LayerPlan> Begin(Phase phase, int layer, absl::Span<const int> experts,
                                   absl::Span<const int64_t> tokens, bool host_ok);
+  // An offloaded layer's lookups: hits marked Required, misses to the host
+  // or to pending_; returns the plan. REQUIRES: current_layer_ == layer.
+  LayerPlan PlanLocked(Phase phase, int layer, absl::Span<const int> experts,
+                       absl::Span<const int64_t> tokens, bool host_ok);
+  // Updates eviction priorities and prefetches after `layer`, timed.
+  void PredictLocked(int layer);
   // Whether a miss of `layer` over `tokens` rows is computed on the host.
   bool HostComputesLocked(int layer, int64_t tokens) const;
   double CopySecondsLocked() const;
