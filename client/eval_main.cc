@@ -30,7 +30,7 @@ ABSL_FLAG(std::string, expert_skipping, "",
 ABSL_FLAG(double, skip_tau_text, -1, "Text-token skipping threshold override (<0 = server's).");
 ABSL_FLAG(double, skip_tau_visual, -1, "Visual-token skipping threshold override (<0 = server's).");
 ABSL_FLAG(std::string, miss_policy, "",
-          "Miss policy override: fetch | commit (empty = server default).");
+          "Miss policy override: fetch | commit | cpu (empty = server default).");
 ABSL_FLAG(double, commit_threshold, -1, "Commit certainty threshold override (<0 = server's).");
 ABSL_FLAG(double, commit_owa_alpha1, -1,
           "Commit OWA alpha_1 override, 0 = OWA off (<0 = server's).");

@@ -282,6 +282,13 @@ ServerMetrics::ServerMetrics(const Options& options)
       &NewCounter(r, "vismoe_expert_bytes_h2d_total", "Expert weight bytes copied host to device.");
   stall_seconds_ = &NewCounter(r, "vismoe_transfer_stall_seconds_total",
                                "Time compute waited for expert transfers.");
+  host_computed_ = &NewCounter(
+      r, "vismoe_experts_host_computed_total",
+      "Experts computed on the host instead of copied to the device (miss policy cpu, static "
+      "host layers).");
+  bytes_not_copied_ =
+      &NewCounter(r, "vismoe_expert_bytes_not_copied_total",
+                  "Expert weight bytes not copied host to device because the host computed them.");
   generated_tokens_ =
       &NewCounter(r, "vismoe_generated_tokens_total", "Completion tokens generated.");
   visual_pruned_ = &NewCounter(r, "vismoe_visual_tokens_pruned_total",
@@ -447,6 +454,11 @@ void ServerMetrics::OnBytesHostToDevice(uint64_t bytes) {
 
 void ServerMetrics::OnTransferStall(double seconds) {
   if (ValidSeconds(seconds)) stall_seconds_->Increment(seconds);
+}
+
+void ServerMetrics::OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) {
+  host_computed_->Increment(static_cast<double>(count));
+  bytes_not_copied_->Increment(static_cast<double>(bytes_not_copied));
 }
 
 void ServerMetrics::OnVisualTokensPruned(uint64_t count) {

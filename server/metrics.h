@@ -17,6 +17,7 @@
 //              vismoe_visual_tokens_pruned_total
 //              vismoe_experts_skipped_total{modality="text"|"image"}
 //              vismoe_experts_committed_total{choice="router"|"substitute"}
+//              vismoe_experts_host_computed_total, vismoe_expert_bytes_not_copied_total
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
@@ -125,6 +126,7 @@ class ServerMetrics : public StatsSink {
   void OnPrefetchUsed(uint64_t count) override;
   void OnBytesHostToDevice(uint64_t bytes) override;
   void OnTransferStall(double seconds) override;
+  void OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) override;
   void OnVisualTokensPruned(uint64_t count) override;
   void OnCompressionTime(double seconds) override;
   void OnPredictorTime(double seconds) override;
@@ -168,6 +170,8 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* prefetch_used_ = nullptr;
   prometheus::Counter* bytes_h2d_ = nullptr;
   prometheus::Counter* stall_seconds_ = nullptr;
+  prometheus::Counter* host_computed_ = nullptr;
+  prometheus::Counter* bytes_not_copied_ = nullptr;
   prometheus::Counter* generated_tokens_ = nullptr;
   prometheus::Counter* prompt_tokens_text_ = nullptr;
   prometheus::Counter* prompt_tokens_image_ = nullptr;

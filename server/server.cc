@@ -136,6 +136,8 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.pinned_layers = options_.pinned_layers;
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
+  eo.offload.miss_policy = options_.miss_policy;
+  eo.offload.host_moe_layers = options_.host_moe_layers;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.calibration_profile = options_.calibration_profile;
   if (!options_.token_compressor.empty()) eo.compression.kind = options_.token_compressor;
@@ -147,7 +149,6 @@ absl::Status VismoeServer::LoadModel() {
   eo.skipping.kind = options_.expert_skipping;
   eo.skipping.tau_text = static_cast<float>(options_.skip_tau_text);
   eo.skipping.tau_visual = static_cast<float>(options_.skip_tau_visual);
-  eo.miss_policy = options_.miss_policy;
   eo.commit.threshold = static_cast<float>(options_.commit_threshold);
   eo.commit.owa_alpha1 = static_cast<float>(options_.commit_owa_alpha1);
   eo.commit.owa_alpha2 = static_cast<float>(options_.commit_owa_alpha2);

@@ -89,6 +89,9 @@ ABSL_FLAG(int, pinned_layers, kDefaults.pinned_layers,
 ABSL_FLAG(std::string, copy_bandwidth, "0",
           "CPU backend: host->device copy rate in bytes/s (units ok, e.g. 25GB); 0 = unthrottled");
 ABSL_FLAG(std::string, eviction, kDefaults.eviction, "Slab cache eviction: lru | lfu | guarded");
+ABSL_FLAG(int, host_moe_layers, kDefaults.host_moe_layers,
+          "Static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, token_compressor, "",
           "Default token compressor: none|random|saliency|affinity; empty = engine default");
 ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
@@ -108,7 +111,8 @@ ABSL_FLAG(double, skip_tau_visual, kDefaults.skip_tau_visual,
 
 ABSL_FLAG(std::string, miss_policy, kDefaults.miss_policy,
           "What an offloaded MoE layer does about a routed expert neither resident nor in "
-          "flight: fetch (exact) | commit (lossy, paper 003: uncertain tokens compute with "
+          "flight: fetch (exact) | cpu (compute it on the host when the measured host time is "
+          "below its copy time; exact) | commit (lossy, paper 003: uncertain tokens compute with "
           "predicted experts already there; needs --expert_predictor)");
 ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
           "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
@@ -330,6 +334,7 @@ const std::vector<OptionDef>& OptionDefs() {
                 [](const ServerOptions& o) { return absl::StrCat(o.pinned_layers); }},
       VISMOE_BYTES_OPTION(copy_bandwidth),
       VISMOE_STRING_OPTION(eviction),
+      VISMOE_INT_OPTION(host_moe_layers),
       VISMOE_STRING_OPTION(token_compressor),
       OptionDef{"keep_ratio",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
@@ -494,6 +499,10 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
                                                    o->eviction, "\" (",
                                                    PolicyNames<EvictionPolicy>(", "), ")"));
+  }
+  if (o->host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option host_moe_layers must be >= 0, got ", o->host_moe_layers));
   }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));

@@ -48,12 +48,8 @@ struct EngineOptions {
   // per request). "none" keeps the exact path; thresholds < 0 come from the
   // calibration profile, as does alpha(l).
   ExpertSkippingOptions skipping;
-  // What an offloaded MoE layer does about a routed expert that is neither
-  // resident nor in flight (MissPolicy; PolicyOverrides may change it per
-  // request): "fetch" copies it (the exact path); "commit" (paper 003, lossy)
-  // computes an uncertain token with experts the predictor chose that are
-  // there instead; needs an expert predictor. Its settings in `commit`.
-  std::string miss_policy = "fetch";
+  // The commit miss policy's settings, used when offload.miss_policy (or a
+  // request's policy.miss_policy) is "commit" (paper 003, lossy).
   CommitMissOptions commit;
   // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
   // Supplies the mlp-lookahead weights, router-lookahead default vectors and,

@@ -33,7 +33,7 @@ struct PolicyOverrides {
   std::optional<std::string> expert_skipping;   // none|dual-threshold (MoDES)
   std::optional<float> skip_tau_text;           // >= 0; unset = engine's, else profile's
   std::optional<float> skip_tau_visual;         // >= 0; unset = engine's, else profile's
-  std::optional<std::string> miss_policy;       // fetch|commit (paper 003)
+  std::optional<std::string> miss_policy;       // fetch|commit|cpu (commit: paper 003)
   std::optional<float> commit_threshold;        // >= 0; unset = engine's, else profile's
   std::optional<float> commit_owa_alpha1;       // >= 0, 0 = OWA off; unset = engine's
   std::optional<float> commit_owa_alpha2;       // > 0; unset = engine's

@@ -91,6 +91,8 @@ int Main() {
                            {"keep_ratio", b.keep_ratio},
                            {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
                            {"map_host_experts", b.engine.offload.map_host_experts},
+                           {"miss_policy", b.engine.offload.miss_policy},
+                           {"host_moe_layers", b.engine.offload.host_moe_layers},
                            {"checkpoint_bytes", CheckpointBytes(b.engine.model_path)},
                            {"peak_rss_bytes", peak_rss},
                            {"startup_seconds", startup_seconds}};

@@ -31,6 +31,13 @@ ABSL_FLAG(int, lookahead_window, 5, "W: MoE layers a lookahead predictor scores 
 ABSL_FLAG(bool, map_host_experts, true,
           "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
           "every offloaded expert at start-up, as before); only where the backend allows it");
+ABSL_FLAG(std::string, miss_policy, "fetch",
+          "an offloaded expert miss: fetch (copy it in, wait) | cpu (compute it on the host when "
+          "the measured host time is below its copy time; engine/policy/host_experts.md) | "
+          "commit (lossy, paper 003; needs --prefetch)");
+ABSL_FLAG(int, host_moe_layers, 0,
+          "static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
 ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
@@ -40,8 +47,6 @@ ABSL_FLAG(double, skip_tau_text, -1,
           "expert skipping threshold of text tokens (>= 0); -1 = the calibration profile's");
 ABSL_FLAG(double, skip_tau_visual, -1,
           "expert skipping threshold of visual tokens (>= 0); -1 = the calibration profile's");
-ABSL_FLAG(std::string, miss_policy, "fetch",
-          "offloaded expert miss: fetch | commit (lossy, paper 003; needs --prefetch)");
 ABSL_FLAG(double, commit_threshold, -1,
           "commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
           "profile's");
@@ -147,6 +152,13 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
         absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
   }
   o.map_host_experts = absl::GetFlag(FLAGS_map_host_experts);
+  o.miss_policy = absl::GetFlag(FLAGS_miss_policy);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<MissPolicy>("miss_policy", o.miss_policy));
+  o.host_moe_layers = absl::GetFlag(FLAGS_host_moe_layers);
+  if (o.host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_moe_layers=", o.host_moe_layers, ": must be >= 0"));
+  }
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));
@@ -172,8 +184,6 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     *out = static_cast<float>(value);
   }
 
-  e.miss_policy = absl::GetFlag(FLAGS_miss_policy);
-  VISMOE_RETURN_IF_ERROR(CheckPolicy<MissPolicy>("miss_policy", e.miss_policy));
   const double threshold = absl::GetFlag(FLAGS_commit_threshold);
   if (!std::isfinite(threshold) || (threshold < 0 && threshold != -1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -187,7 +197,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   {
     const CommitOptionNames names{"--miss_policy", "--commit_threshold", "--commit_owa_alpha1",
                                   "--commit_owa_alpha2"};
-    VISMOE_RETURN_IF_ERROR(CheckCommitMissOptions(e.miss_policy, e.commit, names));
+    VISMOE_RETURN_IF_ERROR(CheckCommitMissOptions(o.miss_policy, e.commit, names));
   }
 
   b.requests_path = absl::GetFlag(FLAGS_requests);

@@ -108,7 +108,9 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
   };
   const OffloadStats& o = s.offload;
   const uint64_t missed = o.prefetch_needed - o.prefetch_recalled;
-  const double missed_per_run = s.PerRun(static_cast<double>(missed));
+  // Misses computed on the host were not copied: they leave the copy floor.
+  const uint64_t copied_misses = missed - std::min(missed, o.experts_host_computed);
+  const double missed_per_run = s.PerRun(static_cast<double>(copied_misses));
   const double missed_bytes = missed_per_run * static_cast<double>(expert_bytes);
   const double total = s.PerRun(s.total_seconds);
   const double stall = s.PerRun(o.stall_seconds);
@@ -143,6 +145,8 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
       {"stall_seconds", stall},
       {"expert_bytes", expert_bytes},
       {"missed_experts", per_run(static_cast<double>(missed))},
+      {"experts_host_computed", per_run(static_cast<double>(o.experts_host_computed))},
+      {"bytes_not_copied", per_run(static_cast<double>(o.bytes_not_copied))},
       {"missed_bytes", missed_bytes},
       {"copy_bandwidth_measured_bytes_per_s", measured_bandwidth},
       {"compute_seconds", compute},

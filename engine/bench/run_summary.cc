@@ -76,6 +76,8 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"prefetch_recalled", o.prefetch_recalled},
                                {"bytes_h2d", o.bytes_h2d},
                                {"stall_seconds", o.stall_seconds},
+                               {"experts_host_computed", o.experts_host_computed},
+                               {"bytes_not_copied", o.bytes_not_copied},
                                {"commit_uncertain_tokens", r->commit.uncertain_tokens},
                                {"experts_committed_router", r->commit.committed_router},
                                {"experts_committed_substitute", r->commit.committed_substitute}});

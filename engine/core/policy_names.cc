@@ -37,6 +37,7 @@ constexpr Entry<SkipKind> kSkips[] = {
 constexpr Entry<MissPolicy> kMissPolicies[] = {
     {MissPolicy::kFetch, "fetch", false},
     {MissPolicy::kCommit, "commit", false},
+    {MissPolicy::kCpu, "cpu", false},
 };
 
 template <typename Kind>
@@ -57,7 +58,6 @@ template <>
 struct Table<SkipKind> {
   static constexpr const auto& entries = kSkips;
 };
-
 template <>
 struct Table<MissPolicy> {
   static constexpr const auto& entries = kMissPolicies;

@@ -7,7 +7,7 @@
 //   PredictorKind   none | history | router-lookahead | mlp-lookahead  (expert prediction)
 //   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
 //   SkipKind        none | dual-threshold                      (MoDES expert skipping)
-//   MissPolicy      fetch | commit                             (an offloaded expert's miss)
+//   MissPolicy      fetch | commit | cpu                       (an offloaded expert's miss)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -25,9 +25,11 @@ enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
 enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
 enum class SkipKind { kNone, kDualThreshold };
 // What a MoE layer does about a routed expert that is neither resident nor in
-// flight: fetch it (the exact path) or, paper 003, commit to experts the
-// predictor chose that are there (engine/core/commit_miss_policy.h).
-enum class MissPolicy { kFetch, kCommit };
+// flight: fetch it (the exact path); commit to experts the predictor chose
+// that are there (paper 003, engine/core/commit_miss_policy.h; lossy); or
+// compute it on the host when that is measured to cost less than the copy
+// (engine/policy/host_experts.md; exact).
+enum class MissPolicy { kFetch, kCommit, kCpu };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>

@@ -29,6 +29,10 @@ class StatsSink {
   virtual void OnPrefetchUsed(uint64_t count) = 0;
   virtual void OnBytesHostToDevice(uint64_t bytes) = 0;
   virtual void OnTransferStall(double seconds) = 0;
+  // `count` experts computed on the host from the host expert store instead
+  // of being copied to the device (miss policy cpu, static host layers), and
+  // the `bytes_not_copied` that spared the copy engine.
+  virtual void OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) = 0;
   virtual void OnVisualTokensPruned(uint64_t count) = 0;
   virtual void OnCompressionTime(double seconds) = 0;
   virtual void OnPredictorTime(double seconds) = 0;
@@ -65,6 +69,7 @@ class NullStatsSink : public StatsSink {
   void OnPrefetchUsed(uint64_t) override {}
   void OnBytesHostToDevice(uint64_t) override {}
   void OnTransferStall(double) override {}
+  void OnExpertsHostComputed(uint64_t, uint64_t) override {}
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}

@@ -17,6 +17,10 @@ struct OffloadStats {
   uint64_t prefetch_used = 0;
   uint64_t bytes_h2d = 0;
   double stall_seconds = 0;
+  // Experts computed on the host instead of copied (miss policy cpu, static
+  // host layers; engine/policy/host_experts.md), and their bytes not copied.
+  uint64_t experts_host_computed = 0;
+  uint64_t bytes_not_copied = 0;
 
   // Adds another slice's counters (a request's steps, a run's requests).
   void Add(const OffloadStats& o) {
@@ -28,6 +32,8 @@ struct OffloadStats {
     prefetch_used += o.prefetch_used;
     bytes_h2d += o.bytes_h2d;
     stall_seconds += o.stall_seconds;
+    experts_host_computed += o.experts_host_computed;
+    bytes_not_copied += o.bytes_not_copied;
   }
 };
 

@@ -20,6 +20,7 @@
 #include "engine/arch/vision_tower.h"
 #include "engine/backend/backend.h"
 #include "engine/backends/registry.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
@@ -167,7 +168,7 @@ absl::Status CheckOptions(const EngineOptions& options) {
         absl::StrCat("num_threads must be >= 0 (0 = all cores), got ", options.num_threads));
   }
   VISMOE_RETURN_IF_ERROR(CheckExpertSkippingOptions(options.skipping, SkipOptionNames{}));
-  return CheckCommitMissOptions(options.miss_policy, options.commit, CommitOptionNames{});
+  return CheckCommitMissOptions(options.offload.miss_policy, options.commit, CommitOptionNames{});
 }
 
 // The calibration profile of the options, checked against the model; none
@@ -218,7 +219,7 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   if (profile.has_value()) e->commit_calibration_ = profile->commit_miss;
   VISMOE_ASSIGN_OR_RETURN(
       const std::optional<CommitMissPolicy> commit,
-      ResolveCommitMiss(options.miss_policy, options.commit,
+      ResolveCommitMiss(options.offload.miss_policy, options.commit,
                         e->commit_calibration_ ? &*e->commit_calibration_ : nullptr,
                         e->config_.text.num_experts_per_tok, CommitOptionNames{}));
   VISMOE_RETURN_IF_ERROR(e->CheckCommitHasPredictor(commit, "miss_policy"));
@@ -412,12 +413,33 @@ absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
                                config_.text.num_hidden_layers, names);
 }
 
+// Whether misses are computed on the host ("cpu") is the offload provider's,
+// one for every sequence of a step: a request may turn commit on or off, not
+// change that.
+absl::Status CheckRequestMissPolicy(const std::string& asked, const std::string& engine) {
+  const bool host = engine == PolicyName(MissPolicy::kCpu);
+  if (asked == PolicyName(MissPolicy::kCpu) && !host) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.miss_policy \"cpu\" is an engine-wide setting (host execution of misses is "
+        "shared by every request of a step); this engine's miss policy is \"", engine, "\""));
+  }
+  if (asked == PolicyName(MissPolicy::kFetch) && host) {
+    return absl::InvalidArgumentError(
+        "policy.miss_policy \"fetch\": this engine computes misses on the host for every "
+        "request (miss policy \"cpu\"); a request may ask for \"cpu\" or \"commit\"");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<CommitMissPolicy>> LocalEngine::RequestCommit(
     const GenerateRequest& request) const {
-  std::string miss_policy = options_.miss_policy;
+  std::string miss_policy = options_.offload.miss_policy;
   CommitMissOptions co = options_.commit;
   const PolicyOverrides& po = request.policy;
-  if (po.miss_policy.has_value()) miss_policy = *po.miss_policy;
+  if (po.miss_policy.has_value()) {
+    VISMOE_RETURN_IF_ERROR(CheckRequestMissPolicy(*po.miss_policy, miss_policy));
+    miss_policy = *po.miss_policy;
+  }
   // A request's values are values, never "unset": each is checked as given.
   if (po.commit_threshold.has_value()) {
     if (!(*po.commit_threshold >= 0) || !std::isfinite(*po.commit_threshold)) {

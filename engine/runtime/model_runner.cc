@@ -59,6 +59,8 @@ std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const
   split(&OffloadStats::prefetch_issued);
   split(&OffloadStats::prefetch_used);
   split(&OffloadStats::bytes_h2d);
+  split(&OffloadStats::experts_host_computed);
+  split(&OffloadStats::bytes_not_copied);
   for (size_t i = 0; i < rows.size(); ++i) {
     out[i].stall_seconds = total.stall_seconds * static_cast<double>(rows[i]) / sum;
   }

@@ -102,6 +102,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_visual_tokens_pruned_total",
                            "vismoe_experts_skipped_total",
                            "vismoe_experts_committed_total",
+                           "vismoe_experts_host_computed_total",
+                           "vismoe_expert_bytes_not_copied_total",
                            "vismoe_requests_total",
                            "vismoe_expert_cache_hit_ratio",
                            "vismoe_prefetch_recall",
@@ -176,6 +178,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnTransferStall(0.25);
   m->OnTransferStall(-1);  // broken timer: dropped
   m->OnVisualTokensPruned(128);
+  m->OnExpertsHostComputed(3, 3000);
+  m->OnExpertsHostComputed(1, 1000);
   m->OnExpertsSkipped(TokenModality::kText, 3);
   m->OnExpertsSkipped(TokenModality::kVisual, 40);
   m->OnExpertsSkipped(TokenModality::kVisual, 2);
@@ -193,6 +197,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_EQ(Value(t, "vismoe_expert_bytes_h2d_total"), 4 << 20);
   EXPECT_DOUBLE_EQ(Value(t, "vismoe_transfer_stall_seconds_total"), 0.25);
   EXPECT_EQ(Value(t, "vismoe_visual_tokens_pruned_total"), 128);
+  EXPECT_EQ(Value(t, "vismoe_experts_host_computed_total"), 4);
+  EXPECT_EQ(Value(t, "vismoe_expert_bytes_not_copied_total"), 4000);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "text"}}), 3);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "image"}}), 42);
   EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "router"}}), 8);

@@ -252,7 +252,7 @@ TEST_F(RequestValidatorTest, RejectsBadRequests) {
   {
     v1::GenerateRequest r = TextRequest("x");
     r.mutable_policy()->set_miss_policy("cache");
-    ExpectInvalid(r, "unknown policy.miss_policy \"cache\"; valid: fetch, commit");
+    ExpectInvalid(r, "unknown policy.miss_policy \"cache\"; valid: fetch, commit, cpu");
   }
   {
     v1::GenerateRequest r = TextRequest("x");

@@ -85,10 +85,13 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   fails(o, "needs skip_tau_text and skip_tau_visual");
   o = base;
   o.miss_policy = "cpu-maybe";
-  fails(o, "option miss_policy: unknown policy \"cpu-maybe\" (fetch, commit)");
+  fails(o, "option miss_policy: unknown policy \"cpu-maybe\" (fetch, commit, cpu)");
   o = base;
   o.miss_policy = "commit";  // no threshold and no profile
   fails(o, "\"commit\" needs commit_threshold");
+  o = base;
+  o.host_moe_layers = -2;
+  fails(o, "option host_moe_layers must be >= 0, got -2");
   o = base;
   o.workers = 0;
   fails(o, "workers");
@@ -112,6 +115,22 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o = base;
   o.api_key_file = "/nonexistent/key";
   fails(o, "cannot read");
+}
+
+TEST(ServerOptionsTest, HostExecutionOptions) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.miss_policy, "fetch");  // today's behaviour by default
+  EXPECT_EQ(o.host_moe_layers, 0);
+  ASSERT_TRUE(SetServerOption("miss_policy", "cpu", &o).ok());
+  ASSERT_TRUE(SetServerOption("host_moe_layers", "2", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.miss_policy, "cpu");
+  EXPECT_EQ(o.host_moe_layers, 2);
+  EXPECT_THAT(o.DebugString(), HasSubstr("miss_policy = cpu"));
+  absl::Status bad = SetServerOption("host_moe_layers", "two", &o);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("option host_moe_layers: invalid value \"two\": expected an integer"));
 }
 
 TEST(ServerOptionsTest, ExpertSkippingFlags) {

@@ -1,6 +1,7 @@
 #include "engine/backends/cpu/cpu_decoder_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,12 @@ class CpuDecoderStep final : public DecoderStep {
     for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
     return absl::OkStatus();
   }
+  // Computes expert `e` (from HostWeights() when `on_host`, else acquired)
+  // over its routed (token, slot) pairs `tok`; writes weight * output into
+  // their rows of `slot_out`.
+  absl::Status RunExpert(int layer, int e, bool on_host,
+                         const std::vector<std::pair<int64_t, int>>& tok, const RouterResult& r,
+                         ExpertProvider* experts, std::vector<float>* slot_out);
   // Sums the (token, slot) outputs per token in ascending expert order.
   void CombineSlots(const RouterResult& r, const std::vector<float>& slot_out);
 
@@ -71,6 +78,7 @@ class CpuDecoderStep final : public DecoderStep {
   int64_t n_;  // rows in flight; shrinks when tokens are compressed away
   const int64_t h_;
   std::vector<float> hs_, x_, y_;
+  std::vector<float> xs_, ys_;  // one expert's gathered rows and outputs
   RopeTable rope_;
   std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
   std::vector<const float*> deepstack_;
@@ -159,10 +167,10 @@ absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult
 
 absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
                                      ExpertProvider* experts) {
-  const int64_t n = n_, h = h_;
+  const int64_t h = h_;
   const int k = r.top_k;
   std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = 0; t < n_; ++t) {
     for (int j = 0; j < k; ++j) {
       // A skipped slot's expert is not computed for the token; one skipped
       // by every token is not declared, so the provider never fetches it.
@@ -170,46 +178,67 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     }
   }
   std::vector<int> active;
+  std::vector<int64_t> tokens;
   for (int e = 0; e < c_.num_experts; ++e) {
-    if (!routed[e].empty()) active.push_back(e);
+    if (routed[e].empty()) continue;
+    active.push_back(e);
+    tokens.push_back(static_cast<int64_t>(routed[e].size()));
   }
-  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, experts->BeginLayer(phase, layer, active));
-  std::vector<float> slot_out(static_cast<size_t>(n) * k * h);
-  std::vector<float> xs, ys;
-  for (int e : order) {
+  VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, experts->BeginRoutedLayer(phase, layer, active, tokens));
+  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h);
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    const int e = plan.order[i];
     if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
       experts->EndLayer(layer);
       return absl::InternalError(
           absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
     }
-    const auto& tok = routed[e];
-    const int64_t m = static_cast<int64_t>(tok.size());
-    xs.resize(m * h);
-    ys.resize(m * h);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs.data() + i * h);
-    auto weights = experts->Acquire(layer, e);
-    if (!weights.ok()) {
+    const absl::Status st = RunExpert(layer, e, plan.OnHost(i), routed[e], r, experts, &slot_out);
+    if (!st.ok()) {
       experts->EndLayer(layer);
-      return weights.status();
-    }
-    ExpertForward(ops_.pool(), *weights, xs.data(), m, h, c_.moe_intermediate_size, ys.data());
-    experts->Release(layer, e);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = tok[i].first;
-      const int j = tok[i].second;
-      const float wt = r.weights[t * k + j];
-      float* o = slot_out.data() + (t * k + j) * h;
-      const float* yr = ys.data() + i * h;
-      for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
+      return st;
     }
   }
   experts->EndLayer(layer);
-  if (order.size() != active.size()) {
-    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
+  if (plan.order.size() != active.size()) {
+    return absl::InternalError(absl::StrCat("expert provider returned ", plan.order.size(),
                                             " experts for layer ", layer, ", expected ",
                                             active.size()));
   }
   CombineSlots(r, slot_out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
+                                       const std::vector<std::pair<int64_t, int>>& tok,
+                                       const RouterResult& r, ExpertProvider* experts,
+                                       std::vector<float>* slot_out) {
+  const int64_t h = h_;
+  const int k = r.top_k;
+  const int64_t m = static_cast<int64_t>(tok.size());
+  xs_.resize(m * h);
+  ys_.resize(m * h);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs_.data() + i * h);
+  // A host expert is read where the host store keeps it; the same kernels on
+  // the same bytes as a slab, so the result is the same.
+  absl::StatusOr<ExpertWeights> weights =
+      on_host ? experts->HostWeights(layer, e) : experts->Acquire(layer, e);
+  if (!weights.ok()) return weights.status();
+  const auto start = std::chrono::steady_clock::now();
+  ExpertForward(ops_.pool(), *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data());
+  // Every expert here runs on the host's kernels: each is a sample of the
+  // host-compute cost model.
+  experts->OnHostExpertTime(
+      m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!on_host) experts->Release(layer, e);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t t = tok[i].first;
+    const int j = tok[i].second;
+    const float wt = r.weights[t * k + j];
+    float* o = slot_out->data() + (t * k + j) * h;
+    const float* yr = ys_.data() + i * h;
+    for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
+  }
   return absl::OkStatus();
 }
 

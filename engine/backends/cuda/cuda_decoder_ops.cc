@@ -17,6 +17,7 @@
 #include "engine/model/arch_spec.h"
 #include "engine/model/text_weights.h"
 #include "engine/offload/expert_batch_runner.h"
+#include "engine/ops/cpu/moe.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/embedding.h"
@@ -56,9 +57,19 @@ absl::StatusOr<DeviceExpert> ToDeviceExpert(const ExpertWeights& w, int layer, i
   return d;
 }
 
+// Host-side buffers of the experts a layer computes on the host, kept by the
+// step so no layer allocates once they have grown.
+struct HostExpertBuffers {
+  std::vector<Bf16> x, y;     // the host experts' permuted rows and outputs, expert after expert
+  std::vector<float> xf, yf;  // one expert's rows and output in fp32
+};
+
 // The device side of RunExpertBatches for one MoE layer: a batch is one
 // grouped MoeExpertsGrouped call on the compute stream over the experts'
-// blocks of permuted rows, and its ticket an event recorded behind it.
+// blocks of permuted rows, and its ticket an event recorded behind it. An
+// expert on the host: its rows are copied to the host in PrepareHost (ahead
+// of every launch), computed by the CPU kernels in ComputeOnHost, and its
+// output copied into its permuted rows on the stream.
 class StreamExpertLauncher final : public ExpertBatchLauncher {
  public:
   StreamExpertLauncher(Blas& blas, const Stream& stream, const std::vector<Event>& events,
@@ -75,6 +86,15 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
         gate_up_(gate_up),
         act_(act),
         yp_(yp) {}
+
+  // What host execution needs: all borrowed from the ops and the step.
+  void SetHost(ThreadPool* pool, const Event* rows_ready, HostExpertBuffers* buffers) {
+    pool_ = pool;
+    rows_ready_ = rows_ready;
+    host_ = buffers;
+  }
+  absl::Status PrepareHost(absl::Span<const int> experts) override;
+  absl::Status ComputeOnHost(int expert, const ExpertWeights& weights) override;
 
   absl::Status Launch(absl::Span<const AcquiredExpert> batch, int ticket) override {
     if (ticket < 0 || ticket >= static_cast<int>(events_.size())) {
@@ -104,7 +124,56 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
   const int64_t hidden_, inter_;
   const Bf16* xp_;
   Bf16 *gate_up_, *act_, *yp_;
+  ThreadPool* pool_ = nullptr;
+  const Event* rows_ready_ = nullptr;
+  HostExpertBuffers* host_ = nullptr;
+  std::vector<int64_t> host_row_;  // per expert: its first row in host_->x / y, or -1
+  bool rows_on_host_ = false;      // rows_ready_ has been waited for
 };
+
+absl::Status StreamExpertLauncher::PrepareHost(absl::Span<const int> experts) {
+  if (host_ == nullptr || rows_ready_ == nullptr) {
+    return absl::InternalError("CUDA experts: host execution was not set up");
+  }
+  host_row_.assign(offsets_.size(), -1);
+  int64_t rows = 0;
+  for (int e : experts) {
+    host_row_.at(e) = rows;
+    rows += offsets_[e + 1] - offsets_[e];
+  }
+  host_->x.resize(static_cast<size_t>(rows * hidden_));
+  host_->y.resize(static_cast<size_t>(rows * hidden_));
+  for (int e : experts) {
+    const int64_t m = offsets_[e + 1] - offsets_[e];
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(
+        host_->x.data() + host_row_[e] * hidden_, xp_ + int64_t{offsets_[e]} * hidden_,
+        static_cast<size_t>(m * hidden_) * sizeof(Bf16), stream_.get()));
+  }
+  rows_on_host_ = false;
+  return rows_ready_->Record(stream_.get());
+}
+
+absl::Status StreamExpertLauncher::ComputeOnHost(int expert, const ExpertWeights& weights) {
+  if (expert < 0 || expert + 1 >= static_cast<int>(host_row_.size()) || host_row_[expert] < 0) {
+    return absl::InternalError(
+        absl::StrCat("layer ", layer_, " expert ", expert, " was not prepared for the host"));
+  }
+  if (!rows_on_host_) {
+    VISMOE_RETURN_IF_ERROR(rows_ready_->Synchronize());
+    rows_on_host_ = true;
+  }
+  const int64_t m = offsets_[expert + 1] - offsets_[expert];
+  const size_t count = static_cast<size_t>(m * hidden_);
+  const size_t at = static_cast<size_t>(host_row_[expert] * hidden_);
+  host_->xf.resize(count);
+  host_->yf.resize(count);
+  ToFloat(DType::kBF16, host_->x.data() + at, count, host_->xf.data());
+  cpu::ExpertForward(pool_, weights, host_->xf.data(), m, hidden_, inter_, host_->yf.data());
+  for (size_t i = 0; i < count; ++i) host_->y[at + i] = FloatToBf16(host_->yf[i]);
+  // Behind the batches already launched, ahead of the weighted sum.
+  return CopyToDeviceAsync(yp_ + int64_t{offsets_[expert]} * hidden_, host_->y.data() + at,
+                           count * sizeof(Bf16), stream_.get());
+}
 
 }  // namespace
 
@@ -188,6 +257,7 @@ class CudaDecoderStep final : public DecoderStep {
   std::vector<float> skip_weights_;  // source of ZeroSkippedSlots' upload; outlives the copy
   std::vector<int32_t> commit_experts_;  // sources of UploadCommittedRouting's copies
   std::vector<float> commit_weights_;
+  HostExpertBuffers host_experts_;   // experts computed on the host
 };
 
 absl::Status CudaDecoderStep::Allocate(int64_t n) {
@@ -423,9 +493,12 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   // Only with every id known to be in range: an out-of-range id (a NaN router
   // row) leaves row_token entries unwritten.
   VISMOE_RETURN_IF_ERROR(PermuteRows(x_, static_cast<int>(h_), row_token_, n_ * k, xp_, st_));
+  std::vector<int64_t> tokens;  // rows each active expert computes
+  for (int e : active) tokens.push_back(offsets[e + 1] - offsets[e]);
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
-  VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, launcher));
+  launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
+  VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, tokens, launcher));
   return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
                           /*accumulate=*/false, y_, st_);
 }
@@ -593,6 +666,8 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   m->mrope_section_ = c.mrope_section;
   VISMOE_RETURN_IF_ERROR(m->UploadWeights(config, ckpt));
   VISMOE_ASSIGN_OR_RETURN(m->stream_, Stream::Create());
+  VISMOE_ASSIGN_OR_RETURN(m->host_rows_ready_, Event::Create());
+  m->host_pool_ = options.host_pool;
   for (int e = 0; e < c.num_experts; ++e) {
     VISMOE_ASSIGN_OR_RETURN(Event ev, Event::Create());
     m->expert_done_.push_back(std::move(ev));

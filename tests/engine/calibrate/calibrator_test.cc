@@ -233,7 +233,7 @@ TEST(CalibratorTest, CommitThresholdIsCalibratedSavedAndServed) {
   eo.offload.pinned_layers = 1;
   eo.offload.prefetch = "history";
   eo.calibration_profile = path;
-  eo.miss_policy = "commit";
+  eo.offload.miss_policy = "commit";
   auto engine = Engine::Create(eo);
   ASSERT_TRUE(engine.ok()) << engine.status();
   GenerateRequest req = requests[0].request;

@@ -25,7 +25,7 @@ TEST(PolicyNamesTest, EveryKindRoundTrips) {
   ExpectRoundTrip<EvictionPolicy>(
       {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kGuardedPriority});
   ExpectRoundTrip<SkipKind>({SkipKind::kNone, SkipKind::kDualThreshold});
-  ExpectRoundTrip<MissPolicy>({MissPolicy::kFetch, MissPolicy::kCommit});
+  ExpectRoundTrip<MissPolicy>({MissPolicy::kFetch, MissPolicy::kCommit, MissPolicy::kCpu});
 }
 
 TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
@@ -33,7 +33,7 @@ TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
   EXPECT_EQ(PolicyNames<PredictorKind>(" | "), "none | history | router-lookahead | mlp-lookahead");
   EXPECT_EQ(PolicyNames<EvictionPolicy>(", "), "lru, lfu, guarded");
   EXPECT_EQ(PolicyNames<SkipKind>(", "), "none, dual-threshold");
-  EXPECT_EQ(PolicyNames<MissPolicy>(", "), "fetch, commit");
+  EXPECT_EQ(PolicyNames<MissPolicy>(", "), "fetch, commit, cpu");
 }
 
 TEST(PolicyNamesTest, AliasIsAcceptedButNotPrinted) {

@@ -123,7 +123,7 @@ TEST(EngineCommitTest, CommittingMovesFewerBytesOnAFixedRequestSet) {
     const SetResult fetch = RunSet(*fetch_engine, {});
     CommitSink sink;
     o.stats = &sink;
-    o.miss_policy = "commit";
+    o.offload.miss_policy = "commit";
     o.commit.threshold = 100.0f;
     o.commit.owa_alpha1 = alpha1;
     auto commit_engine = Make(o);
@@ -146,7 +146,7 @@ TEST(EngineCommitTest, CommittingMovesFewerBytesOnAFixedRequestSet) {
 
 TEST(EngineCommitTest, RequestOverridesSwitchItOnAndOff) {
   EngineOptions o = Offloaded(8);
-  o.miss_policy = "commit";
+  o.offload.miss_policy = "commit";
   o.commit.threshold = 100.0f;
   auto engine = Make(o);
   ASSERT_NE(engine, nullptr);
@@ -163,7 +163,7 @@ TEST(EngineCommitTest, RequestOverridesSwitchItOnAndOff) {
 
 TEST(EngineCommitTest, OneSlabCacheAndAllResidentWork) {
   EngineOptions o = Offloaded(1);
-  o.miss_policy = "commit";
+  o.offload.miss_policy = "commit";
   o.commit.threshold = 100.0f;
   auto engine = Make(o);
   ASSERT_NE(engine, nullptr);
@@ -177,7 +177,7 @@ TEST(EngineCommitTest, OneSlabCacheAndAllResidentWork) {
   resident.gpu_memory_budget_bytes = 0;
   auto r = Make(resident);
   ASSERT_NE(r, nullptr);
-  resident.miss_policy = "fetch";
+  resident.offload.miss_policy = "fetch";
   auto exact = Make(resident);
   ASSERT_NE(exact, nullptr);
   const SetResult all = RunSet(*r, {});
@@ -187,11 +187,11 @@ TEST(EngineCommitTest, OneSlabCacheAndAllResidentWork) {
 
 TEST(EngineCommitTest, BadOptionsAndOverridesAreNamed) {
   EngineOptions o = Offloaded(8);
-  o.miss_policy = "sometimes";
+  o.offload.miss_policy = "sometimes";
   auto e = Engine::Create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(e.status().message(), HasSubstr("miss_policy \"sometimes\""));
-  o.miss_policy = "commit";  // no threshold, no profile
+  o.offload.miss_policy = "commit";  // no threshold, no profile
   e = Engine::Create(o);
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(e.status().message(), HasSubstr("commit_threshold is not set"));
@@ -201,7 +201,7 @@ TEST(EngineCommitTest, BadOptionsAndOverridesAreNamed) {
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(e.status().message(), HasSubstr("runs no expert predictor"));
 
-  o.miss_policy = "fetch";  // the predictor-less engine refuses a committing request
+  o.offload.miss_policy = "fetch";  // the predictor-less engine refuses a committing request
   auto engine = Make(o);
   ASSERT_NE(engine, nullptr);
   GenerateRequest req = testing::PatternImageRequest(2);
@@ -224,6 +224,38 @@ TEST(EngineCommitTest, BadOptionsAndOverridesAreNamed) {
   p = engine->Prepare(req);
   ASSERT_FALSE(p.ok());
   EXPECT_THAT(p.status().message(), HasSubstr("policy.commit_owa_alpha2"));
+}
+
+// Host execution of misses ("cpu") belongs to the engine's offload provider,
+// shared by every request of a step: a request may switch commit on or off
+// but not host execution. Commit then runs before the provider, so a "cpu"
+// engine serves a committing request and computes its remaining misses on the
+// host.
+TEST(EngineCommitTest, ARequestCannotChangeHostExecution) {
+  EngineOptions fetch_options = Offloaded(8);
+  fetch_options.commit.threshold = 1e9f;  // commit every decode token when asked
+  auto fetch_engine = Make(fetch_options);
+  ASSERT_NE(fetch_engine, nullptr);
+  GenerateRequest req = testing::PatternImageRequest(4);
+  req.policy.miss_policy = "cpu";
+  auto p = fetch_engine->Prepare(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("\"cpu\" is an engine-wide setting"));
+
+  EngineOptions cpu_options = fetch_options;
+  cpu_options.offload.miss_policy = "cpu";
+  auto cpu_engine = Make(cpu_options);
+  ASSERT_NE(cpu_engine, nullptr);
+  req.policy.miss_policy = "fetch";
+  p = cpu_engine->Prepare(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("computes misses on the host for every request"));
+  req.policy.miss_policy = "cpu";
+  EXPECT_TRUE(cpu_engine->Prepare(req).ok());
+  req.policy.miss_policy = "commit";
+  auto r = cpu_engine->Generate(req, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->commit.tokens, 0u);
 }
 
 }  // namespace

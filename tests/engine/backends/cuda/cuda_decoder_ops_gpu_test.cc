@@ -4,7 +4,8 @@
 // logit margin between the two choices at the first divergence is below that
 // tolerance. Experts come through the offload provider on the CUDA copy path,
 // from everything pinned down to one slab (which exercises slab reuse behind
-// the compute stream). Skips without a device.
+// the compute stream), and with experts computed on the host (miss policy
+// cpu, static host layers). Skips without a device.
 #include "gtest/gtest.h"
 
 #ifndef VISMOE_HAVE_CUDA
@@ -115,7 +116,8 @@ class CudaDecoderTest : public ::testing::Test {
   // An offload provider on the CUDA copy path with `pinned` MoE layers and
   // `slabs` slabs (-1 = every offloaded expert).
   std::unique_ptr<OffloadExpertProvider> DeviceProvider(int pinned, int slabs,
-                                                        const std::string& prefetch) {
+                                                        const std::string& prefetch,
+                                                        const OffloadOptions& base = {}) {
     auto sizes = MeasureModelSizes(*ckpt_, config_.text, prefix_);
     EXPECT_TRUE(sizes.ok()) << sizes.status();
     if (!sizes.ok()) return nullptr;
@@ -128,7 +130,7 @@ class CudaDecoderTest : public ::testing::Test {
     auto plan = MakeMemoryPlan(*sizes, po);
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return nullptr;
-    OffloadOptions oo;
+    OffloadOptions oo = base;
     oo.prefetch = prefetch;
     OffloadDevice device;
     device.host_allocator = &host_alloc_;
@@ -174,6 +176,49 @@ TEST_F(CudaDecoderTest, TextCasesMatchTheCpuReferenceForEveryPlacement) {
       auto gpu = vismoe::testing::GreedyLogits(*gpu_, device.get(), ids, kDecodeSteps, nullptr,
                                                &gpu_tokens);
       ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab);
+    }
+    std::string why;
+    EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+  }
+}
+
+// Experts computed on the host (rows copied down, CPU kernels over the bf16
+// host store, outputs copied back into the permuted rows) agree with the CPU
+// reference as the device's do. A throttled copy engine (5 MB/s) makes the
+// cpu policy put misses on the host; the static placement does so always.
+TEST_F(CudaDecoderTest, HostExecutionMatchesTheCpuReference) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  const int vocab = config_.text.vocab_size;
+  struct Variant {
+    int pinned, slabs;
+    const char* miss_policy;
+    int host_layers;
+  };
+  for (const Variant& v : {Variant{1, 2, "cpu", 0}, Variant{1, 1, "fetch", NumMoeLayers() - 1},
+                           Variant{0, 3, "cpu", 2}}) {
+    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs << " "
+                                      << v.miss_policy << " host layers " << v.host_layers);
+    OffloadOptions oo;
+    oo.miss_policy = v.miss_policy;
+    oo.host_moe_layers = v.host_layers;
+    oo.copy_bandwidth_bytes_per_s = 5e6;
+    auto device = DeviceProvider(v.pinned, v.slabs, "history", oo);
+    ASSERT_NE(device, nullptr);
+    for (const auto& c : cases) {
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+      std::vector<int> cpu_tokens, gpu_tokens;
+      auto cpu = vismoe::testing::GreedyLogits(*cpu_, resident_.get(), ids, kDecodeSteps, nullptr,
+                                               &cpu_tokens);
+      auto gpu = vismoe::testing::GreedyLogits(*gpu_, device.get(), ids, kDecodeSteps, nullptr,
+                                               &gpu_tokens);
+      ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab);
+    }
+    device->WaitForTransfers();
+    const OffloadStats s = device->TakeRequestStats();
+    EXPECT_GT(s.experts_host_computed, 0u);
+    if (v.pinned + v.host_layers == NumMoeLayers()) {
+      EXPECT_EQ(s.bytes_h2d, 0u);  // every offloaded layer on the host
     }
     std::string why;
     EXPECT_TRUE(device->CheckInvariants(&why)) << why;
