@@ -382,13 +382,14 @@ def cmd_mtmd(a):
             sys.exit(f"{a.log}: expected one '{what}' line, found {len(m)}")
         return m[0]
 
-    encode_ms = float(one(r"image slice encoded in (\d+) ms", "image slice encoded"))
+    encode_ms = float(one(r"(?:image slice encoded|mtmd batch encoding done) in (\d+) ms",
+                          "mtmd batch encoding done"))  # the vision tower
     p_ms, p_tok = one(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", "prompt eval time")
     e_ms, e_runs = one(r"(?<!prompt )eval time =\s*([\d.]+) ms /\s*(\d+) runs", "eval time")
     n_img = int(one(r"n_tokens_batch = (\d+)", "n_tokens_batch"))
     prefill_s = (encode_ms + float(p_ms)) / 1e3
     out = {"side": "llama.cpp", "prompt_tokens": int(p_tok), "visual_tokens": n_img,
-           "new_tokens": int(e_runs), "timed_runs": 1, "encode_seconds": encode_ms / 1e3,
+           "new_tokens": int(e_runs) + 1, "timed_runs": 1,  # the first comes from the prompt "encode_seconds": encode_ms / 1e3,
            "prefill_seconds": prefill_s, "prefill_tps": int(p_tok) / prefill_s,
            "decode_tps": int(e_runs) / (float(e_ms) / 1e3)}
     json.dump(dict(out, **json.loads(a.meta)), open(a.out, "w"), indent=1)

@@ -141,7 +141,7 @@ run_llama() {  # round row
   if [[ $row == vl-* ]]; then
     "$bin/llama-mtmd-cli" -m "$(gguf_of "$row")" --mmproj "$WORK/gguf/mmproj-$row.gguf" \
       --image "$WORK/img448.png" -p "$VL_PROMPT" -n "$NEW_TOKENS" --temp 0 --ignore-eos \
-      -t "$THREADS" -c 1024 >"$raw.log" 2>&1 || { tail "$raw.log"; exit 1; }
+      -t "$THREADS" -c 1024 -lv 4 >"$raw.log" 2>&1 || { tail "$raw.log"; exit 1; }
     "$PY" "$HELPER" mtmd --log "$raw.log" --meta "$(meta "$r" "$row")" --out "$RES/round$r.$row.llama.json"
   else
     # pp: the prompt from an empty context; tg: NEW_TOKENS tokens after PROMPT_TOKENS of
