@@ -248,7 +248,10 @@ absl::Status CudaDecoderStep::UploadBlockTables() {
     const std::vector<int32_t>& blocks = caches_[s]->blocks();
     auto it =
         std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == pools_[s]; });
-    if (it == used.end()) it = used.insert(used.end(), {pools_[s], 0});
+    if (it == used.end()) {
+      used.emplace_back(pools_[s], 0);
+      it = used.end() - 1;
+    }
     int32_t* dst = pools_[s]->tables() + it->second;
     it->second += static_cast<int64_t>(blocks.size());
     VISMOE_RETURN_IF_ERROR(
