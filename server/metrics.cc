@@ -391,10 +391,13 @@ void ServerMetrics::RegisterSchedulerMetrics(prometheus::Registry& r) {
   sequences_waiting_ = &sequences.Add({{"state", "waiting"}});
   auto& blocks = prometheus::BuildGauge()
                      .Name("vismoe_kv_blocks")
-                     .Help("KV cache blocks (16 tokens) reserved by running requests, and free.")
+                     .Help("KV cache blocks (16 tokens) held by running requests, and free.")
                      .Register(r);
   kv_blocks_used_ = &blocks.Add({{"state", "used"}});
   kv_blocks_free_ = &blocks.Add({{"state", "free"}});
+  preemptions_ = &NewCounter(r, "vismoe_preemptions_total",
+                             "Running requests preempted to free KV blocks for others (their "
+                             "tokens are recomputed when they run again).");
   batch_size_ = &NewHistogram(r, "vismoe_batch_size", "Sequences in one forward step.",
                               kBatchSizeBuckets);
   step_tokens_ = &NewHistogram(r, "vismoe_step_tokens",
@@ -416,6 +419,8 @@ void ServerMetrics::SetKvBlocks(int64_t used, int64_t total) {
   kv_blocks_used_->Set(static_cast<double>(used));
   kv_blocks_free_->Set(static_cast<double>(total - used));
 }
+
+void ServerMetrics::OnPreemption() { preemptions_->Increment(); }
 
 void ServerMetrics::SetQueueDepth(int64_t n) { queue_depth_->Set(static_cast<double>(n)); }
 

@@ -137,6 +137,7 @@ class ServerMetrics : public StatsSink {
   void OnSchedulerStep(int sequences, int64_t tokens) override;
   void SetSequences(int64_t running, int64_t waiting) override;
   void SetKvBlocks(int64_t used, int64_t total) override;
+  void OnPreemption() override;
 
   // TCP port the exposer listens on (resolved when 0 was asked); 0 without
   // an exposer.
@@ -153,7 +154,8 @@ class ServerMetrics : public StatsSink {
   explicit ServerMetrics(const Options& options);
   // REQUIRES: layer >= 0.
   CachePair& CacheSeries(Phase phase, int layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The engine's batch scheduler: sequences, KV blocks, per-step histograms.
+  // The engine's batch scheduler: sequences, KV blocks, preemptions, per-step
+  // histograms.
   void RegisterSchedulerMetrics(prometheus::Registry& r);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -185,6 +187,7 @@ class ServerMetrics : public StatsSink {
   prometheus::Gauge* sequences_waiting_ = nullptr;
   prometheus::Gauge* kv_blocks_used_ = nullptr;
   prometheus::Gauge* kv_blocks_free_ = nullptr;
+  prometheus::Counter* preemptions_ = nullptr;
   prometheus::Histogram* batch_size_ = nullptr;
   prometheus::Histogram* step_tokens_ = nullptr;
   prometheus::Gauge* slots_[4] = {};  // indexed by SlotState

@@ -60,8 +60,9 @@ ABSL_FLAG(int, max_step_tokens, kDefaults.max_step_tokens,
           "Rows of one forward step: every running request's decode token plus chunks of "
           "prompts being prefilled (>= --workers)");
 ABSL_FLAG(int, kv_cache_tokens, kDefaults.kv_cache_tokens,
-          "KV cache tokens shared by all running requests (each reserves its prompt plus "
-          "max_new_tokens); 0 = --max_context_tokens");
+          "KV cache tokens shared by all running requests, in 16-token blocks (a request takes "
+          "its prompt's blocks when admitted and grows a block at a time; the youngest is "
+          "preempted and recomputed when the pool runs out); 0 = --max_context_tokens");
 ABSL_FLAG(int, prepare_threads, kDefaults.prepare_threads,
           "Requests prepared (images decoded, prompt tokenized) at once, off the engine's workers");
 ABSL_FLAG(int, decode_threads, kDefaults.decode_threads, "Concurrent image decodes");

@@ -207,6 +207,12 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
     }
   }
   b.Gather();
+  // Every entry is valid: take the blocks of the new rows (none when the
+  // scheduler reserved them already).
+  for (size_t i = 0; i < entries.size(); ++i) {
+    KvCache* cache = entries[i].cache;
+    VISMOE_RETURN_IF_ERROR(cache->Reserve(cache->length() + b.seqs[i].n));
+  }
   return absl::OkStatus();
 }
 

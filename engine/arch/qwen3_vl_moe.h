@@ -64,6 +64,10 @@ class Qwen3VlMoeModel final : public TextDecoder {
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override {
     return ops_->CreateKvCache(capacity);
   }
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                       int64_t block_tokens) const override {
+    return ops_->CreateKvPool(blocks, block_tokens);
+  }
   const ModelConfig& config() const override { return config_; }
   const char* backend() const override { return ops_->name(); }
 

@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
 #include "engine/core/commit_miss_policy.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
@@ -81,14 +82,21 @@ class TextDecoder {
  public:
   virtual ~TextDecoder() = default;
 
-  // A KV cache of `capacity` tokens in the backend's memory (device memory on
-  // CUDA, so this can fail).
+  // A KV cache of `capacity` tokens with a pool of its own in the backend's
+  // memory (device memory on CUDA, so this can fail): one sequence alone.
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
-  // Runs the new tokens, appending to `cache` (from this decoder's
-  // CreateKvCache), and writes host logits [tokens or 1, vocab]. InvalidArgument
-  // for bad input (token id out of range, visual count mismatch, position
-  // shape), ResourceExhausted when the cache is full, Cancelled when
-  // is_cancelled fired (the cache is then left unchanged in length).
+  // A KV pool of `blocks` blocks of `block_tokens` tokens in the backend's
+  // memory, allocated now, for caches of several sequences
+  // (KvCache(pool, capacity)).
+  virtual absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                               int64_t block_tokens) const = 0;
+  // Runs the new tokens, appending to `cache` (over this decoder's
+  // CreateKvCache or CreateKvPool) and taking the blocks they need from its
+  // pool, and writes host logits [tokens or 1, vocab]. InvalidArgument for bad
+  // input (token id out of range, visual count mismatch, position shape),
+  // ResourceExhausted when the cache is full or its pool has no free block
+  // for the new tokens, Cancelled when is_cancelled fired (the cache is then
+  // left unchanged in length).
   virtual absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
                                std::vector<float>* logits) const = 0;
   // Runs several sequences as one step: each entry's result is what Forward
@@ -96,7 +104,8 @@ class TextDecoder {
   // `experts` once for the union of the batch's experts. Each entry keeps its
   // own positions, visual rows, token compression and observer; a step whose
   // entries differ in phase asks for its experts as prefill. The whole
-  // batch fails if one entry is invalid (no cache advances). is_cancelled is
+  // batch fails if one entry is invalid (no cache advances; blocks an entry
+  // took for its new tokens stay with its cache). is_cancelled is
   // polled only in a batch of one: a caller drops cancelled sequences between
   // steps.
   virtual absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,

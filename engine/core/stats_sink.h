@@ -55,8 +55,11 @@ class StatsSink {
   // Sequences the engine is running (admitted, holding KV blocks) and
   // waiting to be admitted (gauges).
   virtual void SetSequences(int64_t running, int64_t waiting) = 0;
-  // KV cache blocks reserved by running sequences, of the pool's total (gauges).
+  // KV cache blocks held by running sequences, of the pool's total (gauges).
   virtual void SetKvBlocks(int64_t used, int64_t total) = 0;
+  // One running sequence preempted: its KV blocks freed for others, its
+  // tokens to be recomputed when it runs again (counter).
+  virtual void OnPreemption() = 0;
 };
 
 // A sink that drops everything; the default when nobody listens, and the
@@ -80,6 +83,7 @@ class NullStatsSink : public StatsSink {
   void OnSchedulerStep(int, int64_t) override {}
   void SetSequences(int64_t, int64_t) override {}
   void SetKvBlocks(int64_t, int64_t) override {}
+  void OnPreemption() override {}
 };
 
 }  // namespace vismoe

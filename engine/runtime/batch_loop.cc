@@ -32,7 +32,7 @@ bool CallerCancelled(const Sequence& seq) {
 
 }  // namespace
 
-BatchLoop::BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvBlockPool* pool,
+BatchLoop::BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvPool* pool,
                      StatsSink* stats, std::function<void()> on_busy)
     : scheduler_(scheduler),
       runner_(runner),
@@ -96,8 +96,14 @@ void BatchLoop::Step() {
     seq->output.Cancel();
     Finish(seq, absl::OkStatus());
   }
-  const std::vector<ScheduledChunk> step = scheduler_->Schedule();
+  ScheduledStep scheduled = scheduler_->Schedule();
+  for (auto& [seq, status] : scheduled.failed) Finish(seq, std::move(status));
+  if (stats_ != nullptr) {
+    for (size_t i = 0; i < scheduled.preempted.size(); ++i) stats_->OnPreemption();
+  }
+  const std::vector<ScheduledChunk>& step = scheduled.chunks;
   if (step.empty()) {
+    if (scheduler_->empty()) return;  // the failed ones were the last
     // Cannot happen while a sequence is left (the pool holds any one
     // sequence, and a running one always gets a row); never spin on it.
     for (Sequence* seq : scheduler_->RemoveIf([](const Sequence&) { return true; })) {

@@ -19,6 +19,7 @@
 #include "engine/arch/text_decoder.h"
 #include "engine/arch/vision_tower.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/backends/registry.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
@@ -38,7 +39,6 @@
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/batch_loop.h"
-#include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/local_prepared.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/prompt_builder.h"
@@ -67,8 +67,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Tokens a KV cache block holds (the pool's unit of admission).
-constexpr int64_t kKvBlockTokens = 16;
+// Tokens a KV cache block holds (the pool's unit of admission and growth).
+constexpr int64_t kKvBlockTokens = KvPool::kDefaultBlockTokens;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -87,7 +87,7 @@ class LocalEngine final : public Engine {
  private:
   LocalEngine() = default;
   // Create's steps, in order: the files of the checkpoint directory; the
-  // backend's vision tower, decoder, offload device, and the KV cache (returns
+  // backend's vision tower, decoder, offload device, and the KV pool (returns
   // the device activation bytes); the expert provider (resident, or the offload
   // runtime with its predictor); where token compression runs; ModelInfo.
   absl::Status LoadFiles();
@@ -101,12 +101,10 @@ class LocalEngine final : public Engine {
   // The request's token compression, checked; and the request's predictor,
   // which must be the engine's.
   absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
-  // Create's last step: the KV block pool, step scheduler, model runner and
-  // the step thread.
+  // Create's last step: the step scheduler, model runner and the step thread.
   void StartLoop();
-  // The KV pool's size in tokens, and its bytes.
+  // The KV pool's size in tokens.
   int64_t KvTokens() const;
-  int64_t KvBytes() const;
   // The expert counters since the last call (the step thread's only).
   OffloadStats TakeStepStats();
   // The request's expert skipping: the engine's, with the request's overrides.
@@ -144,7 +142,9 @@ class LocalEngine final : public Engine {
   std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
   std::optional<CommitCalibration> commit_calibration_;  // likewise
   uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
-  std::unique_ptr<KvBlockPool> kv_pool_;
+  // Every sequence's KV rows: allocated once, at start-up (the memory plan's
+  // KV region), handed out in blocks.
+  std::unique_ptr<KvPool> kv_pool_;
   std::unique_ptr<StepScheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   // Last, so that it is destroyed (its thread joined) before what it uses.
@@ -277,11 +277,13 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderOps> ops,
                           backend.CreateDecoderOps(config_, *checkpoint_, bo));
   VISMOE_ASSIGN_OR_RETURN(model_, Qwen3VlMoeModel::Create(config_, std::move(ops)));
+  VISMOE_ASSIGN_OR_RETURN(kv_pool_,
+                          model_->CreateKvPool(KvTokens() / kKvBlockTokens, kKvBlockTokens));
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,
                                                          Qwen3VlMoeModel::TextPrefix(config_)));
-  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", KvBytes());
+  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", kv_pool_->bytes());
   return activation_bytes;
 }
 
@@ -306,7 +308,7 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   po.budget_bytes = options_.gpu_memory_budget_bytes;
   po.pinned_layers = options_.offload.pinned_layers;
   po.activation_bytes = activation_bytes;
-  po.kv_cache_bytes = KvBytes();
+  po.kv_cache_bytes = kv_pool_->bytes();
   if (po.pinned_layers == -1 && profile != nullptr && !profile->pinned.cost.empty()) {
     po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
   }
@@ -494,13 +496,6 @@ int64_t LocalEngine::KvTokens() const {
   return (tokens + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
 }
 
-// What the caches of KvTokens() rows take (KvCache::bytes(): fp32 keys and values).
-int64_t LocalEngine::KvBytes() const {
-  const TextConfig& t = config_.text;
-  return 2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * KvTokens() *
-         static_cast<int64_t>(sizeof(float));
-}
-
 OffloadStats LocalEngine::TakeStepStats() {
   if (offload_ != nullptr) return offload_->TakeRequestStats();
   OffloadStats s;  // resident: every expert lookup is a hit
@@ -512,7 +507,6 @@ OffloadStats LocalEngine::TakeStepStats() {
 }
 
 void LocalEngine::StartLoop() {
-  kv_pool_ = std::make_unique<KvBlockPool>(KvTokens(), kKvBlockTokens);
   scheduler_ = std::make_unique<StepScheduler>(
       StepLimits{options_.max_running_sequences, options_.max_step_tokens}, kv_pool_.get());
   RunnerParts parts;
@@ -543,8 +537,8 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   const Clock::time_point start =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(p->prepare_seconds()));
-  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_,
-               options_.max_context_tokens, start);
+  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_, options_.max_context_tokens,
+               kv_pool_.get(), start);
   seq.result.usage.prompt_tokens = p->prompt_tokens();
   loop_->Submit(&seq);
   seq.done.WaitForNotification();

@@ -115,7 +115,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_request_duration_seconds",
                            "vismoe_image_decode_seconds",
                            "vismoe_compression_seconds",
-                           "vismoe_predictor_seconds"}) {
+                           "vismoe_predictor_seconds",
+                           "vismoe_preemptions_total"}) {
     EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " ")) << name;
   }
   // Pre-created zero series so PromQL ratios have data before traffic.
@@ -130,6 +131,7 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
   EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "router"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_preemptions_total"), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
   EXPECT_FALSE(absl::StrContains(text, "vismoe_gpu_memory_bytes{"));
   EXPECT_TRUE(std::isnan(Value(text, "vismoe_expert_cache_hit_ratio")));
@@ -231,6 +233,19 @@ TEST(ServerMetricsTest, GaugesForSlotsMemoryAndAdmission) {
   EXPECT_EQ(Value(t, "vismoe_gpu_memory_bytes", {{"region", "slab_cache"}}), 5000);
   EXPECT_EQ(Value(t, "vismoe_queue_depth"), 3);
   EXPECT_EQ(Value(t, "vismoe_running_requests"), 2);
+}
+
+TEST(ServerMetricsTest, KvBlocksAndPreemptions) {
+  auto m = MakeMetrics();
+  ASSERT_NE(m, nullptr);
+  m->SetKvBlocks(12, 64);
+  m->OnPreemption();
+  m->OnPreemption();
+  m->SetKvBlocks(5, 64);
+  const std::string t = m->Serialize();
+  EXPECT_EQ(Value(t, "vismoe_kv_blocks", {{"state", "used"}}), 5);
+  EXPECT_EQ(Value(t, "vismoe_kv_blocks", {{"state", "free"}}), 59);
+  EXPECT_EQ(Value(t, "vismoe_preemptions_total"), 2);
 }
 
 TEST(ServerMetricsTest, RequestOutcomesAndResults) {

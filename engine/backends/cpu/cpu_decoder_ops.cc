@@ -148,9 +148,11 @@ absl::Status CpuDecoderStep::Attention(int layer) {
       std::copy_n(k.data() + (row + t) * kvd, kvd, cache->KeyRow(layer, start + t));
       std::copy_n(v.data() + (row + t) * kvd, kvd, cache->ValueRow(layer, start + t));
     }
-    cpu::Attention(pool, shape, q.data() + row * qd, rows, cache->Keys(layer),
-                   cache->Values(layer), start + rows, /*causal=*/true, /*q_pos0=*/start,
-                   attn.data() + row * qd);
+    const KvPool& kv = *cache->pool();
+    const PagedKv paged{kv.Keys(layer), kv.Values(layer), cache->blocks().data(), kv.block_tokens(),
+                        kv.block_elems()};
+    PagedAttention(pool, shape, q.data() + row * qd, rows, paged, start + rows, /*causal=*/true,
+                   /*q_pos0=*/start, attn.data() + row * qd);
     row += rows;
   }
   y_.resize(n * h);
@@ -328,10 +330,15 @@ absl::StatusOr<std::unique_ptr<CpuDecoderOps>> CpuDecoderOps::Create(const Model
   return std::unique_ptr<CpuDecoderOps>(new CpuDecoderOps(config, std::move(weights), pool));
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> CpuDecoderOps::CreateKvCache(int64_t capacity) const {
+absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t blocks,
+                                                                    int64_t block_tokens) const {
+  if (blocks <= 0 || blocks > INT32_MAX || block_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pool: bad shape blocks=", blocks, " block_tokens=", block_tokens));
+  }
   const TextConfig& c = config_.text;
-  return std::make_unique<KvCache>(c.num_hidden_layers, capacity,
-                                   int64_t{c.num_key_value_heads} * c.head_dim);
+  return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens,
+                                  int64_t{c.num_key_value_heads} * c.head_dim);
 }
 
 absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/backends/cuda/device_kv_cache.h"
+#include "engine/backends/cuda/device_kv_pool.h"
 #include "engine/backends/cuda/weight_packer.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
@@ -181,11 +181,13 @@ absl::Status StreamExpertLauncher::ComputeOnHost(int expert, const ExpertWeights
 // that follows the rows through compression. Holds the ops' lock for its life.
 class CudaDecoderStep final : public DecoderStep {
  public:
-  CudaDecoderStep(const CudaDecoderOps& ops, std::vector<DeviceKvCache*> caches,
-                  std::vector<int64_t> seq_rows, std::unique_lock<std::mutex> lock)
+  CudaDecoderStep(const CudaDecoderOps& ops, std::vector<KvCache*> caches,
+                  std::vector<DeviceKvPool*> pools, std::vector<int64_t> seq_rows,
+                  std::unique_lock<std::mutex> lock)
       : ops_(ops),
         c_(ops.config_.text),
         caches_(std::move(caches)),
+        pools_(std::move(pools)),
         seq_rows_(std::move(seq_rows)),
         lock_(std::move(lock)),
         st_(ops.stream_.get()),
@@ -215,6 +217,8 @@ class CudaDecoderStep final : public DecoderStep {
   // Device index lists of the visual rows still in the step (DeepStack).
   absl::Status SetVisualRows(absl::Span<const int64_t> visual_rows);
   absl::Status UploadPositions(absl::Span<const int64_t> positions);
+  // Each sequence's block table, into its pool's tables() (tables_).
+  absl::Status UploadBlockTables();
   // Expert skipping on the device: zeroes the permuted rows and the combine
   // weights of the skipped slots.
   absl::Status ZeroSkippedSlots(const RouterResult& r);
@@ -226,7 +230,9 @@ class CudaDecoderStep final : public DecoderStep {
 
   const CudaDecoderOps& ops_;
   const TextConfig& c_;
-  std::vector<DeviceKvCache*> caches_;  // one per sequence
+  std::vector<KvCache*> caches_;        // one per sequence
+  std::vector<DeviceKvPool*> pools_;    // each cache's pool
+  std::vector<const int32_t*> tables_;  // each cache's block table on the device
   std::vector<int64_t> seq_rows_;       // rows of each sequence in flight
   std::unique_lock<std::mutex> lock_;
   StreamHandle st_;
@@ -299,10 +305,33 @@ absl::Status CudaDecoderStep::Begin(const StepInput& in) {
   VISMOE_ASSIGN_OR_RETURN(int32_t * ids_dev, scratch().AllocateArray<int32_t>(n_));
   VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(ids_dev, ids.data(), ids.size() * sizeof(int32_t), st_));
   VISMOE_RETURN_IF_ERROR(UploadPositions(in.positions));
+  VISMOE_RETURN_IF_ERROR(UploadBlockTables());
   VISMOE_RETURN_IF_ERROR(
       EmbeddingGather(ops_.embed_, c_.vocab_size, static_cast<int>(h_), ids_dev, n_, hs_, st_));
   if (in.visual_embeds != nullptr && !in.visual_rows.empty()) {
     VISMOE_RETURN_IF_ERROR(UploadVisual(in));
+  }
+  return absl::OkStatus();
+}
+
+// A pool's tables() has room for all of one step's tables: no block is in two
+// caches. The caches' tables do not change during the step (the decoder takes
+// blocks before it begins), so the copies may read them asynchronously.
+absl::Status CudaDecoderStep::UploadBlockTables() {
+  std::vector<std::pair<const DeviceKvPool*, int64_t>> used;  // entries taken per pool
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    const std::vector<int32_t>& blocks = caches_[s]->blocks();
+    auto it =
+        std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == pools_[s]; });
+    if (it == used.end()) {
+      used.emplace_back(pools_[s], 0);
+      it = used.end() - 1;
+    }
+    int32_t* dst = pools_[s]->tables() + it->second;
+    it->second += static_cast<int64_t>(blocks.size());
+    VISMOE_RETURN_IF_ERROR(
+        CopyToDeviceAsync(dst, blocks.data(), blocks.size() * sizeof(int32_t), st_));
+    tables_.push_back(dst);
   }
   return absl::OkStatus();
 }
@@ -404,23 +433,23 @@ absl::Status CudaDecoderStep::Attention(int layer) {
                                    positions_, ops_.inv_freq_, section, st_));
   VISMOE_RETURN_IF_ERROR(ApplyRope(k, n, c_.num_key_value_heads, static_cast<int>(hd), width,
                                    positions_, ops_.inv_freq_, section, st_));
-  const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(Bf16);
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, static_cast<int>(hd), width,
                        kvd};
   int64_t row = 0;  // the sequence's first row
   for (size_t s = 0; s < caches_.size(); ++s) {
-    DeviceKvCache* cache = caches_[s];
+    const DeviceKvPool& pool = *pools_[s];
     const int64_t rows = seq_rows_[s];
-    const int64_t start = cache->layer_length(layer);
-    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        cache->Keys(layer) + start * kvd, row_bytes, k + row * width, width * sizeof(Bf16),
-        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
-    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        cache->Values(layer) + start * kvd, row_bytes, v + row * width, width * sizeof(Bf16),
-        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
-    VISMOE_RETURN_IF_ERROR(cuda::Attention(shape, q + row * width, rows, cache->Keys(layer),
-                                           cache->Values(layer), start + rows, /*causal=*/true,
-                                           /*q_pos0=*/start, attn_ + row * qd, st_));
+    const int64_t start = caches_[s]->layer_length(layer);
+    const PagedKv paged{tables_[s], pool.block_tokens(), pool.block_elems()};
+    Bf16* keys = pool.Keys(layer);
+    Bf16* values = pool.Values(layer);
+    VISMOE_RETURN_IF_ERROR(
+        PagedKvWrite(k + row * width, width, rows, kvd, keys, paged, start, st_));
+    VISMOE_RETURN_IF_ERROR(
+        PagedKvWrite(v + row * width, width, rows, kvd, values, paged, start, st_));
+    VISMOE_RETURN_IF_ERROR(PagedAttention(shape, q + row * width, rows, keys, values, paged,
+                                          start + rows, /*causal=*/true, /*q_pos0=*/start,
+                                          attn_ + row * qd, st_));
     row += rows;
   }
   // hs += o_proj(attn): the residual add is the GEMM's beta = 1.
@@ -719,13 +748,14 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> CudaDecoderOps::CreateKvCache(int64_t capacity) const {
+absl::StatusOr<std::unique_ptr<KvPool>> CudaDecoderOps::CreateKvPool(int64_t blocks,
+                                                                     int64_t block_tokens) const {
   const TextConfig& c = config_.text;
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // may run on any thread
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvCache> cache,
-                          DeviceKvCache::Create(c.num_hidden_layers, capacity,
-                                                int64_t{c.num_key_value_heads} * c.head_dim));
-  return std::unique_ptr<KvCache>(std::move(cache));
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool,
+                          DeviceKvPool::Create(c.num_hidden_layers, blocks, block_tokens,
+                                               int64_t{c.num_key_value_heads} * c.head_dim));
+  return std::unique_ptr<KvPool>(std::move(pool));
 }
 
 absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
@@ -738,15 +768,17 @@ absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
 absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(
     const StepInput& input) const {
   VISMOE_RETURN_IF_ERROR(CheckStepSequences(input));
-  std::vector<DeviceKvCache*> caches;
+  std::vector<KvCache*> caches;
+  std::vector<DeviceKvPool*> pools;
   std::vector<int64_t> seq_rows;
   for (const StepSequence& seq : input.sequences) {
-    auto* device_cache = dynamic_cast<DeviceKvCache*>(seq.cache);
-    if (device_cache == nullptr) {
+    auto* pool = dynamic_cast<DeviceKvPool*>(seq.cache->pool());
+    if (pool == nullptr) {
       return absl::InvalidArgumentError(
-          "CUDA Forward: the KV cache must come from this model's CreateKvCache");
+          "CUDA Forward: the KV cache's pool must come from this model's CreateKvPool");
     }
-    caches.push_back(device_cache);
+    caches.push_back(seq.cache);
+    pools.push_back(pool);
     seq_rows.push_back(seq.rows);
   }
   VISMOE_RETURN_IF_ERROR(CheckStepSize(static_cast<int64_t>(input.tokens.size())));
@@ -760,8 +792,8 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(
   // The calling thread (a scheduler's) may never have selected our device.
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   scratch_.Reset();
-  auto step = std::make_unique<CudaDecoderStep>(*this, std::move(caches), std::move(seq_rows),
-                                                std::move(lock));
+  auto step = std::make_unique<CudaDecoderStep>(*this, std::move(caches), std::move(pools),
+                                                std::move(seq_rows), std::move(lock));
   VISMOE_RETURN_IF_ERROR(step->Begin(input));
   return std::unique_ptr<DecoderStep>(std::move(step));
 }

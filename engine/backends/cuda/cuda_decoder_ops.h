@@ -7,7 +7,9 @@
 // to bf16 and uploaded once at Create (the resident region); the per-step
 // scratch (hidden states, q/k/v, the permuted MoE rows, logits) is one device
 // arena sized for Options::max_tokens_per_step and reset at each step, so a
-// step never allocates; the KV cache is a DeviceKvCache. Experts come from the
+// step never allocates; the KV caches' rows live in a DeviceKvPool (one
+// device allocation, made when the pool is created), read and written
+// through each cache's block table. Experts come from the
 // ExpertProvider and must be device-resident bf16 (the OffloadExpertProvider
 // built with the CUDA allocators and copy backend: pinned prefix + slabs).
 //
@@ -89,9 +91,11 @@ class CudaDecoderOps final : public DecoderOps {
   const char* name() const override { return "cuda"; }
   // InvalidArgument over Options::max_tokens_per_step.
   absl::Status CheckStepSize(int64_t tokens) const override;
-  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
-  // Also InvalidArgument when a cache is not a DeviceKvCache or the step has
-  // more DeepStack features than the config declares.
+  // A DeviceKvPool.
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                       int64_t block_tokens) const override;
+  // Also InvalidArgument when a cache's pool is not a DeviceKvPool or the
+  // step has more DeepStack features than the config declares.
   using DecoderOps::BeginStep;
   absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 

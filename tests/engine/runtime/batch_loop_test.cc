@@ -2,8 +2,9 @@
 // request's greedy tokens in a batch equal its tokens when run alone -- text
 // and image requests joining at different steps, prompts prefilled in chunks
 // (visual rows split across chunks), one image request with token
-// compression (prefilled whole), one cancelled mid-way -- resident and under
-// an offload budget.
+// compression (prefilled whole), one cancelled mid-way -- resident, under
+// an offload budget, and with a KV pool too small for all of them
+// (preemption).
 #include "engine/runtime/batch_loop.h"
 
 #include <algorithm>
@@ -43,6 +44,14 @@ class StepSink final : public NullStatsSink {
     last_used_ = used;
     total_ = total;
   }
+  void OnPreemption() override {
+    absl::MutexLock lock(&mu_);
+    ++preemptions_;
+  }
+  int preemptions() {
+    absl::MutexLock lock(&mu_);
+    return preemptions_;
+  }
   int max_batch() {
     absl::MutexLock lock(&mu_);
     return max_batch_;
@@ -61,6 +70,7 @@ class StepSink final : public NullStatsSink {
   int max_batch_ = 0;
   int steps_ = 0;
   int64_t max_used_ = 0, last_used_ = 0, total_ = 0;
+  int preemptions_ = 0;
 };
 
 struct Job {
@@ -118,10 +128,19 @@ std::vector<GenerateResult> RunAlone(Engine* engine, const std::vector<Job>& job
   return out;
 }
 
+// What a request streamed: its deltas' text and ids, concatenated.
+struct Streamed {
+  std::string text;
+  std::vector<int> ids;
+};
+
 // All jobs at once: job i is submitted once the jobs before it have streamed
-// 2 * i deltas in all, so they join at different steps.
+// 2 * i deltas in all, so they join at different steps. What each streamed
+// goes to `streamed` when given.
 std::vector<absl::StatusOr<GenerateResult>> RunTogether(Engine* engine,
-                                                        const std::vector<Job>& jobs) {
+                                                        const std::vector<Job>& jobs,
+                                                        std::vector<Streamed>* streamed = nullptr) {
+  if (streamed != nullptr) streamed->assign(jobs.size(), {});
   std::atomic<int> deltas{0};
   std::vector<absl::StatusOr<GenerateResult>> out(jobs.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
@@ -133,9 +152,14 @@ std::vector<absl::StatusOr<GenerateResult>> RunTogether(Engine* engine,
       }
       std::atomic<int> mine{0};
       GenerateCallbacks cb;
-      cb.on_delta = [&](const TokenDelta&) {
+      cb.on_delta = [&, i](const TokenDelta& d) {
         deltas.fetch_add(1);
         mine.fetch_add(1);
+        if (streamed != nullptr) {
+          (*streamed)[i].text += d.text;
+          (*streamed)[i].ids.insert((*streamed)[i].ids.end(), d.token_ids.begin(),
+                                    d.token_ids.end());
+        }
         return true;
       };
       if (jobs[i].cancel) cb.is_cancelled = [&] { return mine.load() >= 4; };
@@ -224,6 +248,68 @@ TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
     if (r.ok()) misses += r->offload.cache_queries - r->offload.cache_hits;
   }
   EXPECT_GT(misses, 0u) << "the budget never evicted: the test does not exercise offload";
+}
+
+// A KV pool of one context (the smallest allowed) for up to 4 sequences:
+// running sequences outgrow it and the youngest are preempted, recomputing
+// their tokens when they run again. Their tokens and text are still those
+// they get alone, and what they streamed is sent once.
+TEST(BatchLoopTest, PreemptedRequestsMatchTheirRunsAlone) {
+  std::vector<Job> jobs = Jobs();
+  for (Job& j : jobs) j.request.sampling.max_new_tokens += 80;  // outgrow their first blocks
+  EngineOptions alone_o = BaseOptions();
+  alone_o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(alone_o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  EngineOptions o = BaseOptions();
+  o.kv_cache_tokens = o.max_context_tokens;  // 16 blocks of 16 tokens
+  o.max_running_sequences = 4;
+  o.max_step_tokens = 16;
+  o.stats = &sink;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Streamed> streamed;
+  const std::vector<absl::StatusOr<GenerateResult>> together =
+      RunTogether(engine->get(), jobs, &streamed);
+  ExpectSameAsAlone(jobs, alone, together);
+  EXPECT_GT(sink.preemptions(), 0) << "the pool never ran out: the test does not preempt";
+  EXPECT_GT(sink.max_batch(), 1);
+  EXPECT_EQ(sink.last_used(), 0) << "KV blocks still held after every request ended";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].cancel || !together[i].ok()) continue;
+    EXPECT_EQ(streamed[i].text, together[i]->text) << "job " << i;
+    EXPECT_EQ(streamed[i].ids, together[i]->token_ids) << "job " << i;
+  }
+}
+
+// The youngest running sequence is the one preempted: here the image request
+// with token compression, beside a long text request in a pool of one
+// context. It compresses its prompt again when it runs again.
+TEST(BatchLoopTest, APreemptedCompressedRequestMatchesItsRunAlone) {
+  const std::vector<Job> all = Jobs();
+  std::vector<Job> jobs = {all.front(), all.back()};
+  ASSERT_TRUE(jobs[1].request.policy.token_compressor.has_value());
+  jobs[0].request.sampling.max_new_tokens = 200;  // capped at the context
+  jobs[1].request.sampling.max_new_tokens = 100;
+  EngineOptions o = BaseOptions();
+  o.max_context_tokens = 192;
+  o.kv_cache_tokens = 192;
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  o.max_running_sequences = 2;
+  o.stats = &sink;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectSameAsAlone(jobs, alone, RunTogether(engine->get(), jobs));
+  EXPECT_GT(sink.preemptions(), 0) << "the pool never ran out: the test does not preempt";
+  EXPECT_EQ(sink.last_used(), 0);
 }
 
 TEST(BatchLoopTest, AHugeMaxNewTokensIsCappedAtTheContext) {

@@ -280,7 +280,8 @@ TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
 
 // A batched step on the device matches the CPU's batched step (itself equal
 // to each sequence alone, qwen3_vl_moe_batch_test): every text case prefilled
-// in one step, then one decode token each in the next, joined by a new prefill.
+// in one step, then decode steps, joined by a new prefill. The device caches
+// share one KV pool, so as they grow their block tables interleave.
 TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   const nlohmann::json cases = vismoe::testing::TextCases();
   ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
@@ -291,13 +292,14 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   std::vector<std::vector<int>> ids(m + 1);
   for (size_t i = 0; i < m; ++i) ids[i] = cases[i]["input_ids"].get<std::vector<int>>();
   ids[m] = ids[0];  // the late joiner
+  auto gpu_pool = gpu_->CreateKvPool(static_cast<int64_t>(m + 1) * 16, 16);
+  ASSERT_TRUE(gpu_pool.ok()) << gpu_pool.status();
   std::vector<std::unique_ptr<KvCache>> cpu_caches, gpu_caches;
   for (size_t i = 0; i <= m; ++i) {
     auto c = cpu_->CreateKvCache(256);
-    auto g = gpu_->CreateKvCache(256);
-    ASSERT_TRUE(c.ok() && g.ok());
+    ASSERT_TRUE(c.ok());
     cpu_caches.push_back(*std::move(c));
-    gpu_caches.push_back(*std::move(g));
+    gpu_caches.push_back(std::make_unique<KvCache>(gpu_pool->get(), 256));
   }
   std::vector<DecoderInput> inputs(m + 1);
   std::vector<std::vector<float>> cpu_logits(m + 1), gpu_logits(m + 1);
@@ -334,6 +336,17 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   }
   inputs[m].tokens = ids[m];
   run(second);
+  inputs[m].phase = Phase::kDecode;
+  for (int step = 0; step < 20; ++step) {  // every sequence crosses a block boundary
+    for (size_t i = 0; i <= m; ++i) inputs[i].tokens = ids[i];
+    run(second);
+  }
+  bool interleaved = false;
+  for (const auto& c : gpu_caches) {
+    const std::vector<int32_t>& b = c->blocks();
+    for (size_t j = 1; j < b.size(); ++j) interleaved = interleaved || b[j] != b[j - 1] + 1;
+  }
+  EXPECT_TRUE(interleaved) << "no block table has a gap: the test reads no scattered blocks";
   std::string why;
   EXPECT_TRUE(device->CheckInvariants(&why)) << why;
 }
@@ -345,7 +358,7 @@ TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
   const std::vector<int> ids = {1, 2, 3};
   DecoderInput in;
   in.tokens = ids;
-  auto host_cache = cpu_->NewKvCache(8);  // not a device cache: refused
+  auto host_cache = cpu_->NewKvCache(8);  // not a device pool's cache: refused
   EXPECT_EQ(gpu_->Forward(in, host_cache.get(), device.get(), &logits).code(),
             absl::StatusCode::kInvalidArgument);
   auto cache = gpu_->CreateKvCache(8);
