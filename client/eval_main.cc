@@ -29,6 +29,12 @@ ABSL_FLAG(std::string, expert_skipping, "",
           "Expert skipping override: none | dual-threshold (empty = server default).");
 ABSL_FLAG(double, skip_tau_text, -1, "Text-token skipping threshold override (<0 = server's).");
 ABSL_FLAG(double, skip_tau_visual, -1, "Visual-token skipping threshold override (<0 = server's).");
+ABSL_FLAG(std::string, miss_policy, "",
+          "Miss policy override: fetch | commit | cpu (empty = server default).");
+ABSL_FLAG(double, commit_threshold, -1, "Commit certainty threshold override (<0 = server's).");
+ABSL_FLAG(double, commit_owa_alpha1, -1,
+          "Commit OWA alpha_1 override, 0 = OWA off (<0 = server's).");
+ABSL_FLAG(double, commit_owa_alpha2, -1, "Commit OWA alpha_2 override (<0 = server's).");
 ABSL_FLAG(std::string, json_report, "", "Write the report as JSON to this file.");
 ABSL_FLAG(bool, include_items, true, "Include every item's prediction in the JSON report.");
 ABSL_FLAG(bool, progress, false, "Show progress even when stderr is not a TTY.");
@@ -63,6 +69,9 @@ int Main(int argc, char** argv) {
                           absl::GetFlag(FLAGS_expert_predictor));
   AddSkippingOverrides(absl::GetFlag(FLAGS_expert_skipping), absl::GetFlag(FLAGS_skip_tau_text),
                        absl::GetFlag(FLAGS_skip_tau_visual), &options.policy);
+  AddMissPolicyOverrides(absl::GetFlag(FLAGS_miss_policy), absl::GetFlag(FLAGS_commit_threshold),
+                         absl::GetFlag(FLAGS_commit_owa_alpha1),
+                         absl::GetFlag(FLAGS_commit_owa_alpha2), &options.policy);
   if (options.concurrency < 1) return Fail("--concurrency must be >= 1", kExitUsageError);
   if (options.max_new_tokens < 1) return Fail("--max_new_tokens must be >= 1", kExitUsageError);
   absl::StatusOr<std::vector<EvalItem>> items = LoadEvalSet(data);

@@ -23,6 +23,15 @@ void AddSkippingOverrides(const std::string& kind, double tau_text, double tau_v
   if (tau_visual >= 0) policy->set_skip_tau_visual(static_cast<float>(tau_visual));
 }
 
+void AddMissPolicyOverrides(const std::string& miss_policy, double commit_threshold,
+                            double owa_alpha1, double owa_alpha2,
+                            vismoe::v1::PolicyOverrides* policy) {
+  if (!miss_policy.empty()) policy->set_miss_policy(miss_policy);
+  if (commit_threshold >= 0) policy->set_commit_threshold(static_cast<float>(commit_threshold));
+  if (owa_alpha1 >= 0) policy->set_commit_owa_alpha1(static_cast<float>(owa_alpha1));
+  if (owa_alpha2 >= 0) policy->set_commit_owa_alpha2(static_cast<float>(owa_alpha2));
+}
+
 nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy) {
   nlohmann::json j = nlohmann::json::object();
   if (policy.has_token_compressor()) j["token_compressor"] = policy.token_compressor();
@@ -31,6 +40,10 @@ nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy) {
   if (policy.has_expert_skipping()) j["expert_skipping"] = policy.expert_skipping();
   if (policy.has_skip_tau_text()) j["skip_tau_text"] = policy.skip_tau_text();
   if (policy.has_skip_tau_visual()) j["skip_tau_visual"] = policy.skip_tau_visual();
+  if (policy.has_miss_policy()) j["miss_policy"] = policy.miss_policy();
+  if (policy.has_commit_threshold()) j["commit_threshold"] = policy.commit_threshold();
+  if (policy.has_commit_owa_alpha1()) j["commit_owa_alpha1"] = policy.commit_owa_alpha1();
+  if (policy.has_commit_owa_alpha2()) j["commit_owa_alpha2"] = policy.commit_owa_alpha2();
   return j;
 }
 

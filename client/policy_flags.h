@@ -21,6 +21,12 @@ vismoe::v1::PolicyOverrides MakePolicyOverrides(const std::string& token_compres
 void AddSkippingOverrides(const std::string& kind, double tau_text, double tau_visual,
                           vismoe::v1::PolicyOverrides* policy);
 
+// Adds the miss policy overrides (CommitMoE): an empty `miss_policy` and
+// negative numbers mean "server default" (unset); alpha1 = 0 turns OWA off.
+void AddMissPolicyOverrides(const std::string& miss_policy, double commit_threshold,
+                            double owa_alpha1, double owa_alpha2,
+                            vismoe::v1::PolicyOverrides* policy);
+
 // The overrides as JSON for report configs (unset fields omitted).
 nlohmann::json PolicyToJson(const vismoe::v1::PolicyOverrides& policy);
 

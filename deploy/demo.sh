@@ -9,7 +9,7 @@
 # layer and a 25-slab expert cache (of the 160 slabs of the 5 offloaded layers), with a throttled
 # copy engine, so the stats show real cache misses, prefetch, Hot Recall and bytes moved. It runs
 # the exact path (no token compression): on this model every compressor costs 12.9+ points of
-# accuracy (README, "Token compression on the trained VQA model"); add e.g.
+# accuracy (engine/policy/README.md, "Token compression on the trained VQA model"); add e.g.
 # --token_compressor=random --keep_ratio=0.75 to model_args to see pruning.
 #   deploy/demo.sh                      uses build/release
 #   VISMOE_MODEL=/path/to/checkpoint deploy/demo.sh

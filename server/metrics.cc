@@ -253,6 +253,16 @@ ServerMetrics::ServerMetrics(const Options& options)
                       .Register(r);
   skipped_[static_cast<int>(TokenModality::kText)] = &skipped.Add({{"modality", "text"}});
   skipped_[static_cast<int>(TokenModality::kVisual)] = &skipped.Add({{"modality", "image"}});
+  auto& committed = prometheus::BuildCounter()
+                        .Name("vismoe_experts_committed_total")
+                        .Help(
+                            "Routed expert activations the commit miss policy computed without "
+                            "a copy: choice=\"router\" with the router's own expert (resident or "
+                            "in flight), choice=\"substitute\" with a predicted expert in place "
+                            "of a missing one (differing from the router).")
+                        .Register(r);
+  committed_router_ = &committed.Add({{"choice", "router"}});
+  committed_substitute_ = &committed.Add({{"choice", "substitute"}});
   auto& slots = prometheus::BuildGauge()
                     .Name("vismoe_slab_cache_slots")
                     .Help("Slab cache slots in each state.")
@@ -277,6 +287,13 @@ ServerMetrics::ServerMetrics(const Options& options)
       &NewCounter(r, "vismoe_expert_bytes_h2d_total", "Expert weight bytes copied host to device.");
   stall_seconds_ = &NewCounter(r, "vismoe_transfer_stall_seconds_total",
                                "Time compute waited for expert transfers.");
+  host_computed_ = &NewCounter(
+      r, "vismoe_experts_host_computed_total",
+      "Experts computed on the host instead of copied to the device (miss policy cpu, static "
+      "host layers).");
+  bytes_not_copied_ =
+      &NewCounter(r, "vismoe_expert_bytes_not_copied_total",
+                  "Expert weight bytes not copied host to device because the host computed them.");
   generated_tokens_ =
       &NewCounter(r, "vismoe_generated_tokens_total", "Completion tokens generated.");
   visual_pruned_ = &NewCounter(r, "vismoe_visual_tokens_pruned_total",
@@ -379,10 +396,13 @@ void ServerMetrics::RegisterSchedulerMetrics(prometheus::Registry& r) {
   sequences_waiting_ = &sequences.Add({{"state", "waiting"}});
   auto& blocks = prometheus::BuildGauge()
                      .Name("vismoe_kv_blocks")
-                     .Help("KV cache blocks (16 tokens) reserved by running requests, and free.")
+                     .Help("KV cache blocks (16 tokens) held by running requests, and free.")
                      .Register(r);
   kv_blocks_used_ = &blocks.Add({{"state", "used"}});
   kv_blocks_free_ = &blocks.Add({{"state", "free"}});
+  preemptions_ = &NewCounter(r, "vismoe_preemptions_total",
+                             "Running requests preempted to free KV blocks for others (their "
+                             "tokens are recomputed when they run again).");
   batch_size_ = &NewHistogram(r, "vismoe_batch_size", "Sequences in one forward step.",
                               kBatchSizeBuckets);
   step_tokens_ = &NewHistogram(r, "vismoe_step_tokens",
@@ -404,6 +424,8 @@ void ServerMetrics::SetKvBlocks(int64_t used, int64_t total) {
   kv_blocks_used_->Set(static_cast<double>(used));
   kv_blocks_free_->Set(static_cast<double>(total - used));
 }
+
+void ServerMetrics::OnPreemption() { preemptions_->Increment(); }
 
 void ServerMetrics::SetQueueDepth(int64_t n) { queue_depth_->Set(static_cast<double>(n)); }
 
@@ -452,12 +474,22 @@ void ServerMetrics::OnTransferStall(double seconds) {
   if (ValidSeconds(seconds)) stall_seconds_->Increment(seconds);
 }
 
+void ServerMetrics::OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) {
+  host_computed_->Increment(static_cast<double>(count));
+  bytes_not_copied_->Increment(static_cast<double>(bytes_not_copied));
+}
+
 void ServerMetrics::OnVisualTokensPruned(uint64_t count) {
   visual_pruned_->Increment(static_cast<double>(count));
 }
 
 void ServerMetrics::OnExpertsSkipped(TokenModality modality, uint64_t count) {
   skipped_[static_cast<int>(modality)]->Increment(static_cast<double>(count));
+}
+
+void ServerMetrics::OnExpertsCommitted(uint64_t router, uint64_t substitute) {
+  committed_router_->Increment(static_cast<double>(router));
+  committed_substitute_->Increment(static_cast<double>(substitute));
 }
 
 void ServerMetrics::OnCompressionTime(double seconds) {

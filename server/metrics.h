@@ -17,6 +17,8 @@
 //              vismoe_prompt_tokens_total{modality="text"|"image"}
 //              vismoe_visual_tokens_pruned_total
 //              vismoe_experts_skipped_total{modality="text"|"image"}
+//              vismoe_experts_committed_total{choice="router"|"substitute"}
+//              vismoe_experts_host_computed_total, vismoe_expert_bytes_not_copied_total
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
@@ -127,15 +129,18 @@ class ServerMetrics : public StatsSink {
   void OnPreloadUsed(uint64_t count) override;
   void OnBytesHostToDevice(uint64_t bytes) override;
   void OnTransferStall(double seconds) override;
+  void OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) override;
   void OnVisualTokensPruned(uint64_t count) override;
   void OnCompressionTime(double seconds) override;
   void OnPredictorTime(double seconds) override;
   void OnExpertsSkipped(TokenModality modality, uint64_t count) override;
+  void OnExpertsCommitted(uint64_t router, uint64_t substitute) override;
   void SetSlotCount(SlotState state, int64_t count) override;
   void SetMemoryRegion(std::string_view region, int64_t bytes) override;
   void OnSchedulerStep(int sequences, int64_t tokens) override;
   void SetSequences(int64_t running, int64_t waiting) override;
   void SetKvBlocks(int64_t used, int64_t total) override;
+  void OnPreemption() override;
 
   // TCP port the exposer listens on (resolved when 0 was asked); 0 without
   // an exposer.
@@ -152,7 +157,8 @@ class ServerMetrics : public StatsSink {
   explicit ServerMetrics(const Options& options);
   // REQUIRES: layer >= 0.
   CachePair& CacheSeries(Phase phase, int layer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The engine's batch scheduler: sequences, KV blocks, per-step histograms.
+  // The engine's batch scheduler: sequences, KV blocks, preemptions, per-step
+  // histograms.
   void RegisterSchedulerMetrics(prometheus::Registry& r);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -171,17 +177,22 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* preloaded_used_ = nullptr;
   prometheus::Counter* bytes_h2d_ = nullptr;
   prometheus::Counter* stall_seconds_ = nullptr;
+  prometheus::Counter* host_computed_ = nullptr;
+  prometheus::Counter* bytes_not_copied_ = nullptr;
   prometheus::Counter* generated_tokens_ = nullptr;
   prometheus::Counter* prompt_tokens_text_ = nullptr;
   prometheus::Counter* prompt_tokens_image_ = nullptr;
   prometheus::Counter* visual_pruned_ = nullptr;
   prometheus::Counter* skipped_[2] = {};  // indexed by TokenModality
+  prometheus::Counter* committed_router_ = nullptr;
+  prometheus::Counter* committed_substitute_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* running_requests_ = nullptr;
   prometheus::Gauge* sequences_running_ = nullptr;
   prometheus::Gauge* sequences_waiting_ = nullptr;
   prometheus::Gauge* kv_blocks_used_ = nullptr;
   prometheus::Gauge* kv_blocks_free_ = nullptr;
+  prometheus::Counter* preemptions_ = nullptr;
   prometheus::Histogram* batch_size_ = nullptr;
   prometheus::Histogram* step_tokens_ = nullptr;
   prometheus::Gauge* slots_[4] = {};  // indexed by SlotState

@@ -30,4 +30,8 @@ absl::Status ValidateExpertSkippingName(absl::string_view field, absl::string_vi
   return Check<SkipKind>(field, name);
 }
 
+absl::Status ValidateMissPolicyName(absl::string_view field, absl::string_view name) {
+  return Check<MissPolicy>(field, name);
+}
+
 }  // namespace vismoe::server

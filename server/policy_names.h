@@ -17,6 +17,8 @@ absl::Status ValidateTokenCompressorName(absl::string_view field, absl::string_v
 absl::Status ValidateExpertPredictorName(absl::string_view field, absl::string_view name);
 // "none", "dual-threshold".
 absl::Status ValidateExpertSkippingName(absl::string_view field, absl::string_view name);
+// "fetch", "commit".
+absl::Status ValidateMissPolicyName(absl::string_view field, absl::string_view name);
 
 }  // namespace vismoe::server
 

@@ -190,6 +190,34 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     }
     *out = value;
   }
+  // Miss policy: the server's default is the engine's (EngineOptions::miss_policy).
+  if (po.has_miss_policy()) {
+    absl::Status st = ValidateMissPolicyName("policy.miss_policy", po.miss_policy());
+    if (!st.ok()) return st;
+    pol.miss_policy = po.miss_policy();
+  }
+  if (po.has_commit_threshold()) {
+    if (!(std::isfinite(po.commit_threshold()) && po.commit_threshold() >= 0)) {
+      return Invalid("policy.commit_threshold",
+                     absl::StrCat(po.commit_threshold(), " must be a finite threshold >= 0"));
+    }
+    pol.commit_threshold = po.commit_threshold();
+  }
+  if (po.has_commit_owa_alpha1()) {
+    if (!(std::isfinite(po.commit_owa_alpha1()) && po.commit_owa_alpha1() >= 0)) {
+      return Invalid(
+          "policy.commit_owa_alpha1",
+          absl::StrCat(po.commit_owa_alpha1(), " must be finite and >= 0 (0 = OWA off)"));
+    }
+    pol.commit_owa_alpha1 = po.commit_owa_alpha1();
+  }
+  if (po.has_commit_owa_alpha2()) {
+    if (!(std::isfinite(po.commit_owa_alpha2()) && po.commit_owa_alpha2() > 0)) {
+      return Invalid("policy.commit_owa_alpha2",
+                     absl::StrCat(po.commit_owa_alpha2(), " must be finite and > 0"));
+    }
+    pol.commit_owa_alpha2 = po.commit_owa_alpha2();
+  }
   return out;
 }
 

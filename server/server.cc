@@ -136,6 +136,8 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.pinned_layers = options_.pinned_layers;
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
+  eo.offload.miss_policy = options_.miss_policy;
+  eo.offload.host_moe_layers = options_.host_moe_layers;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.offload.preload = options_.preload;
   eo.offload.preload_experts = options_.preload_experts;
@@ -150,6 +152,11 @@ absl::Status VismoeServer::LoadModel() {
   eo.skipping.kind = options_.expert_skipping;
   eo.skipping.tau_text = static_cast<float>(options_.skip_tau_text);
   eo.skipping.tau_visual = static_cast<float>(options_.skip_tau_visual);
+  eo.commit.threshold = static_cast<float>(options_.commit_threshold);
+  eo.commit.owa_alpha1 = static_cast<float>(options_.commit_owa_alpha1);
+  eo.commit.owa_alpha2 = static_cast<float>(options_.commit_owa_alpha2);
+  eo.commit.owa_min_correct = options_.commit_owa_min_correct;
+  eo.commit.owa_max_correct = options_.commit_owa_max_correct;
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

@@ -60,8 +60,9 @@ ABSL_FLAG(int, max_step_tokens, kDefaults.max_step_tokens,
           "Rows of one forward step: every running request's decode token plus chunks of "
           "prompts being prefilled (>= --workers)");
 ABSL_FLAG(int, kv_cache_tokens, kDefaults.kv_cache_tokens,
-          "KV cache tokens shared by all running requests (each reserves its prompt plus "
-          "max_new_tokens); 0 = --max_context_tokens");
+          "KV cache tokens shared by all running requests, in 16-token blocks (a request takes "
+          "its prompt's blocks when admitted and grows a block at a time; the youngest is "
+          "preempted and recomputed when the pool runs out); 0 = --max_context_tokens");
 ABSL_FLAG(int, prepare_threads, kDefaults.prepare_threads,
           "Requests prepared (images decoded, prompt tokenized) at once, off the engine's workers");
 ABSL_FLAG(int, decode_threads, kDefaults.decode_threads, "Concurrent image decodes");
@@ -89,6 +90,9 @@ ABSL_FLAG(int, pinned_layers, kDefaults.pinned_layers,
 ABSL_FLAG(std::string, copy_bandwidth, "0",
           "CPU backend: host->device copy rate in bytes/s (units ok, e.g. 25GB); 0 = unthrottled");
 ABSL_FLAG(std::string, eviction, kDefaults.eviction, "Slab cache eviction: lru | lfu | guarded");
+ABSL_FLAG(int, host_moe_layers, kDefaults.host_moe_layers,
+          "Static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, token_compressor, "",
           "Default token compressor: none|random|saliency|affinity; empty = engine default");
 ABSL_FLAG(double, keep_ratio, 0, "Default keep ratio in (0, 1]; 0 = engine default");
@@ -114,6 +118,25 @@ ABSL_FLAG(int, preload_experts, kDefaults.preload_experts,
 ABSL_FLAG(double, preload_share, kDefaults.preload_share,
           "Fraction of the slab cache, in (0, 1], that all running sequences' preloaded experts "
           "may hold together");
+
+ABSL_FLAG(std::string, miss_policy, kDefaults.miss_policy,
+          "What an offloaded MoE layer does about a routed expert neither resident nor in "
+          "flight: fetch (exact) | cpu (compute it on the host when the measured host time is "
+          "below its copy time; exact) | commit (lossy, paper 003: uncertain tokens compute with "
+          "predicted experts already there; needs --expert_predictor)");
+ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
+          "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
+          "profile's");
+ABSL_FLAG(double, commit_owa_alpha1, kDefaults.commit_owa_alpha1,
+          "Commit's Output Weight Adjustment alpha_1 (Eq. 5), >= 0; 0 = OWA off");
+ABSL_FLAG(double, commit_owa_alpha2, kDefaults.commit_owa_alpha2,
+          "Commit's Output Weight Adjustment alpha_2 (Eq. 6), > 0");
+ABSL_FLAG(int, commit_owa_min_correct, kDefaults.commit_owa_min_correct,
+          "OWA applies to tokens keeping at least this many of their router's experts; -1 = "
+          "ceil(top_k / 2)");
+ABSL_FLAG(int, commit_owa_max_correct, kDefaults.commit_owa_max_correct,
+          "OWA applies to tokens keeping at most this many of their router's experts; -1 = "
+          "top_k - 1");
 
 namespace vismoe::server {
 namespace {
@@ -178,6 +201,35 @@ OptionDef SkipThresholdOption(const char* key, double ServerOptions::*field) {
         return absl::OkStatus();
       },
       [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+}
+
+// A finite number accepted by `ok`, which names what it expects.
+OptionDef NumberOption(const char* key, double ServerOptions::*field, bool (*ok)(double),
+                       const char* expected) {
+  return OptionDef{
+      key,
+      [field, ok, expected](absl::string_view k, absl::string_view v, ServerOptions* o) {
+        double x = 0;
+        if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x) || !std::isfinite(x) || !ok(x)) {
+          return BadValue(k, v, expected);
+        }
+        o->*field = x;
+        return absl::OkStatus();
+      },
+      [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
+}
+
+// An OWA trigger bound: >= 1, or -1 for the default.
+OptionDef CorrectBoundOption(const char* key, int ServerOptions::*field) {
+  return OptionDef{key,
+                   [field](absl::string_view k, absl::string_view v, ServerOptions* o) {
+                     int x = 0;
+                     VISMOE_RETURN_IF_ERROR(ParseInt(k, v, &x));
+                     if (x < 1 && x != -1) return BadValue(k, v, "expected >= 1, or -1");
+                     o->*field = x;
+                     return absl::OkStatus();
+                   },
+                   [field](const ServerOptions& o) { return absl::StrCat(o.*field); }};
 }
 
 #define VISMOE_STRING_OPTION(name)                                                      \
@@ -292,6 +344,7 @@ const std::vector<OptionDef>& OptionDefs() {
                 [](const ServerOptions& o) { return absl::StrCat(o.pinned_layers); }},
       VISMOE_BYTES_OPTION(copy_bandwidth),
       VISMOE_STRING_OPTION(eviction),
+      VISMOE_INT_OPTION(host_moe_layers),
       VISMOE_STRING_OPTION(token_compressor),
       OptionDef{"keep_ratio",
                 [](absl::string_view k, absl::string_view v, ServerOptions* o) {
@@ -316,6 +369,16 @@ const std::vector<OptionDef>& OptionDefs() {
                   return absl::OkStatus();
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.preload_share); }},
+      VISMOE_STRING_OPTION(miss_policy),
+      SkipThresholdOption("commit_threshold", &ServerOptions::commit_threshold),
+      NumberOption(
+          "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1, [](double x) { return x >= 0; },
+          "expected a number >= 0 (0 = OWA off)"),
+      NumberOption(
+          "commit_owa_alpha2", &ServerOptions::commit_owa_alpha2, [](double x) { return x > 0; },
+          "expected a number > 0"),
+      CorrectBoundOption("commit_owa_min_correct", &ServerOptions::commit_owa_min_correct),
+      CorrectBoundOption("commit_owa_max_correct", &ServerOptions::commit_owa_max_correct),
   };
   return *defs;
 }
@@ -457,6 +520,10 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
                                                    o->eviction, "\" (",
                                                    PolicyNames<EvictionPolicy>(", "), ")"));
   }
+  if (o->host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option host_moe_layers must be >= 0, got ", o->host_moe_layers));
+  }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));
   }
@@ -492,6 +559,16 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   if (!(o->preload_share > 0 && o->preload_share <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("option preload_share must be in (0, 1], got ", o->preload_share));
+  }
+  if (!PolicyFromName<MissPolicy>(o->miss_policy).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option miss_policy: unknown policy \"",
+                                                   o->miss_policy, "\" (",
+                                                   PolicyNames<MissPolicy>(", "), ")"));
+  }
+  if (o->miss_policy == "commit" && o->calibration_profile.empty() && o->commit_threshold < 0) {
+    return absl::InvalidArgumentError(
+        "option miss_policy: \"commit\" needs commit_threshold (>= 0) or a calibration_profile "
+        "with a calibrated threshold (vismoe-calibrate --commit_target_rate)");
   }
   if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -65,6 +65,7 @@ struct ServerOptions {
   int pinned_layers = -1;        // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
   int64_t copy_bandwidth = 0;    // CPU backend copy engine bytes/s; 0 = unthrottled
   std::string eviction = "lru";  // lru | lfu | guarded
+  int host_moe_layers = 0;  // the last N MoE layers always computed on the host
 
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;
@@ -87,6 +88,22 @@ struct ServerOptions {
   std::string preload = "none";
   int preload_experts = 0;
   double preload_share = 0.5;
+  // Miss policy of an offloaded MoE layer: fetch (the exact path) | cpu (a
+  // miss computed on the host when that is measured cheaper than its copy;
+  // exact; engine/policy/host_experts.md) | commit (paper 003, lossy: an
+  // uncertain token computes with experts the predictor chose that are
+  // resident or in flight; needs an expert predictor). The
+  // certainty threshold < 0 comes from the calibration profile (vismoe-calibrate
+  // --commit_target_rate); OWA (Eq. 5-6) is on when commit_owa_alpha1 > 0, and
+  // triggers for tokens keeping [min, max] of their router's experts (-1 =
+  // ceil(top_k / 2) and top_k - 1). A request may override the policy, the
+  // threshold and both alphas.
+  std::string miss_policy = "fetch";
+  double commit_threshold = -1;
+  double commit_owa_alpha1 = 0;
+  double commit_owa_alpha2 = 1;
+  int commit_owa_min_correct = -1;
+  int commit_owa_max_correct = -1;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

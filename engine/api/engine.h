@@ -24,6 +24,7 @@
 #include "engine/api/stats_sink.h"
 #include "engine/core/routing.h"
 #include "engine/offload/offload_options.h"
+#include "engine/policy/commit_miss_options.h"
 #include "engine/policy/expert_skipping_options.h"
 #include "engine/policy/token_compressor_options.h"
 
@@ -47,6 +48,9 @@ struct EngineOptions {
   // per request). "none" keeps the exact path; thresholds < 0 come from the
   // calibration profile, as does alpha(l).
   ExpertSkippingOptions skipping;
+  // The commit miss policy's settings, used when offload.miss_policy (or a
+  // request's policy.miss_policy) is "commit" (paper 003, lossy).
+  CommitMissOptions commit;
   // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
   // Supplies the mlp-lookahead weights, router-lookahead default vectors and,
   // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.
@@ -57,10 +61,13 @@ struct EngineOptions {
   // prefilled). A prompt with token compression is prefilled in one step.
   int max_running_sequences = 8;
   int max_step_tokens = 2048;
-  // Tokens of KV cache shared by all sequences; each reserves its prompt plus
-  // max_new_tokens (capped at max_context_tokens) when it starts. 0 =
-  // max_context_tokens (room for one full-length sequence). Counts against the
-  // memory budget.
+  // Tokens of KV cache shared by all sequences: one pool allocated at
+  // start-up (the memory plan's KV region), handed out in 16-token blocks. A
+  // sequence is admitted when the blocks of its prompt are free, grows a block
+  // at a time while it decodes, and when no block is free the youngest running
+  // sequence is preempted (its blocks freed, its tokens recomputed when it runs
+  // again; its output is unchanged). 0 = max_context_tokens (room for one
+  // full-length sequence). Counts against the memory budget.
   int64_t kv_cache_tokens = 0;
   StatsSink* stats = nullptr;      // not owned; null = drop stats
   // Seeded random BF16 weights of the config's exact shapes instead of the

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/model/chat_message.h"
 #include "engine/model/rgb_image.h"
@@ -32,6 +33,10 @@ struct PolicyOverrides {
   std::optional<std::string> expert_skipping;   // none|dual-threshold (MoDES)
   std::optional<float> skip_tau_text;           // >= 0; unset = engine's, else profile's
   std::optional<float> skip_tau_visual;         // >= 0; unset = engine's, else profile's
+  std::optional<std::string> miss_policy;       // fetch|commit|cpu (commit: paper 003)
+  std::optional<float> commit_threshold;        // >= 0; unset = engine's, else profile's
+  std::optional<float> commit_owa_alpha1;       // >= 0, 0 = OWA off; unset = engine's
+  std::optional<float> commit_owa_alpha2;       // > 0; unset = engine's
 };
 
 struct GenerateRequest {
@@ -72,6 +77,8 @@ struct GenerateResult {
   OffloadStats offload;
   // Expert skipping's counts for this request (all zero when it is off).
   ExpertSkipCounts expert_skipping;
+  // The commit miss policy's counts for this request (all zero when it fetches).
+  CommitCounts commit;
 };
 
 // Streamed piece of output: newly complete UTF-8 text and the ids behind it.

@@ -12,9 +12,18 @@ namespace vismoe {
 
 absl::StatusOr<std::unique_ptr<Qwen3VlMoeModel>> Qwen3VlMoeModel::Create(
     const ModelConfig& config, std::unique_ptr<DecoderOps> ops) {
-  VISMOE_RETURN_IF_ERROR(ArchSpec::For(config).status());
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   if (ops == nullptr) return absl::InvalidArgumentError("Qwen3VlMoeModel: no backend ops");
-  return std::unique_ptr<Qwen3VlMoeModel>(new Qwen3VlMoeModel(config, std::move(ops)));
+  return std::unique_ptr<Qwen3VlMoeModel>(
+      new Qwen3VlMoeModel(config, std::move(ops), spec.renormalize_topk));
+}
+
+Qwen3VlMoeModel::Qwen3VlMoeModel(const ModelConfig& config, std::unique_ptr<DecoderOps> ops,
+                                 bool renormalize_topk)
+    : config_(config), ops_(std::move(ops)), renormalize_topk_(renormalize_topk) {
+  for (int l = 0; l < config_.text.num_hidden_layers && first_moe_layer_ < 0; ++l) {
+    if (config_.text.IsMoeLayer(l)) first_moe_layer_ = l;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Qwen3VlMoeModel>> Qwen3VlMoeModel::Create(
@@ -123,6 +132,7 @@ RouterResult SliceRouting(const RouterResult& r, int64_t first, int64_t n) {
   out.experts = rows(r.experts, r.top_k);
   out.weights = rows(r.weights, r.top_k);
   out.skipped = rows(r.skipped, r.top_k);
+  out.committed = rows(r.committed, r.top_k);
   return out;
 }
 
@@ -197,6 +207,12 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
     }
   }
   b.Gather();
+  // Every entry is valid: take the blocks of the new rows (none when the
+  // scheduler reserved them already).
+  for (size_t i = 0; i < entries.size(); ++i) {
+    KvCache* cache = entries[i].cache;
+    VISMOE_RETURN_IF_ERROR(cache->Reserve(cache->length() + b.seqs[i].n));
+  }
   return absl::OkStatus();
 }
 
@@ -239,11 +255,13 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
   const int64_t h = config_.text.hidden_size;
   const bool one = b.entries.size() == 1;
   RouterResult routing;
-  bool skipping = false;  // some entry skips experts: the rule needs the weights
+  bool skipping = false;    // some entry skips experts: the rule needs the weights
+  bool committing = false;  // some entry commits: the rule needs logits and weights
   for (const DecoderBatchEntry& e : b.entries) {
     skipping = skipping || e.input->expert_skipping != nullptr;
+    committing = committing || CommitsAt(*e.input, layer);
   }
-  VISMOE_RETURN_IF_ERROR(step.Route(layer, b.observed || skipping, &routing));
+  VISMOE_RETURN_IF_ERROR(step.Route(layer, b.observed || skipping || committing, &routing));
   for (int id : routing.experts) {
     if (id < 0 || id >= config_.text.num_experts) {
       return absl::InternalError(absl::StrCat("router returned expert ", id, " at layer ", layer));
@@ -263,6 +281,8 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
       off += n;
     }
   }
+  // After the observers: predictors learn from the router's own choice.
+  if (committing) Commit(layer, b, experts, &routing);
   VISMOE_RETURN_IF_ERROR(step.Experts(layer, b.phase, routing, experts));
   if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* out, step.HostRows(StepRows::kMoeOutput));
@@ -290,6 +310,26 @@ void Qwen3VlMoeModel::SkipExperts(int layer, const Batch& b, RouterResult* routi
       MarkSkippedExperts(*in.expert_skipping, layer, off, visual, routing, in.skip_counts);
     }
     off += s.n;
+  }
+}
+
+bool Qwen3VlMoeModel::CommitsAt(const DecoderInput& in, int layer) const {
+  return in.commit != nullptr && in.phase == Phase::kDecode &&
+         !(in.first_decode_step && layer == first_moe_layer_);
+}
+
+void Qwen3VlMoeModel::Commit(int layer, const Batch& b, ExpertProvider* experts,
+                             RouterResult* routing) const {
+  const ExpertAvailability avail = experts->Availability(layer);
+  if (avail.all) return;  // everything is there: nothing to commit to
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    if (CommitsAt(in, layer)) {
+      CommitMisses(*in.commit, renormalize_topk_, avail, off, b.seqs[i].n, routing,
+                   in.commit_counts);
+    }
+    off += b.seqs[i].n;
   }
 }
 

@@ -64,6 +64,10 @@ class Qwen3VlMoeModel final : public TextDecoder {
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override {
     return ops_->CreateKvCache(capacity);
   }
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                       int64_t block_tokens) const override {
+    return ops_->CreateKvPool(blocks, block_tokens);
+  }
   const ModelConfig& config() const override { return config_; }
   const char* backend() const override { return ops_->name(); }
 
@@ -80,8 +84,8 @@ class Qwen3VlMoeModel final : public TextDecoder {
   // The whole step: one StepState per entry and what the ops see.
   struct Batch;
 
-  Qwen3VlMoeModel(const ModelConfig& config, std::unique_ptr<DecoderOps> ops)
-      : config_(config), ops_(std::move(ops)) {}
+  Qwen3VlMoeModel(const ModelConfig& config, std::unique_ptr<DecoderOps> ops,
+                  bool renormalize_topk);
 
   absl::StatusOr<StepState> Plan(const DecoderInput& input, const KvCache& cache) const;
   // Validates the batch and builds the step's concatenated input.
@@ -93,11 +97,19 @@ class Qwen3VlMoeModel final : public TextDecoder {
   // Marks the slots expert skipping drops, per entry that asks for it (its
   // visual rows use tau_visual, the others tau_text).
   void SkipExperts(int layer, const Batch& b, RouterResult* routing) const;
+  // True when `in`'s rows at `layer` run under the commit miss policy: a
+  // decode step, except the first MoE layer of the first one.
+  bool CommitsAt(const DecoderInput& in, int layer) const;
+  // Applies the commit miss policy to the entries that commit at `layer`,
+  // against the provider's availability of the layer's experts.
+  void Commit(int layer, const Batch& b, ExpertProvider* experts, RouterResult* routing) const;
   // Splits the step's logits over the entries.
   absl::Status Logits(Batch& b, DecoderStep& step) const;
 
   ModelConfig config_;
   std::unique_ptr<DecoderOps> ops_;
+  bool renormalize_topk_ = true;  // ArchSpec::renormalize_topk
+  int first_moe_layer_ = -1;
 };
 
 }  // namespace vismoe

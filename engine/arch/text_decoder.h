@@ -18,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
+#include "engine/core/commit_miss_policy.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
@@ -58,6 +60,15 @@ struct DecoderInput {
   const ExpertSkipping* expert_skipping = nullptr;
   // Where the rule's counts accumulate (optional, with expert_skipping).
   ExpertSkipCounts* skip_counts = nullptr;
+  // The commit miss policy (paper 003, engine/core/commit_miss_policy.h) of
+  // this sequence's decode rows; null = fetch, the exact path. Prefill rows
+  // always fetch. Observers see the router's own routing. Not owned.
+  const CommitMissPolicy* commit = nullptr;
+  // The sequence's first decode step: its first MoE layer follows the router
+  // (paper 003, 4.1: no prediction precedes it).
+  bool first_decode_step = false;
+  // Where the rule's counts accumulate (optional, with commit).
+  CommitCounts* commit_counts = nullptr;
 };
 
 // One sequence of a batched forward step.
@@ -71,14 +82,21 @@ class TextDecoder {
  public:
   virtual ~TextDecoder() = default;
 
-  // A KV cache of `capacity` tokens in the backend's memory (device memory on
-  // CUDA, so this can fail).
+  // A KV cache of `capacity` tokens with a pool of its own in the backend's
+  // memory (device memory on CUDA, so this can fail): one sequence alone.
   virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
-  // Runs the new tokens, appending to `cache` (from this decoder's
-  // CreateKvCache), and writes host logits [tokens or 1, vocab]. InvalidArgument
-  // for bad input (token id out of range, visual count mismatch, position
-  // shape), ResourceExhausted when the cache is full, Cancelled when
-  // is_cancelled fired (the cache is then left unchanged in length).
+  // A KV pool of `blocks` blocks of `block_tokens` tokens in the backend's
+  // memory, allocated now, for caches of several sequences
+  // (KvCache(pool, capacity)).
+  virtual absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                               int64_t block_tokens) const = 0;
+  // Runs the new tokens, appending to `cache` (over this decoder's
+  // CreateKvCache or CreateKvPool) and taking the blocks they need from its
+  // pool, and writes host logits [tokens or 1, vocab]. InvalidArgument for bad
+  // input (token id out of range, visual count mismatch, position shape),
+  // ResourceExhausted when the cache is full or its pool has no free block
+  // for the new tokens, Cancelled when is_cancelled fired (the cache is then
+  // left unchanged in length).
   virtual absl::Status Forward(const DecoderInput& input, KvCache* cache, ExpertProvider* experts,
                                std::vector<float>* logits) const = 0;
   // Runs several sequences as one step: each entry's result is what Forward
@@ -86,7 +104,8 @@ class TextDecoder {
   // `experts` once for the union of the batch's experts. Each entry keeps its
   // own positions, visual rows, token compression and observer; a step whose
   // entries differ in phase asks for its experts as prefill. The whole
-  // batch fails if one entry is invalid (no cache advances). is_cancelled is
+  // batch fails if one entry is invalid (no cache advances; blocks an entry
+  // took for its new tokens stay with its cache). is_cancelled is
   // polled only in a batch of one: a caller drops cancelled sequences between
   // steps.
   virtual absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 
 namespace vismoe {
 
@@ -14,6 +15,11 @@ absl::Status CheckStepSequences(const StepInput& input) {
     if (s.cache == nullptr || s.rows < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("step: sequence ", i, " has no cache or no rows"));
+    }
+    if (s.cache->length() + s.rows > s.cache->reserved_tokens()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step: sequence ", i, " holds KV blocks for ", s.cache->reserved_tokens(),
+                       " tokens, not ", s.cache->length() + s.rows, " (KvCache::Reserve)"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (input.sequences[j].cache == s.cache) {
@@ -40,6 +46,16 @@ std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows,
     ++out[seq];
   }
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> DecoderOps::CreateKvCache(int64_t capacity) const {
+  if (capacity <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache capacity must be > 0, got ", capacity));
+  }
+  const int64_t bt = KvPool::kDefaultBlockTokens;
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool, CreateKvPool((capacity + bt - 1) / bt, bt));
+  return std::make_unique<KvCache>(std::move(pool), capacity);
 }
 
 absl::StatusOr<std::unique_ptr<DecoderStep>> DecoderOps::BeginStep(const StepInput& input,

@@ -23,8 +23,8 @@
 // called from several threads with different KV caches (a backend that cannot
 // run steps concurrently serialises them for the life of the DecoderStep). A
 // DecoderStep is used by one thread.
-// Ownership: a DecoderStep borrows its KvCache, its input's buffers and the
-// DecoderOps that made it; all must outlive it.
+// Ownership: a DecoderStep borrows its KvCaches (and their pools), its
+// input's buffers and the DecoderOps that made it; all must outlive it.
 #ifndef VISMOE_ENGINE_BACKEND_DECODER_OPS_H_
 #define VISMOE_ENGINE_BACKEND_DECODER_OPS_H_
 
@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
 #include "engine/offload/expert_provider.h"
@@ -43,7 +44,8 @@
 namespace vismoe {
 
 // One sequence of a step: its `rows` consecutive rows (sequences follow each
-// other in the order listed) attend over, and append to, `cache`.
+// other in the order listed) attend over, and append to, `cache`, which holds
+// blocks for them (KvCache::Reserve).
 struct StepSequence {
   KvCache* cache = nullptr;
   int64_t rows = 0;
@@ -65,7 +67,8 @@ struct StepInput {
 };
 
 // OK when `input` has at least one sequence, each with >= 1 row and its own
-// non-null cache, and the rows sum to tokens.size(); InvalidArgument otherwise.
+// non-null cache holding blocks for them, and the rows sum to tokens.size();
+// InvalidArgument otherwise.
 absl::Status CheckStepSequences(const StepInput& input);
 
 // The rows each sequence keeps when the step keeps rows `kept` (strictly
@@ -128,11 +131,16 @@ class DecoderOps {
   // InvalidArgument when one step of `tokens` rows exceeds what the backend
   // was sized for (checked before anything else about the step).
   virtual absl::Status CheckStepSize(int64_t /*tokens*/) const { return absl::OkStatus(); }
-  // A KV cache of `capacity` tokens in the backend's memory.
-  virtual absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const = 0;
+  // A KV pool of `blocks` blocks of `block_tokens` tokens in the backend's
+  // memory, allocated now (ResourceExhausted when the memory is not there).
+  virtual absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                               int64_t block_tokens) const = 0;
+  // A KV cache of `capacity` tokens with a pool of its own (one sequence
+  // alone: tools, tests; an engine shares one pool among its sequences).
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const;
   // Starts a step of input.tokens.size() rows over input.sequences (caches
-  // from CreateKvCache): hs = the token embeddings with the visual rows
-  // replaced. InvalidArgument when CheckStepSequences fails.
+  // over pools from CreateKvPool): hs = the token embeddings with the visual
+  // rows replaced. InvalidArgument when CheckStepSequences fails.
   virtual absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const = 0;
   // A step of one sequence: every row on `cache` (input.sequences ignored).
   absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input,

@@ -1,22 +1,29 @@
 #include "engine/backend/kv_cache.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace vismoe {
 
-KvCache::KvCache(int num_layers, int64_t capacity, int64_t row_elems)
-    : capacity_(capacity), row_elems_(row_elems), dropped_(num_layers, 0) {
-  for (int l = 0; l < num_layers; ++l) {
-    // Default-initialised (not zeroed): untouched pages cost no memory.
-    keys_.emplace_back(new float[static_cast<size_t>(capacity * row_elems)]);
-    values_.emplace_back(new float[static_cast<size_t>(capacity * row_elems)]);
-  }
+KvCache::KvCache(KvPool* pool, int64_t capacity)
+    : pool_(pool), capacity_(capacity), dropped_(pool->num_layers(), 0) {}
+
+KvCache::KvCache(std::unique_ptr<KvPool> own, int64_t capacity) : KvCache(own.get(), capacity) {
+  own_pool_ = std::move(own);
+  // The whole pool is this cache's: hold every block from the start.
+  (void)own_pool_->Allocate(own_pool_->free_blocks(), &blocks_);
 }
 
-KvCache::KvCache(int num_layers, int64_t capacity, int64_t row_elems, NoHostRows)
-    : capacity_(capacity), row_elems_(row_elems), dropped_(num_layers, 0) {}
+KvCache::KvCache(int num_layers, int64_t capacity, int64_t row_elems)
+    : KvCache(std::make_unique<KvPool>(
+                  num_layers,
+                  (capacity + KvPool::kDefaultBlockTokens - 1) / KvPool::kDefaultBlockTokens,
+                  KvPool::kDefaultBlockTokens, row_elems),
+              capacity) {}
+
+KvCache::~KvCache() { Release(); }
 
 absl::Status KvCache::CheckRoom(int64_t n) const {
   if (n < 0 || length_ + n > capacity_) {
@@ -25,6 +32,18 @@ absl::Status KvCache::CheckRoom(int64_t n) const {
                                                      " (EngineOptions::max_context_tokens)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status KvCache::Reserve(int64_t tokens) {
+  const int64_t missing = pool_->BlocksFor(tokens) - static_cast<int64_t>(blocks_.size());
+  if (missing <= 0) return absl::OkStatus();
+  return pool_->Allocate(missing, &blocks_);
+}
+
+void KvCache::Release() {
+  pool_->Free(blocks_);
+  blocks_.clear();
+  Clear();
 }
 
 void KvCache::Advance(int64_t n, int from_layer, int64_t kept) {
@@ -37,11 +56,6 @@ void KvCache::Advance(int64_t n, int from_layer, int64_t kept) {
 void KvCache::Clear() {
   length_ = 0;
   std::fill(dropped_.begin(), dropped_.end(), 0);
-}
-
-int64_t KvCache::bytes() const {
-  return 2 * static_cast<int64_t>(keys_.size()) * capacity_ * row_elems_ *
-         static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace vismoe

@@ -23,6 +23,7 @@ std::vector<AblationRowConfig> AblationConfigs(const EngineOptions& flags, doubl
   base.offload.prefetch = "none";
   base.offload.eviction = "lru";
   base.calibration_profile.clear();
+  base.offload.miss_policy = "fetch";  // VisMMOE's rows: commit needs a predictor, which base lacks
 
   EngineOptions compression = base;
   compression.compression.kind = "affinity";

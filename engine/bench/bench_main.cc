@@ -76,7 +76,7 @@ int Main() {
   engine->reset();  // free its memory before the ablation engines load
 
   const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
-  const double bw = MeasureCopyBandwidth(b.copy_bandwidth_limit, expert_bytes, backend == "cuda");
+  const double bw = MeasureCopyBandwidth(backend, b.copy_bandwidth_limit, expert_bytes);
   nlohmann::json report = {{"model", b.engine.model_path},
                            {"synthetic_weights", b.engine.synthetic_weights},
                            {"backend", backend},
@@ -94,6 +94,8 @@ int Main() {
                            {"keep_ratio", b.keep_ratio},
                            {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
                            {"map_host_experts", b.engine.offload.map_host_experts},
+                           {"miss_policy", b.engine.offload.miss_policy},
+                           {"host_moe_layers", b.engine.offload.host_moe_layers},
                            {"checkpoint_bytes", CheckpointBytes(b.engine.model_path)},
                            {"peak_rss_bytes", peak_rss},
                            {"startup_seconds", startup_seconds}};

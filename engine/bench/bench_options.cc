@@ -39,6 +39,13 @@ ABSL_FLAG(double, preload_share, 0.5,
 ABSL_FLAG(bool, map_host_experts, true,
           "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
           "every offloaded expert at start-up, as before); only where the backend allows it");
+ABSL_FLAG(std::string, miss_policy, "fetch",
+          "an offloaded expert miss: fetch (copy it in, wait) | cpu (compute it on the host when "
+          "the measured host time is below its copy time; engine/policy/host_experts.md) | "
+          "commit (lossy, paper 003; needs --prefetch)");
+ABSL_FLAG(int, host_moe_layers, 0,
+          "static host placement (like llama.cpp's --n-cpu-moe): the experts of the last N MoE "
+          "layers are always computed on the host, never copied; 0 = none");
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration profile JSON (mlp-lookahead weights, Eq. 10 costs)");
 ABSL_FLAG(std::string, token_compressor, "none", "none | random | saliency | affinity");
@@ -48,6 +55,15 @@ ABSL_FLAG(double, skip_tau_text, -1,
           "expert skipping threshold of text tokens (>= 0); -1 = the calibration profile's");
 ABSL_FLAG(double, skip_tau_visual, -1,
           "expert skipping threshold of visual tokens (>= 0); -1 = the calibration profile's");
+ABSL_FLAG(double, commit_threshold, -1,
+          "commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
+          "profile's");
+ABSL_FLAG(double, commit_owa_alpha1, 0, "commit OWA alpha_1 (Eq. 5), >= 0; 0 = OWA off");
+ABSL_FLAG(double, commit_owa_alpha2, 1, "commit OWA alpha_2 (Eq. 6), > 0");
+ABSL_FLAG(int, commit_owa_min_correct, -1,
+          "OWA trigger: at least this many router experts kept; -1 = ceil(k/2)");
+ABSL_FLAG(int, commit_owa_max_correct, -1,
+          "OWA trigger: at most this many router experts kept; -1 = k - 1");
 ABSL_FLAG(double, keep_ratio, 0.5,
           "keep ratio beta of --token_compressor and of the compressing --ablation rows");
 ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sentence.",
@@ -156,6 +172,13 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--preload_share=", o.preload_share, ": must be in (0, 1]"));
   }
+  o.miss_policy = absl::GetFlag(FLAGS_miss_policy);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<MissPolicy>("miss_policy", o.miss_policy));
+  o.host_moe_layers = absl::GetFlag(FLAGS_host_moe_layers);
+  if (o.host_moe_layers < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_moe_layers=", o.host_moe_layers, ": must be >= 0"));
+  }
   e.calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
   e.compression.kind = absl::GetFlag(FLAGS_token_compressor);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<CompressorKind>("token_compressor", e.compression.kind));
@@ -179,6 +202,22 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
           "--", name, "=", value, ": must be >= 0, or -1 for the calibration profile's"));
     }
     *out = static_cast<float>(value);
+  }
+
+  const double threshold = absl::GetFlag(FLAGS_commit_threshold);
+  if (!std::isfinite(threshold) || (threshold < 0 && threshold != -1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--commit_threshold=", threshold, ": must be >= 0, or -1 for the calibration profile's"));
+  }
+  e.commit.threshold = static_cast<float>(threshold);
+  e.commit.owa_alpha1 = static_cast<float>(absl::GetFlag(FLAGS_commit_owa_alpha1));
+  e.commit.owa_alpha2 = static_cast<float>(absl::GetFlag(FLAGS_commit_owa_alpha2));
+  e.commit.owa_min_correct = absl::GetFlag(FLAGS_commit_owa_min_correct);
+  e.commit.owa_max_correct = absl::GetFlag(FLAGS_commit_owa_max_correct);
+  {
+    const CommitOptionNames names{"--miss_policy", "--commit_threshold", "--commit_owa_alpha1",
+                                  "--commit_owa_alpha2"};
+    VISMOE_RETURN_IF_ERROR(CheckCommitMissOptions(o.miss_policy, e.commit, names));
   }
 
   b.requests_path = absl::GetFlag(FLAGS_requests);

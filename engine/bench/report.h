@@ -18,11 +18,12 @@ namespace vismoe::bench {
 // its config.json when `synthetic_weights`); 0 when it cannot be measured.
 int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights);
 
-// Bytes/s of the offload copy path, measured over 16 copies of one expert
-// through a TransferEngine: on the cuda backend pinned host -> device through
-// cuda::CudaCopyBackend (the engine's own path), else the CPU memcpy engine at
-// `throttle` (0 = unthrottled). Errors (no device) give 0.
-double MeasureCopyBandwidth(double throttle, int64_t block_bytes, bool cuda = false);
+// Bytes/s of the offload copy path of backend `backend_name` ("cpu",
+// "cuda"), measured over 16 copies of one expert through a TransferEngine
+// over the backend's own offload device parts (cuda: pinned host -> device
+// on its copy stream; cpu: the memcpy engine at `throttle`, 0 = unthrottled).
+// Errors (no device) give 0.
+double MeasureCopyBandwidth(const std::string& backend_name, double throttle, int64_t block_bytes);
 
 // Bytes of the *.safetensors files in `model_path` (0 when there are none,
 // e.g. a config-only directory for --synthetic_weights).
@@ -33,7 +34,7 @@ int64_t PeakRssBytes();
 
 // Counters and sums are per run of the request set (means over --repeat runs;
 // plain integers when runs == 1); latencies are means per request; ratios come
-// from the sums. Fields are listed in README.md ("Offload runtime and vismoe-bench").
+// from the sums. Fields are listed in engine/bench/README.md.
 nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double measured_bandwidth);
 
 }  // namespace vismoe::bench

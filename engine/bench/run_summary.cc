@@ -59,6 +59,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
       s.prompt_tokens += r->usage.prompt_tokens;
       s.completion_tokens += r->usage.completion_tokens;
       s.skipping.Add(r->expert_skipping);
+      s.commit.Add(r->commit);
       s.visual_tokens_before += r->usage.visual_tokens_before;
       s.visual_tokens_after += r->usage.visual_tokens_after;
       s.per_request.push_back({{"run", run},
@@ -79,7 +80,12 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"stall_seconds", o.stall_seconds},
                                {"preload_issued", o.preload_issued},
                                {"preload_used", o.preload_used},
-                               {"preload_kept_lookups", o.preload_kept_lookups}});
+                               {"preload_kept_lookups", o.preload_kept_lookups},
+                               {"experts_host_computed", o.experts_host_computed},
+                               {"bytes_not_copied", o.bytes_not_copied},
+                               {"commit_uncertain_tokens", r->commit.uncertain_tokens},
+                               {"experts_committed_router", r->commit.committed_router},
+                               {"experts_committed_substitute", r->commit.committed_substitute}});
     }
   }
   if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());

@@ -51,6 +51,10 @@ absl::Status ValidateOptions(const CalibratorOptions& o, size_t num_requests) {
     return bad(
         absl::StrCat("--skip_target_rate must be in [0, 1) (0 = off), got ", o.skip_target_rate));
   }
+  if (!(o.commit_target_rate >= 0 && o.commit_target_rate < 1)) {
+    return bad(absl::StrCat("--commit_target_rate must be in [0, 1) (0 = off), got ",
+                            o.commit_target_rate));
+  }
   if (o.skip_target_rate > 0 && o.skip_grid < 2) {
     return bad(absl::StrCat("--skip_grid must be >= 2, got ", o.skip_grid));
   }
@@ -317,6 +321,7 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
     VISMOE_RETURN_IF_ERROR(run(requests[i], chain.Head()));
   }
   for (size_t k = 0; k < kinds.size(); ++k) {
+    report.certainty[kinds[k]] = evals[k]->certainty();
     report.recall[kinds[k]] = evals[k]->tally();
     profile.hot_recall[kinds[k]] = evals[k]->tally().Overall();
   }
@@ -336,9 +341,18 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
                      report.skipping->search.evaluations, " frontier evaluations)"));
   }
 
-  // Eq. 10 costs.
+  // Eq. 10 costs (and the commit threshold) from the traces.
   std::vector<std::vector<StepRecord>> traces;
   for (const auto& r : recorders) traces.push_back(r->steps());
+  if (options.commit_target_rate > 0) {
+    VISMOE_ASSIGN_OR_RETURN(report.commit,
+                            CalibrateCommitThreshold(traces, sizes.moe_layers, options.l_semantic,
+                                                     options.commit_target_rate));
+    profile.commit_miss = report.commit->calibration;
+    log(absl::StrCat("commit miss policy: certainty threshold ", profile.commit_miss->threshold,
+                     " (", profile.commit_miss->uncertain_rate, " of ", profile.commit_miss->tokens,
+                     " decode token-layers below it)"));
+  }
   report.max_valid_pinned = max_valid;
   for (int l = 0; l <= max_valid; ++l) {
     po.pinned_layers = l;
@@ -416,9 +430,39 @@ std::string CalibrationReport::ToJson() const {
                             {"frontier", frontier},
                             {"evaluations", skipping->search.evaluations}};
   }
+  if (commit.has_value()) j["commit_miss"] = CommitJson();
   j["tokens"] = {{"prompt", prompt_tokens}, {"completion", completion_tokens}};
   j["seconds"] = seconds;
   return j.dump(2);
+}
+
+nlohmann::json CalibrationReport::CommitJson() const {
+  const CommitCalibration& c = commit->calibration;
+  json layers = json::array();
+  for (const CommitCalibrationReport::Layer& l : commit->layers) {
+    layers.push_back(
+        {{"layer", l.layer},
+         {"tokens", l.tokens},
+         {"uncertain_rate", l.tokens > 0 ? static_cast<double>(l.uncertain) / l.tokens : 0.0},
+         {"mean_certainty", l.mean_certainty}});
+  }
+  // Paper 003's Figure 2: mean certainty by correctly predicted experts.
+  json by_correct = json::object();
+  for (const auto& [name, t] : certainty) {
+    json rows = json::array();
+    for (size_t c = 0; c < t.tokens.size(); ++c) {
+      rows.push_back({{"correct", c},
+                      {"tokens", t.tokens[c]},
+                      {"mean_certainty", t.MeanCertainty(static_cast<int>(c))}});
+    }
+    by_correct[name] = rows;
+  }
+  return {{"threshold", c.threshold},
+          {"target_rate", c.target_rate},
+          {"uncertain_rate", c.uncertain_rate},
+          {"tokens", c.tokens},
+          {"layers", layers},
+          {"certainty_by_correct", by_correct}};
 }
 
 }  // namespace vismoe

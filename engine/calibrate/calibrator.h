@@ -12,6 +12,10 @@
 //     predictor is asked for the top-B experts of the next MoE layer; recall is
 //     the share of that layer's activated experts among them. Random choice is
 //     its expected value B / E.
+//  6. With commit_target_rate > 0: the commit miss policy's certainty
+//     threshold (commit_calibrator.h) from the traces' decode tokens, and
+//     per predictor paper 003's Figure 2 (mean certainty of held-out decode
+//     tokens by how many of their experts the predictor's top-k held).
 //  5. With skip_target_rate > 0: MoDES expert skipping's alpha(l) and
 //     thresholds (skip_calibrator.h) over every request's prefill.
 //  4. Eq. 10: for every valid prefix depth L, replays all traces through an
@@ -30,11 +34,13 @@
 
 #include "absl/status/statusor.h"
 #include "engine/api/request.h"
+#include "engine/calibrate/commit_calibrator.h"
 #include "engine/calibrate/mlp_trainer.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/calibrate/routing_trace.h"
 #include "engine/calibrate/skip_calibrator.h"
 #include "engine/policy/calibration_profile.h"
+#include "nlohmann/json.hpp"
 
 namespace vismoe {
 
@@ -62,6 +68,10 @@ struct CalibratorOptions {
   // (0, 1); 0 = do not calibrate skipping. skip_grid thresholds per modality.
   double skip_target_rate = 0;
   int skip_grid = 12;
+  // Commit miss policy: the share of decode (token, MoE layer) pairs whose
+  // certainty falls below the calibrated threshold, in (0, 1); 0 = do not
+  // calibrate it.
+  double commit_target_rate = 0;
   std::ostream* progress = nullptr;  // one line per event; null = quiet
 };
 
@@ -81,10 +91,14 @@ struct CalibrationReport {
   int64_t expert_bytes = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::optional<SkipCalibrationReport> skipping;  // with skip_target_rate > 0
+  std::optional<CommitCalibrationReport> commit;  // with commit_target_rate > 0
+  std::map<std::string, CertaintyTally> certainty;  // per predictor, held-out decode tokens
   double seconds = 0;
 
   // The report vismoe-calibrate prints (pretty JSON).
   std::string ToJson() const;
+  // Its "commit_miss" part. REQUIRES: commit.
+  nlohmann::json CommitJson() const;
 };
 
 // Everything above. InvalidArgument for bad options (naming the option), fewer

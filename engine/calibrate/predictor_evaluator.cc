@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/core/commit_miss_policy.h"
+
 namespace vismoe {
 
 double RecallTally::Recall(int phase) const {
@@ -12,6 +14,12 @@ double RecallTally::Recall(int phase) const {
 double RecallTally::Overall() const {
   const int64_t n = needed[0] + needed[1];
   return n > 0 ? static_cast<double>(hits[0] + hits[1]) / n : 0.0;
+}
+
+double CertaintyTally::MeanCertainty(int correct) const {
+  const size_t c = static_cast<size_t>(correct);
+  return c < tokens.size() && tokens[c] > 0 ? certainty_sum[c] / static_cast<double>(tokens[c])
+                                            : 0.0;
 }
 
 PredictorEvaluator::PredictorEvaluator(std::unique_ptr<ExpertPredictor> predictor,
@@ -64,11 +72,32 @@ void PredictorEvaluator::Score(Phase phase, int layer, const RouterResult& r) {
   for (int e = 0; e < r.num_experts; ++e) needed += active[e];
   for (int e : pending_) hits += (e >= 0 && e < r.num_experts && active[e]) ? 1 : 0;
   const int p = static_cast<int>(phase);
+  if (phase == Phase::kDecode) ScoreCertainty(r);
   tally_.hits[p] += hits;
   tally_.needed[p] += needed;
   if (layer >= 0 && layer < static_cast<int>(per_layer_.size())) {
     per_layer_[layer].hits[p] += hits;
     per_layer_[layer].needed[p] += needed;
+  }
+}
+
+void PredictorEvaluator::ScoreCertainty(const RouterResult& r) {
+  if (r.logits.size() != static_cast<size_t>(r.n * r.num_experts)) return;
+  const int k = r.top_k;
+  if (certainty_.tokens.empty()) {
+    certainty_.tokens.assign(static_cast<size_t>(k) + 1, 0);
+    certainty_.certainty_sum.assign(static_cast<size_t>(k) + 1, 0.0);
+  }
+  const size_t top = std::min(pending_.size(), static_cast<size_t>(k));
+  for (int64_t t = 0; t < r.n; ++t) {
+    int correct = 0;
+    for (size_t i = 0; i < top; ++i) {
+      const int* row = r.experts.data() + t * k;
+      correct += std::find(row, row + k, pending_[i]) != row + k ? 1 : 0;
+    }
+    ++certainty_.tokens[correct];
+    certainty_.certainty_sum[correct] +=
+        RouterCertainty(r.logits.data() + t * r.num_experts, r.num_experts);
   }
 }
 

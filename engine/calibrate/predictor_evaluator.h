@@ -26,6 +26,16 @@ struct RecallTally {
   double Overall() const;
 };
 
+// Paper 003's Figure 2 on one predictor: decode tokens bucketed by how many
+// of their router's top-k experts the predictor's top-k for the layer held
+// (Eq. 3's numerator, 0..k), with the sum of their router certainty
+// (KL(softmax || uniform), nats).
+struct CertaintyTally {
+  std::vector<int64_t> tokens;              // [k + 1]
+  std::vector<double> certainty_sum;        // [k + 1]
+  double MeanCertainty(int correct) const;  // 0 for an empty bucket
+};
+
 class PredictorEvaluator final : public RouterObserver {
  public:
   // `moe_layers`: the decoder layers with routed experts, ascending.
@@ -47,9 +57,12 @@ class PredictorEvaluator final : public RouterObserver {
   const RecallTally& tally() const { return tally_; }
   // Indexed by the predicted decoder layer.
   const std::vector<RecallTally>& per_layer() const { return per_layer_; }
+  // Decode tokens of the predicted layers (empty until one was scored).
+  const CertaintyTally& certainty() const { return certainty_; }
 
  private:
   void Score(Phase phase, int layer, const RouterResult& r);
+  void ScoreCertainty(const RouterResult& r);
 
   std::unique_ptr<ExpertPredictor> predictor_;
   std::vector<int> moe_layers_;
@@ -59,6 +72,7 @@ class PredictorEvaluator final : public RouterObserver {
   std::vector<int> pending_;
   RecallTally tally_;
   std::vector<RecallTally> per_layer_;
+  CertaintyTally certainty_;
 };
 
 }  // namespace vismoe

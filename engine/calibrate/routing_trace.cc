@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/core/commit_miss_policy.h"
 #include "engine/policy/decayed_target.h"
 #include "engine/policy/lookahead_features.h"
 #include "engine/policy/token_compressor.h"
@@ -28,6 +29,12 @@ void RoutingTraceRecorder::OnRouting(Phase phase, int layer, const float* hidden
     rec.histogram[e] *= inv;
   }
   for (float& v : rec.hidden_mean) v *= inv;
+  if (r.logits.size() == static_cast<size_t>(r.n * r.num_experts)) {
+    for (int64_t t = 0; t < r.n; ++t) {
+      rec.certainty.push_back(
+          static_cast<float>(RouterCertainty(r.logits.data() + t * r.num_experts, r.num_experts)));
+    }
+  }
   steps_.back().layers.push_back(std::move(rec));
 }
 

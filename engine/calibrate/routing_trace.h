@@ -22,6 +22,9 @@ struct LayerRecord {
   std::vector<int> experts;        // distinct, ascending
   std::vector<float> histogram;    // [num_experts]
   std::vector<float> hidden_mean;  // [hidden]
+  // Per row: the router's certainty, KL(softmax || uniform) in nats (the
+  // commit miss policy's gate); empty when the routing had no logits.
+  std::vector<float> certainty;
 };
 
 // One forward step: its MoE layers in order.

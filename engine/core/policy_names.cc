@@ -38,6 +38,11 @@ constexpr Entry<PreloadKind> kPreloads[] = {
     {PreloadKind::kNone, "none", false},
     {PreloadKind::kPrefillRouting, "prefill-routing", false},
 };
+constexpr Entry<MissPolicy> kMissPolicies[] = {
+    {MissPolicy::kFetch, "fetch", false},
+    {MissPolicy::kCommit, "commit", false},
+    {MissPolicy::kCpu, "cpu", false},
+};
 
 template <typename Kind>
 struct Table;
@@ -60,6 +65,10 @@ struct Table<SkipKind> {
 template <>
 struct Table<PreloadKind> {
   static constexpr const auto& entries = kPreloads;
+};
+template <>
+struct Table<MissPolicy> {
+  static constexpr const auto& entries = kMissPolicies;
 };
 
 template <typename Kind>
@@ -95,6 +104,7 @@ const char* PolicyName(PredictorKind kind) { return NameOf(kind); }
 const char* PolicyName(EvictionPolicy kind) { return NameOf(kind); }
 const char* PolicyName(SkipKind kind) { return NameOf(kind); }
 const char* PolicyName(PreloadKind kind) { return NameOf(kind); }
+const char* PolicyName(MissPolicy kind) { return NameOf(kind); }
 
 template std::optional<CompressorKind> PolicyFromName<CompressorKind>(absl::string_view);
 template std::optional<PredictorKind> PolicyFromName<PredictorKind>(absl::string_view);
@@ -106,5 +116,7 @@ template std::optional<SkipKind> PolicyFromName<SkipKind>(absl::string_view);
 template std::string PolicyNames<SkipKind>(absl::string_view);
 template std::optional<PreloadKind> PolicyFromName<PreloadKind>(absl::string_view);
 template std::string PolicyNames<PreloadKind>(absl::string_view);
+template std::optional<MissPolicy> PolicyFromName<MissPolicy>(absl::string_view);
+template std::string PolicyNames<MissPolicy>(absl::string_view);
 
 }  // namespace vismoe

@@ -8,6 +8,7 @@
 //   EvictionPolicy  lru | lfu | guarded ("guarded-priority" is accepted too)
 //   SkipKind        none | dual-threshold                      (MoDES expert skipping)
 //   PreloadKind     none | prefill-routing                     (MELINOE per-sequence preload)
+//   MissPolicy      fetch | commit | cpu                       (an offloaded expert's miss)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -25,6 +26,12 @@ enum class PredictorKind { kNone, kHistory, kRouterLookahead, kMlpLookahead };
 enum class EvictionPolicy { kLru, kLfu, kGuardedPriority };
 enum class SkipKind { kNone, kDualThreshold };
 enum class PreloadKind { kNone, kPrefillRouting };
+// What a MoE layer does about a routed expert that is neither resident nor in
+// flight: fetch it (the exact path); commit to experts the predictor chose
+// that are there (paper 003, engine/core/commit_miss_policy.h; lossy); or
+// compute it on the host when that is measured to cost less than the copy
+// (engine/policy/host_experts.md; exact).
+enum class MissPolicy { kFetch, kCommit, kCpu };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>
@@ -35,6 +42,7 @@ const char* PolicyName(PredictorKind kind);
 const char* PolicyName(EvictionPolicy kind);
 const char* PolicyName(SkipKind kind);
 const char* PolicyName(PreloadKind kind);
+const char* PolicyName(MissPolicy kind);
 // Every canonical name of a kind, in table order, joined by `separator`:
 // PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
 template <typename Kind>

@@ -28,6 +28,11 @@ struct RouterResult {
   // the slot -- its expert is neither fetched nor computed for the token and
   // adds nothing to its output. Empty = nothing skipped (the exact path).
   std::vector<uint8_t> skipped;
+  // [n, top_k]: 1 where the commit miss policy (engine/core/commit_miss_policy.h)
+  // replaced the router's expert of the slot by a resident or in-flight one;
+  // experts and weights then differ from the router's (a token with such a
+  // slot may have all its weights changed). Empty = the router's routing.
+  std::vector<uint8_t> committed;
 
   bool IsSkipped(int64_t token, int slot) const {
     return !skipped.empty() && skipped[static_cast<size_t>(token * top_k + slot)] != 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 
@@ -32,12 +33,21 @@ class StatsSink {
   virtual void OnPreloadUsed(uint64_t count) = 0;
   virtual void OnBytesHostToDevice(uint64_t bytes) = 0;
   virtual void OnTransferStall(double seconds) = 0;
+  // `count` experts computed on the host from the host expert store instead
+  // of being copied to the device (miss policy cpu, static host layers), and
+  // the `bytes_not_copied` that spared the copy engine.
+  virtual void OnExpertsHostComputed(uint64_t count, uint64_t bytes_not_copied) = 0;
   virtual void OnVisualTokensPruned(uint64_t count) = 0;
   virtual void OnCompressionTime(double seconds) = 0;
   virtual void OnPredictorTime(double seconds) = 0;
   // Routed (token, expert) activations MoDES expert skipping dropped
   // (engine/core/expert_skipping.h), of tokens of `modality`.
   virtual void OnExpertsSkipped(TokenModality modality, uint64_t count) = 0;
+  // Routed (token, expert) activations the commit miss policy computed without
+  // a copy (engine/core/commit_miss_policy.h): `router` with the router's own
+  // expert (resident or in flight), `substitute` with a predicted expert in
+  // place of a missing one (differing from the router).
+  virtual void OnExpertsCommitted(uint64_t router, uint64_t substitute) = 0;
   // Current number of slab slots in `state` (gauge).
   virtual void SetSlotCount(SlotState state, int64_t count) = 0;
   // Device memory carved for a region: "resident", "pinned_prefix",
@@ -49,8 +59,11 @@ class StatsSink {
   // Sequences the engine is running (admitted, holding KV blocks) and
   // waiting to be admitted (gauges).
   virtual void SetSequences(int64_t running, int64_t waiting) = 0;
-  // KV cache blocks reserved by running sequences, of the pool's total (gauges).
+  // KV cache blocks held by running sequences, of the pool's total (gauges).
   virtual void SetKvBlocks(int64_t used, int64_t total) = 0;
+  // One running sequence preempted: its KV blocks freed for others, its
+  // tokens to be recomputed when it runs again (counter).
+  virtual void OnPreemption() = 0;
 };
 
 // A sink that drops everything; the default when nobody listens, and the
@@ -65,15 +78,18 @@ class NullStatsSink : public StatsSink {
   void OnPreloadUsed(uint64_t) override {}
   void OnBytesHostToDevice(uint64_t) override {}
   void OnTransferStall(double) override {}
+  void OnExpertsHostComputed(uint64_t, uint64_t) override {}
   void OnVisualTokensPruned(uint64_t) override {}
   void OnCompressionTime(double) override {}
   void OnPredictorTime(double) override {}
   void OnExpertsSkipped(TokenModality, uint64_t) override {}
+  void OnExpertsCommitted(uint64_t, uint64_t) override {}
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
   void OnSchedulerStep(int, int64_t) override {}
   void SetSequences(int64_t, int64_t) override {}
   void SetKvBlocks(int64_t, int64_t) override {}
+  void OnPreemption() override {}
 };
 
 }  // namespace vismoe

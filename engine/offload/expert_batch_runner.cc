@@ -1,6 +1,7 @@
 #include "engine/offload/expert_batch_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -8,25 +9,53 @@
 #include "engine/core/status_macros.h"
 
 namespace vismoe {
+namespace {
+
+// The layer's plan: BeginRoutedLayer with token counts, BeginLayer without.
+// The order must be a permutation of what was declared: checked before
+// anything is acquired (Ready() and Acquire() require declared experts).
+absl::StatusOr<LayerPlan> BeginPlan(ExpertProvider& provider, Phase phase, int layer,
+                                    absl::Span<const int> active,
+                                    absl::Span<const int64_t> tokens) {
+  LayerPlan plan;
+  if (tokens.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(plan.order, provider.BeginLayer(phase, layer, active));
+  } else {
+    VISMOE_ASSIGN_OR_RETURN(plan, provider.BeginRoutedLayer(phase, layer, active, tokens));
+  }
+  std::vector<int> declared(active.begin(), active.end());
+  std::vector<int> returned = plan.order;
+  std::sort(declared.begin(), declared.end());
+  std::sort(returned.begin(), returned.end());
+  if (returned != declared) {
+    provider.EndLayer(layer);
+    return absl::InternalError(
+        absl::StrCat("expert provider returned [", absl::StrJoin(plan.order, ", "), "] for layer ",
+                     layer, ", which declared [", absl::StrJoin(active, ", "), "]"));
+  }
+  return plan;
+}
+
+// Rows routed to `expert` (0 when not given).
+int64_t TokensOf(absl::Span<const int> active, absl::Span<const int64_t> tokens, int expert) {
+  for (size_t i = 0; i < active.size() && i < tokens.size(); ++i) {
+    if (active[i] == expert) return tokens[i];
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::Status ExpertBatchLauncher::ComputeOnHost(int expert, const ExpertWeights& /*weights*/) {
+  return absl::UnimplementedError(
+      absl::StrCat("expert ", expert, ": this backend cannot compute experts on the host"));
+}
 
 absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
-                              absl::Span<const int> active, ExpertBatchLauncher& launcher) {
-  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, provider.BeginLayer(phase, layer, active));
-  // The order must be a permutation of what was declared: checked before
-  // anything is acquired (Ready() and Acquire() require declared experts).
-  {
-    std::vector<int> declared(active.begin(), active.end());
-    std::vector<int> returned = order;
-    std::sort(declared.begin(), declared.end());
-    std::sort(returned.begin(), returned.end());
-    if (returned != declared) {
-      provider.EndLayer(layer);
-      return absl::InternalError(absl::StrCat("expert provider returned [",
-                                              absl::StrJoin(order, ", "), "] for layer ", layer,
-                                              ", which declared [", absl::StrJoin(active, ", "),
-                                              "]"));
-    }
-  }
+                              absl::Span<const int> active, absl::Span<const int64_t> tokens,
+                              ExpertBatchLauncher& launcher) {
+  VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, BeginPlan(provider, phase, layer, active, tokens));
+  const std::vector<int>& order = plan.order;
   struct Launched {
     int expert;
     int ticket;
@@ -56,12 +85,34 @@ absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
     batch.clear();
     return st;
   };
+  // Host experts: computed here while the batches launched before them run.
+  auto compute_on_host = [&](int e) -> absl::Status {
+    VISMOE_RETURN_IF_ERROR(launch());
+    VISMOE_ASSIGN_OR_RETURN(ExpertWeights weights, provider.HostWeights(layer, e));
+    const auto start = std::chrono::steady_clock::now();
+    VISMOE_RETURN_IF_ERROR(launcher.ComputeOnHost(e, weights));
+    provider.OnHostExpertTime(
+        TokensOf(active, tokens, e),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return absl::OkStatus();
+  };
 
   absl::Status status;
+  if (!plan.on_host.empty()) {
+    std::vector<int> host;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (plan.OnHost(i)) host.push_back(order[i]);
+    }
+    status = launcher.PrepareHost(host);
+  }
   for (size_t i = 0; i < order.size() && status.ok(); ++i) {
     const int e = order[i];
     status = release_finished(/*wait=*/false);
     if (!status.ok()) break;
+    if (plan.OnHost(i)) {
+      status = compute_on_host(e);
+      continue;
+    }
     absl::StatusOr<ExpertWeights> weights = provider.Acquire(layer, e);
     if (!weights.ok() && absl::IsResourceExhausted(weights.status()) &&
         (!batch.empty() || next_release < launched.size())) {
@@ -77,7 +128,9 @@ absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
       break;
     }
     batch.push_back({e, *std::move(weights)});
-    if (i + 1 == order.size() || !provider.Ready(layer, order[i + 1])) status = launch();
+    if (i + 1 == order.size() || plan.OnHost(i + 1) || !provider.Ready(layer, order[i + 1])) {
+      status = launch();
+    }
   }
   // Whatever happened, every acquired expert is released once nothing queued
   // can read it any more.

@@ -14,6 +14,12 @@
 // current batch is launched, finished batches are waited for and released,
 // and Acquire is asked again. Whatever fails, every acquired expert is
 // released after Drain() and the layer is ended.
+// Host execution: given the routed tokens of each expert, the layer is begun
+// with BeginRoutedLayer; the experts the plan puts on the host are told to
+// the launcher (PrepareHost) before anything is launched, and each, in its
+// turn, is computed by ComputeOnHost on the calling thread after the batch
+// before it has been launched -- so the device computes that batch while the
+// host computes -- and its time reported to the provider (OnHostExpertTime).
 // Thread safety: call from the thread running the layer's forward pass.
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
 #define VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
@@ -45,13 +51,27 @@ class ExpertBatchLauncher {
   virtual absl::Status Wait(int ticket) = 0;
   // Blocks until everything queued has finished (also after a failed Launch).
   virtual absl::Status Drain() = 0;
+  // The experts of this layer the provider put on the host, told once before
+  // the first Launch (a backend may start moving their rows to the host).
+  virtual absl::Status PrepareHost(absl::Span<const int> /*experts*/) { return absl::OkStatus(); }
+  // Computes `expert` over its rows from host-memory `weights` on the calling
+  // thread, while launched batches run; its output goes where the device's
+  // would have. The default cannot.
+  virtual absl::Status ComputeOnHost(int expert, const ExpertWeights& weights);
 };
 
 // Runs one layer's `active` experts (distinct ids) through `provider` and
-// `launcher`. Returns the first error (InternalError when the provider returns
-// an expert that was not declared, or not as many as declared).
+// `launcher`; `tokens` (tokens[i] rows routed to active[i]) lets the provider
+// put experts on the host, empty = every expert on the device (BeginLayer).
+// Returns the first error (InternalError when the provider returns an expert
+// that was not declared, or not as many as declared).
 absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
-                              absl::Span<const int> active, ExpertBatchLauncher& launcher);
+                              absl::Span<const int> active, absl::Span<const int64_t> tokens,
+                              ExpertBatchLauncher& launcher);
+inline absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
+                                     absl::Span<const int> active, ExpertBatchLauncher& launcher) {
+  return RunExpertBatches(provider, phase, layer, active, {}, launcher);
+}
 
 }  // namespace vismoe
 

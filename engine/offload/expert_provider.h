@@ -13,6 +13,12 @@
 // unpins it (its slab may now be reused, which is what lets a cache smaller
 // than one layer's working set still make progress). EndLayer() closes the
 // layer for this step.
+// A caller that can compute an expert on the host calls BeginRoutedLayer
+// instead of BeginLayer, with each expert's routed token count: the provider
+// may then put some experts on the host (a miss that costs less to compute
+// from the host expert store than to copy, or a layer placed on the host; see
+// engine/policy/host_experts.md). Those are computed from HostWeights() and
+// never acquired or released.
 // Because the compute order depends on the cache state, callers must make the
 // result independent of it (e.g. keep each expert's output per token and
 // top-k slot, and sum the slots in a fixed order) so every memory budget gives
@@ -21,13 +27,15 @@
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 #define VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/core/tensor.h"
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/stats_sink.h"
+#include "engine/core/tensor.h"
 
 namespace vismoe {
 
@@ -44,6 +52,16 @@ struct ExpertWeights {
   TensorView gate;     // kSeparate only
   TensorView up;       // kSeparate only
   TensorView down;
+};
+
+// What BeginRoutedLayer decides for one layer.
+struct LayerPlan {
+  std::vector<int> order;  // the declared experts, in the order to compute them
+  // on_host[i] != 0: compute order[i] on the host from HostWeights(); empty =
+  // none on the host.
+  std::vector<char> on_host;
+
+  bool OnHost(size_t i) const { return i < on_host.size() && on_host[i] != 0; }
 };
 
 class ExpertProvider {
@@ -68,6 +86,29 @@ class ExpertProvider {
   virtual bool Ready(int /*layer*/, int /*expert*/) { return false; }
   // The layer is done for the current step.
   virtual void EndLayer(int layer) = 0;
+  // For the commit miss policy (engine/core/commit_miss_policy.h), between
+  // layers (before BeginLayer(layer)): which experts of `layer` are resident
+  // or in flight, and those the predictor chose for it. The default: every
+  // expert is resident (nothing to commit to instead of a copy).
+  virtual ExpertAvailability Availability(int /*layer*/) {
+    return ExpertAvailability{true, {}, {}};
+  }
+
+  // BeginLayer, told the routed tokens (rows) of each declared expert
+  // (tokens[i] for experts[i]), for a caller able to compute experts on the
+  // host. The default puts none there.
+  // REQUIRES: tokens.size() == experts.size(), each >= 1.
+  virtual absl::StatusOr<LayerPlan> BeginRoutedLayer(Phase phase, int layer,
+                                                     absl::Span<const int> experts,
+                                                     absl::Span<const int64_t> tokens);
+  // Host-memory weights of an expert the current plan put on the host; the
+  // views stay valid for the provider's life. FailedPrecondition otherwise.
+  virtual absl::StatusOr<ExpertWeights> HostWeights(int layer, int expert);
+  // One measured computation of an expert over `tokens` rows by the host's
+  // kernels, taking `seconds`: what the host-compute decision is made from.
+  // The CPU backend reports every expert it computes (its device memory is
+  // host memory), other backends those they compute on the host.
+  virtual void OnHostExpertTime(int64_t /*tokens*/, double /*seconds*/) {}
   // True when the views Acquire() returns stay valid after Release(), for as
   // long as the provider lives (weights in memory it never recycles, such as
   // the mmapped checkpoint), so another component may keep them

@@ -207,6 +207,16 @@ const void* HostExpertStore::Block(int layer, int expert) const {
   return data_ + static_cast<size_t>(index) * format_.bytes;
 }
 
+absl::StatusOr<ExpertWeights> HostExpertStore::Weights(int layer, int expert) const {
+  const int64_t index = IndexOf(layer, expert);
+  if (index < 0 || (!mapped() && data_ == nullptr)) {
+    return absl::NotFoundError(
+        absl::StrCat("layer ", layer, " expert ", expert, " is not in the host expert store"));
+  }
+  if (mapped()) return views_[static_cast<size_t>(index)];
+  return format_.View(Block(layer, expert));
+}
+
 HostExpertStore::Segments HostExpertStore::CopySegments(int layer, int expert) const {
   Segments out;
   const int64_t index = IndexOf(layer, expert);

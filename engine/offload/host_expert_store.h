@@ -104,6 +104,11 @@ class HostExpertStore {
   // one segment in packed mode, one per tensor in mapped mode (the block's
   // alignment padding is not written). Empty if the layer is not in the store.
   Segments CopySegments(int layer, int expert) const;
+  // The weights of (layer, expert) where the store keeps them (the source's
+  // views in mapped mode, views over its packed block otherwise), to compute
+  // with on the host; valid for the store's life. NotFound if the layer is
+  // not in the store.
+  absl::StatusOr<ExpertWeights> Weights(int layer, int expert) const;
   // Host bytes the store allocated (0 in mapped mode).
   size_t total_bytes() const { return total_bytes_; }
 

@@ -87,11 +87,16 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->pinned_.assign(num_layers, nullptr);
   for (int l : plan.pinned_layer_ids) p->kind_.at(l) = Kind::kPinned;
   for (int l : plan.offloaded_layer_ids) p->kind_.at(l) = Kind::kOffloaded;
+  VISMOE_RETURN_IF_ERROR(p->SetUpHostExecution(options));
+  std::vector<int> on_device;  // offloaded layers whose experts are copied
+  for (int l : plan.offloaded_layer_ids) {
+    if (!p->host_layer_[l]) on_device.push_back(l);
+  }
   p->next_offloaded_.assign(num_layers, -1);
-  for (int l = 0; l < num_layers && !plan.offloaded_layer_ids.empty(); ++l) {
-    auto it = std::upper_bound(plan.offloaded_layer_ids.begin(), plan.offloaded_layer_ids.end(), l);
-    p->next_offloaded_[l] =
-        it == plan.offloaded_layer_ids.end() ? plan.offloaded_layer_ids.front() : *it;
+  p->predicted_.assign(num_layers, {});
+  for (int l = 0; l < num_layers && !on_device.empty(); ++l) {
+    auto it = std::upper_bound(on_device.begin(), on_device.end(), l);
+    p->next_offloaded_[l] = it == on_device.end() ? on_device.front() : *it;
   }
 
   // Host store for the offloaded layers. The pinned prefix is packed one layer
@@ -155,12 +160,14 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
     std::lock_guard<std::mutex> lock(p->mu_);
     p->PublishSlotGaugesLocked();
   }
-  spdlog::info("offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s; host experts {}",
-               plan.DebugString(), EvictionPolicyName(policy),
-               p->predictor_ != nullptr ? p->predictor_->name() : "none",
-               options.copy_bandwidth_bytes_per_s,
-               p->store_->mapped() ? std::string("served from the checkpoint (no second copy)")
-                                   : absl::StrCat("packed (", p->store_->total_bytes(), " bytes)"));
+  spdlog::info(
+      "offload: {}; eviction {}, prefetch {}, copy bandwidth {} B/s; host experts {}; miss policy "
+      "{}, {} MoE layers on the host",
+      plan.DebugString(), EvictionPolicyName(policy),
+      p->predictor_ != nullptr ? p->predictor_->name() : "none", options.copy_bandwidth_bytes_per_s,
+      p->store_->mapped() ? std::string("served from the checkpoint (no second copy)")
+                          : absl::StrCat("packed (", p->store_->total_bytes(), " bytes)"),
+      PolicyName(p->miss_policy_), options.host_moe_layers);
   return p;
 }
 
@@ -171,6 +178,26 @@ OffloadExpertProvider::~OffloadExpertProvider() {
     cv_.notify_all();
   }
   if (transfer_ != nullptr) transfer_->Shutdown();
+}
+
+absl::Status OffloadExpertProvider::SetUpHostExecution(const OffloadOptions& options) {
+  const std::optional<MissPolicy> miss = PolicyFromName<MissPolicy>(options.miss_policy);
+  if (!miss.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("miss policy must be one of ",
+                                                   PolicyNames<MissPolicy>(", "), "; got '",
+                                                   options.miss_policy, "'"));
+  }
+  miss_policy_ = *miss;
+  const std::vector<int>& offloaded = plan_.offloaded_layer_ids;
+  const int n = options.host_moe_layers;
+  if (n < 0 || n > static_cast<int>(offloaded.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_moe_layers=", n, ": must be in [0, ", offloaded.size(),
+        "], the MoE layers outside the pinned prefix of ", plan_.pinned_layer_ids.size()));
+  }
+  host_layer_.assign(kind_.size(), 0);
+  for (int i = 0; i < n; ++i) host_layer_[offloaded[offloaded.size() - 1 - i]] = 1;
+  return absl::OkStatus();
 }
 
 absl::Status OffloadExpertProvider::CheckIds(int layer, int expert) const {
@@ -259,11 +286,18 @@ void OffloadExpertProvider::UpdatePrioritiesLocked(int layer) {
 }
 
 void OffloadExpertProvider::PrefetchLocked(int layer) {
-  if (predictor_ == nullptr || !pending_.empty()) return;
+  if (predictor_ == nullptr) return;
   const int next = next_offloaded_[layer];
   if (next < 0) return;
+  std::vector<int>& chosen = predicted_[next];
+  chosen.clear();  // no prefetch this time: no choice for the commit policy either
+  if (!pending_.empty()) return;
+  const std::vector<std::pair<int, double>> predicted = predictor_->Predict(next, prefetch_count_);
+  for (const auto& [e, score] : predicted) {
+    if (e >= 0 && e < num_experts_) chosen.push_back(e);
+  }
   uint64_t issued = 0;
-  for (const auto& [e, score] : predictor_->Predict(next, prefetch_count_)) {
+  for (const auto& [e, score] : predicted) {
     if (e < 0 || e >= num_experts_) continue;
     if (cache_->Find(next, e) >= 0) continue;
     const int victim = cache_->PickVictim(/*demand=*/false);
@@ -280,6 +314,29 @@ void OffloadExpertProvider::PrefetchLocked(int layer) {
 
 absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, int layer,
                                                                    absl::Span<const int> experts) {
+  VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, Begin(phase, layer, experts, {}, /*host_ok=*/false));
+  return std::move(plan.order);
+}
+
+absl::StatusOr<LayerPlan> OffloadExpertProvider::BeginRoutedLayer(
+    Phase phase, int layer, absl::Span<const int> experts, absl::Span<const int64_t> tokens) {
+  if (tokens.size() != experts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer, ": ", tokens.size(), " token counts for ", experts.size(), " experts"));
+  }
+  for (int64_t m : tokens) {
+    if (m < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", layer, ": an expert declared with ", m, " routed tokens"));
+    }
+  }
+  return Begin(phase, layer, experts, tokens, /*host_ok=*/true);
+}
+
+absl::StatusOr<LayerPlan> OffloadExpertProvider::Begin(Phase phase, int layer,
+                                                       absl::Span<const int> experts,
+                                                       absl::Span<const int64_t> tokens,
+                                                       bool host_ok) {
   for (int e : experts) VISMOE_RETURN_IF_ERROR(CheckIds(layer, e));
   std::vector<int> ids(experts.begin(), experts.end());
   std::sort(ids.begin(), ids.end());
@@ -294,14 +351,12 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
     // The pinned prefix computes while the first offloaded layer's experts
     // come in (only between offloaded layers: never under a running one).
     if (predictor_ != nullptr && current_layer_ < 0 && !shutting_down_) {
-      const auto start = std::chrono::steady_clock::now();
-      UpdatePrioritiesLocked(layer);
-      PrefetchLocked(layer);
-      sink_->OnPredictorTime(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      PredictLocked(layer);
       PublishSlotGaugesLocked();
     }
-    return std::vector<int>(experts.begin(), experts.end());
+    LayerPlan plan;
+    plan.order.assign(experts.begin(), experts.end());
+    return plan;
   }
   if (current_layer_ >= 0) {
     return absl::FailedPreconditionError(
@@ -311,11 +366,22 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
   current_layer_ = layer;
   failed_copies_.clear();
   declared_.assign(experts.begin(), experts.end());
+  LayerPlan plan = PlanLocked(phase, layer, experts, tokens, host_ok);
+  DispatchDemandLocked();
+  if (predictor_ != nullptr) PredictLocked(layer);
+  PublishSlotGaugesLocked();
+  return plan;
+}
+
+LayerPlan OffloadExpertProvider::PlanLocked(Phase phase, int layer, absl::Span<const int> experts,
+                                            absl::Span<const int64_t> tokens, bool host_ok) {
   pending_.clear();
+  on_host_.clear();
   std::vector<int> loaded, loading;
   uint64_t used = 0;
   uint64_t preloaded_used = 0;
-  for (int e : experts) {
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int e = experts[i];
     const int slot = cache_->Find(layer, e);
     const bool hit = slot >= 0;
     ++request_.cache_queries;
@@ -324,7 +390,7 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
     sink_->OnPrefetchNeeded(layer, hit);
     if (cache_->IsProtected(layer, e)) ++request_.preload_kept_lookups;
     if (!hit) {
-      pending_.push_back(e);
+      (host_ok && HostComputesLocked(layer, tokens[i]) ? on_host_ : pending_).push_back(e);
       continue;
     }
     ++request_.cache_hits;
@@ -349,19 +415,77 @@ absl::StatusOr<std::vector<int>> OffloadExpertProvider::BeginLayer(Phase phase, 
     request_.preload_used += preloaded_used;
     sink_->OnPreloadUsed(preloaded_used);
   }
-  std::vector<int> order = loaded;
-  order.insert(order.end(), loading.begin(), loading.end());
-  order.insert(order.end(), pending_.begin(), pending_.end());
-  DispatchDemandLocked();
-  if (predictor_ != nullptr) {
-    const auto start = std::chrono::steady_clock::now();
-    UpdatePrioritiesLocked(layer);
-    PrefetchLocked(layer);
-    sink_->OnPredictorTime(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  CountHostLocked(on_host_.size());
+  // Resident experts first, then the host's (computed while copies land),
+  // then those still copying, then those waiting for a slab.
+  LayerPlan plan;
+  for (const auto* part : {&loaded, &on_host_, &loading, &pending_}) {
+    plan.order.insert(plan.order.end(), part->begin(), part->end());
+    plan.on_host.insert(plan.on_host.end(), part->size(), part == &on_host_ ? 1 : 0);
   }
-  PublishSlotGaugesLocked();
-  return order;
+  if (on_host_.empty()) plan.on_host.clear();
+  return plan;
+}
+
+void OffloadExpertProvider::PredictLocked(int layer) {
+  const auto start = std::chrono::steady_clock::now();
+  UpdatePrioritiesLocked(layer);
+  PrefetchLocked(layer);
+  sink_->OnPredictorTime(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+bool OffloadExpertProvider::HostComputesLocked(int layer, int64_t tokens) const {
+  if (host_layer_[layer]) return true;
+  if (miss_policy_ != MissPolicy::kCpu) return false;
+  return host_cost_.PreferHost(tokens, CopySecondsLocked());
+}
+
+double OffloadExpertProvider::CopySecondsLocked() const {
+  // Measured over every copy so far (the throttle included); before the
+  // first, the configured throttle; unknown (0) without either.
+  double bandwidth = transfer_->MeasuredBandwidth();
+  if (!(bandwidth > 0)) bandwidth = options_.copy_bandwidth_bytes_per_s;
+  return bandwidth > 0 ? static_cast<double>(stride_) / bandwidth : 0.0;
+}
+
+void OffloadExpertProvider::CountHostLocked(uint64_t count) {
+  if (count == 0) return;
+  const uint64_t bytes = count * stride_;
+  request_.experts_host_computed += count;
+  request_.bytes_not_copied += bytes;
+  sink_->OnExpertsHostComputed(count, bytes);
+}
+
+absl::StatusOr<ExpertWeights> OffloadExpertProvider::HostWeights(int layer, int expert) {
+  VISMOE_RETURN_IF_ERROR(CheckIds(layer, expert));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (layer != current_layer_ ||
+        std::find(on_host_.begin(), on_host_.end(), expert) == on_host_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("HostWeights(", layer, ", ", expert,
+                       ") of an expert this layer's plan did not put on "
+                       "the host"));
+    }
+  }
+  return store_->Weights(layer, expert);  // the store is immutable
+}
+
+void OffloadExpertProvider::OnHostExpertTime(int64_t tokens, double seconds) {
+  if (miss_policy_ != MissPolicy::kCpu) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  host_cost_.Record(tokens, seconds);
+}
+
+std::optional<double> OffloadExpertProvider::HostSecondsEstimate(int64_t tokens) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return host_cost_.EstimateSeconds(tokens);
+}
+
+double OffloadExpertProvider::CopySecondsEstimate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CopySecondsLocked();
 }
 
 absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expert) {
@@ -374,6 +498,10 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
       std::find(declared_.begin(), declared_.end(), expert) == declared_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat("Acquire(", layer, ", ", expert, ") of an expert not declared by BeginLayer"));
+  }
+  if (std::find(on_host_.begin(), on_host_.end(), expert) != on_host_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Acquire(", layer, ", ", expert, ") of an expert the plan computes on the host"));
   }
   std::chrono::steady_clock::time_point wait_start;
   bool stalled = false;
@@ -454,9 +582,23 @@ void OffloadExpertProvider::EndLayer(int layer) {
   }
   pending_.clear();
   declared_.clear();
+  on_host_.clear();
   if (current_layer_ == layer) current_layer_ = -1;
   PublishSlotGaugesLocked();
   cv_.notify_all();
+}
+
+ExpertAvailability OffloadExpertProvider::Availability(int layer) {
+  ExpertAvailability a;
+  if (layer < 0 || layer >= static_cast<int>(kind_.size()) || kind_[layer] != Kind::kOffloaded) {
+    a.all = true;  // pinned (or dense): nothing is ever copied for it
+    return a;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  a.available.assign(static_cast<size_t>(num_experts_), 0);
+  for (int e = 0; e < num_experts_; ++e) a.available[e] = cache_->Find(layer, e) >= 0 ? 1 : 0;
+  a.predicted = predicted_[layer];
+  return a;
 }
 
 void OffloadExpertProvider::BeginRequest() {

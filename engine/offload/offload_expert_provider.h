@@ -21,6 +21,14 @@
 // expires the slab, so a cache smaller than one layer's working set still
 // progresses; waiting demand is then dispatched into it. EndLayer expires what
 // is left of the layer and unused prefetches targeted at it.
+// Host execution (engine/policy/host_experts.md): through BeginRoutedLayer a
+// miss may be computed on the host from the host store instead of copied --
+// every miss of the last options.host_moe_layers MoE layers (static
+// placement: never copied, never prefetched), and with miss policy cpu a miss
+// whose estimated host time for its routed tokens (HostComputeCost, fed by
+// OnHostExpertTime) is below its copy time at the measured bandwidth. Such an
+// expert is counted as a query that missed, is not copied, and comes from
+// HostWeights(); plain BeginLayer copies every miss.
 // With every slab Required and nothing in flight, Acquire fails with
 // ResourceExhausted instead of blocking forever (callers must acquire in the
 // order BeginLayer returns; the engine does).
@@ -46,6 +54,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/policy_names.h"
 #include "engine/core/stats_sink.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/copy_backend.h"
@@ -53,6 +62,7 @@
 #include "engine/offload/device_arena.h"
 #include "engine/offload/expert_predictor.h"
 #include "engine/offload/expert_provider.h"
+#include "engine/offload/host_compute_cost.h"
 #include "engine/offload/host_expert_store.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_options.h"
@@ -103,6 +113,21 @@ class OffloadExpertProvider final : public ExpertProvider {
   bool Ready(int layer, int expert) override;
   void Release(int layer, int expert) override;
   void EndLayer(int layer) override;
+  // Pinned layers: all. Offloaded layers: the experts the slab cache holds or
+  // is copying, and the predictor's choice recorded by the last prefetch
+  // aimed at the layer (cleared when demand misses left no room to prefetch).
+  ExpertAvailability Availability(int layer) override;
+  absl::StatusOr<LayerPlan> BeginRoutedLayer(Phase phase, int layer, absl::Span<const int> experts,
+                                             absl::Span<const int64_t> tokens) override;
+  absl::StatusOr<ExpertWeights> HostWeights(int layer, int expert) override;
+  // Feeds the cost model (miss policy cpu only; ignored otherwise).
+  void OnHostExpertTime(int64_t tokens, double seconds) override;
+
+  // The cost model's estimate for one expert over `tokens` rows, and the copy
+  // time of one expert it is weighed against (0 while the bandwidth is
+  // unknown); tests and logs.
+  std::optional<double> HostSecondsEstimate(int64_t tokens) const;
+  double CopySecondsEstimate() const;
 
   // A new sequence starts: the predictor drops its per-request state.
   void BeginRequest();
@@ -146,6 +171,22 @@ class OffloadExpertProvider final : public ExpertProvider {
 
   OffloadExpertProvider() = default;
   absl::Status CheckIds(int layer, int expert) const;
+  // Reads and checks miss_policy and host_moe_layers, and marks the host layers.
+  absl::Status SetUpHostExecution(const OffloadOptions& options);
+  // BeginLayer (host_ok false: every miss is copied) and BeginRoutedLayer.
+  absl::StatusOr<LayerPlan> Begin(Phase phase, int layer, absl::Span<const int> experts,
+                                  absl::Span<const int64_t> tokens, bool host_ok);
+  // An offloaded layer's lookups: hits marked Required, misses to the host
+  // or to pending_; returns the plan. REQUIRES: current_layer_ == layer.
+  LayerPlan PlanLocked(Phase phase, int layer, absl::Span<const int> experts,
+                       absl::Span<const int64_t> tokens, bool host_ok);
+  // Updates eviction priorities and prefetches after `layer`, timed.
+  void PredictLocked(int layer);
+  // Whether a miss of `layer` over `tokens` rows is computed on the host.
+  bool HostComputesLocked(int layer, int64_t tokens) const;
+  double CopySecondsLocked() const;
+  // Counts `count` experts computed on the host.
+  void CountHostLocked(uint64_t count);
   const void* SlabData(int slot) const { return slabs_ + static_cast<size_t>(slot) * stride_; }
   // Gives waiting demand misses slabs, in order; returns how many started.
   int DispatchDemandLocked();
@@ -164,7 +205,11 @@ class OffloadExpertProvider final : public ExpertProvider {
   int prefetch_count_ = 0;
   StatsSink* sink_ = nullptr;
   std::vector<Kind> kind_;           // per decoder layer
-  std::vector<int> next_offloaded_;  // per decoder layer: the next offloaded layer (wraps), -1
+  MissPolicy miss_policy_ = MissPolicy::kFetch;
+  std::vector<char> host_layer_;  // per decoder layer: statically on the host
+  // Per decoder layer: the next offloaded layer not on the host (wraps), or
+  // -1: where prefetch and eviction priorities look ahead to.
+  std::vector<int> next_offloaded_;
   std::vector<const char*> pinned_;  // per decoder layer: its pinned-prefix block, or null
   std::unique_ptr<DeviceArena> arena_;
   std::unique_ptr<HostExpertStore> store_;
@@ -180,6 +225,8 @@ class OffloadExpertProvider final : public ExpertProvider {
   int current_layer_ = -1;                      // guarded by mu_
   std::vector<int> pending_;    // guarded by mu_: declared misses without a slab, in order
   std::vector<int> declared_;   // guarded by mu_: experts of current_layer_
+  std::vector<int> on_host_;    // guarded by mu_: those the plan put on the host
+  HostComputeCost host_cost_;   // guarded by mu_
   int in_flight_ = 0;           // guarded by mu_
   bool shutting_down_ = false;  // guarded by mu_
   // Guarded by mu_: experts whose copy failed since the last BeginLayer, and
@@ -187,6 +234,9 @@ class OffloadExpertProvider final : public ExpertProvider {
   // next BeginLayer forgets them and copies again (the server keeps serving).
   std::vector<std::pair<int64_t, absl::Status>> failed_copies_;
   uint64_t demand_seq_ = 0;     // guarded by mu_
+  // Guarded by mu_: per decoder layer, the predictor's top-B for it at the
+  // last prefetch aimed at it (the commit miss policy's candidates).
+  std::vector<std::vector<int>> predicted_;
   OffloadStats request_;        // guarded by mu_
   std::unique_ptr<PreloadSet> preload_;       // guarded by mu_
   std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first

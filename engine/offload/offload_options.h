@@ -32,6 +32,19 @@ struct OffloadOptions {
   std::string preload = "none";
   int preload_experts = 0;
   double preload_share = 0.5;
+  // What an offloaded MoE layer does about a routed expert that is neither
+  // resident nor in flight (MissPolicy): "fetch" copies it in and waits for it
+  // (the exact path); "cpu" computes it on the host from the host expert store
+  // when the measured host time for its routed tokens is below its copy time
+  // at the measured bandwidth (engine/policy/host_experts.md; exact); "commit"
+  // (paper 003, lossy) computes an uncertain decode token with experts the
+  // predictor chose that are there instead (EngineOptions::commit; needs an
+  // expert predictor; a request may turn it on or off, see PolicyOverrides).
+  std::string miss_policy = "fetch";
+  // Static host placement, like llama.cpp's --n-cpu-moe: the experts of the
+  // last N MoE layers are always computed on the host, never copied or
+  // prefetched. REQUIRES N <= the offloaded (not pinned) MoE layers; 0 = none.
+  int host_moe_layers = 0;
 };
 
 }  // namespace vismoe

@@ -24,6 +24,10 @@ struct OffloadStats {
   uint64_t preload_issued = 0;
   uint64_t preload_used = 0;
   uint64_t preload_kept_lookups = 0;
+  // Experts computed on the host instead of copied (miss policy cpu, static
+  // host layers; engine/policy/host_experts.md), and their bytes not copied.
+  uint64_t experts_host_computed = 0;
+  uint64_t bytes_not_copied = 0;
 
   // Adds another slice's counters (a request's steps, a run's requests).
   void Add(const OffloadStats& o) {
@@ -38,6 +42,8 @@ struct OffloadStats {
     preload_issued += o.preload_issued;
     preload_used += o.preload_used;
     preload_kept_lookups += o.preload_kept_lookups;
+    experts_host_computed += o.experts_host_computed;
+    bytes_not_copied += o.bytes_not_copied;
   }
 };
 

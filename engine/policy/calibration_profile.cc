@@ -130,6 +130,16 @@ absl::Status ParseSkipping(const FieldReader& r, int64_t num_layers, SkipCalibra
   return absl::OkStatus();
 }
 
+// The "commit_miss" section (paper 003's certainty threshold).
+absl::Status ParseCommit(const FieldReader& r, CommitCalibration* c) {
+  VISMOE_ASSIGN_OR_RETURN(double t, r.Number("commit_miss.threshold", 0.0, HUGE_VAL));
+  c->threshold = static_cast<float>(t);
+  VISMOE_ASSIGN_OR_RETURN(c->target_rate, r.Number("commit_miss.target_rate", 0.0, 1.0));
+  VISMOE_ASSIGN_OR_RETURN(c->uncertain_rate, r.Number("commit_miss.uncertain_rate", 0.0, 1.0));
+  VISMOE_ASSIGN_OR_RETURN(c->tokens, r.Int("commit_miss.tokens", 0, INT64_MAX));
+  return absl::OkStatus();
+}
+
 // Parses the JSON part into `p` (everything but the tensors).
 absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string* tensor_file,
                        bool* has_mlp, float* bn_eps, bool* has_default_vectors) {
@@ -196,6 +206,11 @@ absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string*
   } else if (HasField(r, "expert_skipping")) {
     return r.Error("expert_skipping", "needs version 2");
   }
+  if (HasField(r, "commit_miss")) {
+    CommitCalibration commit;
+    VISMOE_RETURN_IF_ERROR(ParseCommit(r, &commit));
+    p->commit_miss = commit;
+  }
   return absl::OkStatus();
 }
 
@@ -217,6 +232,20 @@ absl::Status CheckSkippingForSave(const CalibrationProfile& p, const std::string
                                                  "): expert_skipping: ", valid.message()));
 }
 
+// InvalidArgument unless p.commit_miss is absent or what Load accepts.
+absl::Status CheckCommitForSave(const CalibrationProfile& p, const std::string& json_path) {
+  if (!p.commit_miss.has_value()) return absl::OkStatus();
+  const CommitCalibration& c = *p.commit_miss;
+  if (std::isfinite(c.threshold) && c.threshold >= 0 && c.target_rate >= 0 && c.target_rate <= 1 &&
+      c.uncertain_rate >= 0 && c.uncertain_rate <= 1 && c.tokens >= 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("CalibrationProfile::Save(", json_path, "): commit_miss: threshold ",
+                   c.threshold, " must be finite and >= 0, rates ", c.target_rate, " and ",
+                   c.uncertain_rate, " in [0, 1], tokens ", c.tokens, " >= 0"));
+}
+
 }  // namespace
 
 absl::Status CalibrationProfile::Save(const std::string& json_path) const {
@@ -235,6 +264,7 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
     }
   }
   VISMOE_RETURN_IF_ERROR(CheckSkippingForSave(*this, json_path));
+  VISMOE_RETURN_IF_ERROR(CheckCommitForSave(*this, json_path));
   const std::string tensor_path = TensorPathFor(json_path);
   std::vector<std::pair<std::string, TensorView>> tensors;
   if (mlp.has_value()) tensors = mlp->Tensors();
@@ -273,6 +303,14 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
     j["expert_skipping"] = {{"alpha", s.alpha},           {"tau_text", s.tau_text},
                             {"tau_visual", s.tau_visual}, {"target_skip_rate", s.target_skip_rate},
                             {"skip_rate", s.skip_rate},   {"kl", s.kl}};
+  }
+
+  if (commit_miss.has_value()) {
+    const CommitCalibration& c = *commit_miss;
+    j["commit_miss"] = {{"threshold", c.threshold},
+                        {"target_rate", c.target_rate},
+                        {"uncertain_rate", c.uncertain_rate},
+                        {"tokens", c.tokens}};
   }
 
   std::string text;

@@ -16,7 +16,9 @@
 // "router_lookahead": {default_vectors: bool}, "hot_recall": {name: value},
 // since version 2 optionally "expert_skipping": {alpha: [num_layers numbers],
 // tau_text, tau_visual, target_skip_rate, skip_rate, kl}}. Version 1 files
-// (no expert_skipping) still load.
+// (no expert_skipping) still load. Optionally "commit_miss": {threshold,
+// target_rate, uncertain_rate, tokens} (paper 003's certainty threshold; a
+// reader that predates it ignores it, so the version stays 2).
 // The MLP shares the profile's tensor file (MlpLookahead::Tensors/FromFile).
 // Thread safety: plain value.
 #ifndef VISMOE_ENGINE_POLICY_CALIBRATION_PROFILE_H_
@@ -50,6 +52,16 @@ struct SkipCalibration {
   double kl = 0;                // mean KL to the unskipped model there
 };
 
+// The commit miss policy's (paper 003) certainty threshold as vismoe-calibrate
+// found it: the target_rate quantile of the router certainty (KL to uniform,
+// nats) of the calibration set's decode tokens at MoE layers.
+struct CommitCalibration {
+  float threshold = 0.0f;     // a decode token commits below it
+  double target_rate = 0;     // the share of decode (token, MoE layer) pairs asked to fall below
+  double uncertain_rate = 0;  // the share measured there
+  int64_t tokens = 0;         // decode (token, MoE layer) pairs measured
+};
+
 struct CalibrationProfile {
   // The model it was calibrated on (checked against the served one).
   std::string model_type;
@@ -80,6 +92,8 @@ struct CalibrationProfile {
 
   // Expert skipping's calibration; absent when not calibrated (version 1).
   std::optional<SkipCalibration> expert_skipping;
+  // The commit miss policy's threshold; absent when not calibrated.
+  std::optional<CommitCalibration> commit_miss;
 
   // Writes `json_path` and its tensor file (json_path with ".json" replaced
   // by ".safetensors", or with ".safetensors" appended).

@@ -32,7 +32,7 @@ bool CallerCancelled(const Sequence& seq) {
 
 }  // namespace
 
-BatchLoop::BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvBlockPool* pool,
+BatchLoop::BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvPool* pool,
                      StatsSink* stats, std::function<void()> on_busy)
     : scheduler_(scheduler),
       runner_(runner),
@@ -96,8 +96,14 @@ void BatchLoop::Step() {
     seq->output.Cancel();
     Finish(seq, absl::OkStatus());
   }
-  const std::vector<ScheduledChunk> step = scheduler_->Schedule();
+  ScheduledStep scheduled = scheduler_->Schedule();
+  for (auto& [seq, status] : scheduled.failed) Finish(seq, std::move(status));
+  if (stats_ != nullptr) {
+    for (size_t i = 0; i < scheduled.preempted.size(); ++i) stats_->OnPreemption();
+  }
+  const std::vector<ScheduledChunk>& step = scheduled.chunks;
   if (step.empty()) {
+    if (scheduler_->empty()) return;  // the failed ones were the last
     // Cannot happen while a sequence is left (the pool holds any one
     // sequence, and a running one always gets a row); never spin on it.
     for (Sequence* seq : scheduler_->RemoveIf([](const Sequence&) { return true; })) {
@@ -143,6 +149,7 @@ void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   // Its preferred experts are no longer kept for it.
   if (seq->preload != nullptr) seq->preload->End();
   ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
+  ReportCommit(seq->result.commit);
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);
   PublishGauges();     // before the caller wakes: its KV blocks are free
@@ -155,6 +162,11 @@ void BatchLoop::ReportSkipping(const ExpertSkipCounts& counts) {
     const uint64_t n = counts.skipped[static_cast<int>(m)];
     if (n > 0) stats_->OnExpertsSkipped(m, n);
   }
+}
+
+void BatchLoop::ReportCommit(const CommitCounts& counts) {
+  if (stats_ == nullptr || counts.committed() == 0) return;
+  stats_->OnExpertsCommitted(counts.committed_router, counts.committed_substitute);
 }
 
 void BatchLoop::PublishGauges() {

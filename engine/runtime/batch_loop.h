@@ -3,7 +3,9 @@
 //   step() = schedule; run; postprocess
 // while any sequence is queued or running, and sleeps otherwise. Between
 // steps it drops the sequences whose callers cancelled (is_cancelled), so a
-// cancellation or deadline ends one sequence without disturbing the others.
+// cancellation or deadline ends one sequence without disturbing the others,
+// and it reports the scheduler's preemptions and ends the sequences the KV
+// pool cannot hold with their error.
 //
 // Thread safety: Submit may be called from any thread. The callbacks of
 // every sequence (deltas, is_cancelled, observers) run on the step thread.
@@ -19,8 +21,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/core/stats_sink.h"
-#include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/step_scheduler.h"
 
@@ -31,8 +33,8 @@ class BatchLoop {
   // `on_busy` runs on the step thread before the first step after an idle
   // spell (the engine resets its expert predictor's per-request state there,
   // so sequences that run alone behave as they always did).
-  BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvBlockPool* pool,
-            StatsSink* stats, std::function<void()> on_busy);
+  BatchLoop(StepScheduler* scheduler, ModelRunner* runner, const KvPool* pool, StatsSink* stats,
+            std::function<void()> on_busy);
   // Stops the thread; sequences still queued or running end Unavailable.
   ~BatchLoop();
   BatchLoop(const BatchLoop&) = delete;
@@ -53,10 +55,12 @@ class BatchLoop {
   void PublishGauges();
   // A finished sequence's skipped experts, to the stats sink.
   void ReportSkipping(const ExpertSkipCounts& counts);
+  // A finished sequence's committed experts (commit miss policy), likewise.
+  void ReportCommit(const CommitCounts& counts);
 
   StepScheduler* const scheduler_;
   ModelRunner* const runner_;
-  const KvBlockPool* const pool_;
+  const KvPool* const pool_;
   StatsSink* const stats_;  // may be null
   const std::function<void()> on_busy_;
   absl::Mutex mu_;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "engine/arch/text_decoder.h"
 #include "engine/arch/vision_tower.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/backends/registry.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
@@ -39,7 +41,6 @@
 #include "engine/policy/sequence_preload.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/batch_loop.h"
-#include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/local_prepared.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/prompt_builder.h"
@@ -68,8 +69,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Tokens a KV cache block holds (the pool's unit of admission).
-constexpr int64_t kKvBlockTokens = 16;
+// Tokens a KV cache block holds (the pool's unit of admission and growth).
+constexpr int64_t kKvBlockTokens = KvPool::kDefaultBlockTokens;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -88,7 +89,7 @@ class LocalEngine final : public Engine {
  private:
   LocalEngine() = default;
   // Create's steps, in order: the files of the checkpoint directory; the
-  // backend's vision tower, decoder, offload device, and the KV cache (returns
+  // backend's vision tower, decoder, offload device, and the KV pool (returns
   // the device activation bytes); the expert provider (resident, or the offload
   // runtime with its predictor); where token compression runs; ModelInfo.
   absl::Status LoadFiles();
@@ -102,12 +103,10 @@ class LocalEngine final : public Engine {
   // The request's token compression, checked; and the request's predictor,
   // which must be the engine's.
   absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
-  // Create's last step: the KV block pool, step scheduler, model runner and
-  // the step thread.
+  // Create's last step: the step scheduler, model runner and the step thread.
   void StartLoop();
-  // The KV pool's size in tokens, and its bytes.
+  // The KV pool's size in tokens.
   int64_t KvTokens() const;
-  int64_t KvBytes() const;
   // The expert counters since the last call (the step thread's only).
   OffloadStats TakeStepStats();
   // A sequence's preload (engine/policy/sequence_preload.h), or null when
@@ -119,6 +118,14 @@ class LocalEngine final : public Engine {
   // The request's expert skipping: the engine's, with the request's overrides.
   absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
       const GenerateRequest& request) const;
+  // The request's miss policy: the engine's, with the request's overrides;
+  // a commit rule, or nullopt to fetch.
+  absl::StatusOr<std::optional<CommitMissPolicy>> RequestCommit(
+      const GenerateRequest& request) const;
+  // The commit rule `rule` (resolved from the settings named by `names`)
+  // needs prefetch predictions wherever experts are offloaded.
+  absl::Status CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
+                                       const std::string& name) const;
 
   EngineOptions options_;
   ModelInfo info_;
@@ -141,8 +148,11 @@ class LocalEngine final : public Engine {
   ExpertProvider* provider_ = nullptr;              // offload_ or experts_
   int compress_layer_ = 0;                          // decoder layer token compression runs before
   std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
+  std::optional<CommitCalibration> commit_calibration_;  // likewise
   uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
-  std::unique_ptr<KvBlockPool> kv_pool_;
+  // Every sequence's KV rows: allocated once, at start-up (the memory plan's
+  // KV region), handed out in blocks.
+  std::unique_ptr<KvPool> kv_pool_;
   std::unique_ptr<StepScheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   // Last, so that it is destroyed (its thread joined) before what it uses.
@@ -168,7 +178,8 @@ absl::Status CheckOptions(const EngineOptions& options) {
   // Checked here too: without a budget there is no offload provider to
   // refuse them (and nothing to preload).
   VISMOE_RETURN_IF_ERROR(CheckPreloadOptions(options.offload));
-  return CheckExpertSkippingOptions(options.skipping, SkipOptionNames{});
+  VISMOE_RETURN_IF_ERROR(CheckExpertSkippingOptions(options.skipping, SkipOptionNames{}));
+  return CheckCommitMissOptions(options.offload.miss_policy, options.commit, CommitOptionNames{});
 }
 
 // The calibration profile of the options, checked against the model; none
@@ -217,6 +228,21 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
                  skipping->tau_text, skipping->tau_visual,
                  skipping->alpha.empty() ? "1 (no calibration)" : "calibrated");
   }
+  if (profile.has_value()) e->commit_calibration_ = profile->commit_miss;
+  VISMOE_ASSIGN_OR_RETURN(
+      const std::optional<CommitMissPolicy> commit,
+      ResolveCommitMiss(options.offload.miss_policy, options.commit,
+                        e->commit_calibration_ ? &*e->commit_calibration_ : nullptr,
+                        e->config_.text.num_experts_per_tok, CommitOptionNames{}));
+  VISMOE_RETURN_IF_ERROR(e->CheckCommitHasPredictor(commit, "miss_policy"));
+  if (commit.has_value()) {
+    spdlog::info("engine: miss policy commit (certainty threshold {}, OWA {})", commit->threshold,
+                 commit->owa()
+                     ? absl::StrCat("alpha1 ", commit->owa_alpha1, ", alpha2 ", commit->owa_alpha2,
+                                    ", trigger [", commit->owa_min_correct, ", ",
+                                    commit->owa_max_correct, "]")
+                     : std::string("off"));
+  }
   e->FillInfo();
   e->StartLoop();
   return std::unique_ptr<Engine>(std::move(e));
@@ -263,11 +289,13 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderOps> ops,
                           backend.CreateDecoderOps(config_, *checkpoint_, bo));
   VISMOE_ASSIGN_OR_RETURN(model_, Qwen3VlMoeModel::Create(config_, std::move(ops)));
+  VISMOE_ASSIGN_OR_RETURN(kv_pool_,
+                          model_->CreateKvPool(KvTokens() / kKvBlockTokens, kKvBlockTokens));
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,
                                                          Qwen3VlMoeModel::TextPrefix(config_)));
-  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", KvBytes());
+  if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", kv_pool_->bytes());
   return activation_bytes;
 }
 
@@ -292,7 +320,7 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   po.budget_bytes = options_.gpu_memory_budget_bytes;
   po.pinned_layers = options_.offload.pinned_layers;
   po.activation_bytes = activation_bytes;
-  po.kv_cache_bytes = KvBytes();
+  po.kv_cache_bytes = kv_pool_->bytes();
   if (po.pinned_layers == -1 && profile != nullptr && !profile->pinned.cost.empty()) {
     po.profile = profile->pinned;  // Eq. 10 from the calibrated costs
   }
@@ -399,6 +427,66 @@ absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
                                config_.text.num_hidden_layers, names);
 }
 
+// Whether misses are computed on the host ("cpu") is the offload provider's,
+// one for every sequence of a step: a request may turn commit on or off, not
+// change that.
+absl::Status CheckRequestMissPolicy(const std::string& asked, const std::string& engine) {
+  const bool host = engine == PolicyName(MissPolicy::kCpu);
+  if (asked == PolicyName(MissPolicy::kCpu) && !host) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy.miss_policy \"cpu\" is an engine-wide setting (host execution of misses is "
+        "shared by every request of a step); this engine's miss policy is \"", engine, "\""));
+  }
+  if (asked == PolicyName(MissPolicy::kFetch) && host) {
+    return absl::InvalidArgumentError(
+        "policy.miss_policy \"fetch\": this engine computes misses on the host for every "
+        "request (miss policy \"cpu\"); a request may ask for \"cpu\" or \"commit\"");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<CommitMissPolicy>> LocalEngine::RequestCommit(
+    const GenerateRequest& request) const {
+  std::string miss_policy = options_.offload.miss_policy;
+  CommitMissOptions co = options_.commit;
+  const PolicyOverrides& po = request.policy;
+  if (po.miss_policy.has_value()) {
+    VISMOE_RETURN_IF_ERROR(CheckRequestMissPolicy(*po.miss_policy, miss_policy));
+    miss_policy = *po.miss_policy;
+  }
+  // A request's values are values, never "unset": each is checked as given.
+  if (po.commit_threshold.has_value()) {
+    if (!(*po.commit_threshold >= 0) || !std::isfinite(*po.commit_threshold)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "policy.commit_threshold must be a finite value >= 0, got ", *po.commit_threshold));
+    }
+    co.threshold = *po.commit_threshold;
+  }
+  if (po.commit_owa_alpha1.has_value()) co.owa_alpha1 = *po.commit_owa_alpha1;
+  if (po.commit_owa_alpha2.has_value()) co.owa_alpha2 = *po.commit_owa_alpha2;
+  const CommitOptionNames names{"policy.miss_policy", "policy.commit_threshold",
+                                "policy.commit_owa_alpha1", "policy.commit_owa_alpha2"};
+  VISMOE_ASSIGN_OR_RETURN(
+      std::optional<CommitMissPolicy> rule,
+      ResolveCommitMiss(miss_policy, co, commit_calibration_ ? &*commit_calibration_ : nullptr,
+                        config_.text.num_experts_per_tok, names));
+  VISMOE_RETURN_IF_ERROR(CheckCommitHasPredictor(rule, names.miss_policy));
+  return rule;
+}
+
+absl::Status LocalEngine::CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
+                                                  const std::string& name) const {
+  if (!rule.has_value() || offload_ == nullptr || offload_->plan().offloaded_layer_ids.empty() ||
+      predictor_ != nullptr) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      name,
+      " \"commit\" computes with the experts the predictor chose, and this engine runs no "
+      "expert predictor (expert_predictor \"none\"): choose history, router-lookahead or "
+      "mlp-lookahead"));
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
@@ -406,24 +494,18 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
   VISMOE_ASSIGN_OR_RETURN(Prompt prompt, prompts_->Build(request));
   VISMOE_ASSIGN_OR_RETURN(TokenCompressorOptions co, RequestCompression(request));
   VISMOE_ASSIGN_OR_RETURN(std::optional<ExpertSkipping> skipping, RequestSkipping(request));
+  VISMOE_ASSIGN_OR_RETURN(std::optional<CommitMissPolicy> commit, RequestCommit(request));
   GenerateRequest kept = request;
   kept.images.clear();  // the patches hold them
-  return std::unique_ptr<PreparedRequest>(new LocalPrepared(std::move(kept), std::move(prompt),
-                                                            std::move(co), std::move(skipping),
-                                                            Seconds(start, Clock::now())));
+  return std::unique_ptr<PreparedRequest>(
+      new LocalPrepared(std::move(kept), std::move(prompt), std::move(co), std::move(skipping),
+                        std::move(commit), Seconds(start, Clock::now())));
 }
 
 int64_t LocalEngine::KvTokens() const {
   const int64_t tokens =
       options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : options_.max_context_tokens;
   return (tokens + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens;
-}
-
-// What the caches of KvTokens() rows take (KvCache::bytes(): fp32 keys and values).
-int64_t LocalEngine::KvBytes() const {
-  const TextConfig& t = config_.text;
-  return 2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * KvTokens() *
-         static_cast<int64_t>(sizeof(float));
 }
 
 OffloadStats LocalEngine::TakeStepStats() {
@@ -437,7 +519,6 @@ OffloadStats LocalEngine::TakeStepStats() {
 }
 
 void LocalEngine::StartLoop() {
-  kv_pool_ = std::make_unique<KvBlockPool>(KvTokens(), kKvBlockTokens);
   scheduler_ = std::make_unique<StepScheduler>(
       StepLimits{options_.max_running_sequences, options_.max_step_tokens}, kv_pool_.get());
   RunnerParts parts;
@@ -494,7 +575,7 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(p->prepare_seconds()));
   Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_, options_.max_context_tokens,
-               start, MakePreload());
+               kv_pool_.get(), start, MakePreload());
   seq.result.usage.prompt_tokens = p->prompt_tokens();
   loop_->Submit(&seq);
   seq.done.WaitForNotification();

@@ -62,6 +62,8 @@ std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const
   split(&OffloadStats::preload_issued);
   split(&OffloadStats::preload_used);
   split(&OffloadStats::preload_kept_lookups);
+  split(&OffloadStats::experts_host_computed);
+  split(&OffloadStats::bytes_not_copied);
   for (size_t i = 0; i < rows.size(); ++i) {
     out[i].stall_seconds = total.stall_seconds * static_cast<double>(rows[i]) / sum;
   }
@@ -69,7 +71,6 @@ std::vector<OffloadStats> SplitStats(const OffloadStats& total, absl::Span<const
 }
 
 absl::Status ModelRunner::SetUp(Sequence* seq) {
-  VISMOE_ASSIGN_OR_RETURN(seq->cache, p_.model->CreateKvCache(seq->kv_tokens));
   if (seq->has_images()) {
     const Prompt& prompt = seq->prepared.prompt;
     VISMOE_ASSIGN_OR_RETURN(seq->vision, p_.vision->Forward(prompt.patches, prompt.grids));
@@ -82,6 +83,13 @@ absl::Status ModelRunner::SetUp(Sequence* seq) {
   }
   seq->started = true;
   return absl::OkStatus();
+}
+
+// A preempted sequence prefills its prompt again: its compression starts
+// afresh (the session records the pinned layers' routing of one prefill).
+absl::Status ModelRunner::Restart(Sequence* seq) {
+  if (seq->compression == nullptr) return absl::OkStatus();
+  return SetUpCompression(seq);
 }
 
 absl::Status ModelRunner::SetUpCompression(Sequence* seq) {
@@ -98,6 +106,8 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   s->input.observer = s->observers();
   s->input.expert_skipping = s->skipping();
   s->input.skip_counts = &s->result.expert_skipping;
+  s->input.commit = s->commit();
+  s->input.commit_counts = &s->result.commit;
   if (s->prefilling()) {
     BuildPrefillInput(s, chunk.rows);
     return;
@@ -105,6 +115,7 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   DecoderInput& in = s->input;
   in.tokens = absl::MakeConstSpan(&s->result.token_ids.back(), 1);
   in.phase = Phase::kDecode;
+  in.first_decode_step = s->result.token_ids.size() == 1;  // the prefill sampled one
   const int64_t delta = s->has_images() ? s->prepared.prompt.mrope.rope_delta : 0;
   const int64_t pos = s->cache->length() + delta;
   in.positions = {pos, pos, pos};
@@ -112,13 +123,24 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
 
 // Prompt tokens [prefilled, prefilled + rows): their slice of the positions
 // and of the visual and DeepStack rows (the image tokens in the slice, in order).
+// Past the prompt (a preempted sequence's generated tokens): text at the
+// positions their decode steps had.
 void ModelRunner::BuildPrefillInput(Sequence* s, int64_t rows) {
   const Prompt& prompt = s->prepared.prompt;
   DecoderInput& in = s->input;
   const int64_t start = s->prefilled;
-  in.tokens = absl::MakeConstSpan(prompt.ids).subspan(start, rows);
   in.phase = Phase::kPrefill;
   in.is_cancelled = s->callbacks.is_cancelled;
+  if (start >= s->prompt_tokens()) {
+    in.tokens = absl::MakeConstSpan(s->result.token_ids).subspan(start - s->prompt_tokens(), rows);
+    if (!s->has_images()) return;  // text positions: the cache length on
+    const int64_t pos = start + prompt.mrope.rope_delta;
+    for (int axis = 0; axis < 3; ++axis) {
+      for (int64_t i = 0; i < rows; ++i) in.positions.push_back(pos + i);
+    }
+    return;
+  }
+  in.tokens = absl::MakeConstSpan(prompt.ids).subspan(start, rows);
   if (!s->has_images()) return;
   const int64_t total = s->prompt_tokens();
   for (int axis = 0; axis < 3; ++axis) {
@@ -136,7 +158,7 @@ void ModelRunner::BuildPrefillInput(Sequence* s, int64_t rows) {
       in.deepstack.push_back(ds.data() + offset);
     }
   }
-  if (s->compression != nullptr) InstallCompression(s);
+  if (s->compression != nullptr && start == 0) InstallCompression(s);
 }
 
 // The whole prompt is in this input: compressed prefills are not chunked.
@@ -162,7 +184,11 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
   std::vector<DecoderBatchEntry> batch;
   for (size_t i = 0; i < step.size(); ++i) {
     Sequence* s = step[i].seq;
-    if (!s->started) st[i] = SetUp(s);
+    if (!s->started) {
+      st[i] = SetUp(s);
+    } else if (s->prefilled == 0) {
+      st[i] = Restart(s);
+    }
     if (!st[i].ok()) continue;
     BuildInput(step[i]);
     batch.push_back({&s->input, s->cache.get(), &s->logits});
@@ -175,14 +201,7 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
     Sequence* s = step[i].seq;
     if (!fwd.ok() || !s->prefilling()) continue;
     s->prefilled += step[i].rows;
-    if (!s->prefilling() && s->compression != nullptr) {
-      s->result.usage.visual_tokens_after = static_cast<int>(s->compression->visual_after());
-      if (p_.stats != nullptr) {
-        p_.stats->OnVisualTokensPruned(static_cast<uint64_t>(s->compression->visual_before() -
-                                                             s->compression->visual_after()));
-        p_.stats->OnCompressionTime(s->compression->seconds());
-      }
-    }
+    if (s->prefilled == s->prompt_tokens()) ReportCompression(s);
   }
   ShareStats(step);
   return st;
@@ -192,6 +211,17 @@ void ModelRunner::StartPreload(Sequence* seq) {
   if (seq->preload == nullptr || seq->preload->started()) return;
   seq->preload->Start();
   if (p_.take_stats) seq->result.offload.Add(p_.take_stats());
+}
+
+// Once per sequence (a preempted one compresses its prompt again, alike).
+void ModelRunner::ReportCompression(Sequence* s) {
+  if (s->compression == nullptr || s->compression_reported) return;
+  s->compression_reported = true;
+  s->result.usage.visual_tokens_after = static_cast<int>(s->compression->visual_after());
+  if (p_.stats == nullptr) return;
+  p_.stats->OnVisualTokensPruned(
+      static_cast<uint64_t>(s->compression->visual_before() - s->compression->visual_after()));
+  p_.stats->OnCompressionTime(s->compression->seconds());
 }
 
 // Sequences whose setup failed did not run and get no share.

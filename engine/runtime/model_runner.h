@@ -1,10 +1,12 @@
 // ModelRunner: runs one scheduled step on the model. For each sequence it
-// builds the step's DecoderInput (its next prompt chunk -- the slice of
-// positions, visual rows and DeepStack rows that chunk covers -- or its one
-// decode token), sets a sequence up on its first chunk (its KV cache, the
-// vision tower over its images, token compression), runs every sequence as
-// one TextDecoder::ForwardBatch, and gives each its share of the step's
-// offload counters.
+// builds the step's DecoderInput (its next prefill chunk -- the slice of
+// positions, visual rows and DeepStack rows that chunk covers, or after a
+// preemption its generated tokens again -- or its one decode token), sets a
+// sequence up on its first chunk (the vision tower over its images, token
+// compression; again the compression when a preempted sequence restarts),
+// runs every sequence as one TextDecoder::ForwardBatch over their KV caches
+// (which hold their blocks: the scheduler reserved them), and gives each its
+// share of the step's offload counters.
 //
 // Thread safety: none; used by the engine's step thread.
 // Ownership: borrows everything in RunnerParts, which must outlive it.
@@ -22,7 +24,6 @@
 #include "engine/core/stats_sink.h"
 #include "engine/offload/expert_provider.h"
 #include "engine/offload/offload_stats.h"
-#include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/step_scheduler.h"
 
 namespace vismoe {
@@ -35,8 +36,7 @@ struct RunnerParts {
   std::function<OffloadStats()> take_stats;
   StatsSink* stats = nullptr;  // may be null
   int image_token_id = -1;
-  int compress_layer = 0;   // decoder layer token compression runs before
-  int64_t block_tokens = 16;  // a KV cache holds whole blocks
+  int compress_layer = 0;  // decoder layer token compression runs before
 };
 
 // Splits a step's counters among its sequences in proportion to their rows
@@ -59,9 +59,13 @@ class ModelRunner {
   void StartPreload(Sequence* seq);
 
  private:
-  // First chunk: the KV cache, the vision tower and token compression.
+  // First chunk: the vision tower and token compression.
   absl::Status SetUp(Sequence* seq);
+  // First chunk after a preemption.
+  absl::Status Restart(Sequence* seq);
   absl::Status SetUpCompression(Sequence* seq);
+  // The end of a compressed prompt's prefill: usage and stats.
+  void ReportCompression(Sequence* seq);
   // The chunk's DecoderInput, into seq->input.
   void BuildInput(const ScheduledChunk& chunk);
   void BuildPrefillInput(Sequence* seq, int64_t rows);

@@ -1,8 +1,14 @@
 // Sequence: one request in the engine's batch loop, from submission to its
 // last token: what it runs (the prepared request and the caller's callbacks),
-// how far it is (prompt tokens prefilled, its KV cache and reserved blocks),
-// what its prefill needs (vision output, token compression, observers) and
-// what it has produced.
+// how far it is (tokens prefilled, its KV cache: a block table over the
+// engine's KV pool), what its prefill needs (vision output, token compression,
+// observers) and what it has produced.
+//
+// Preemption (vLLM's recompute): a sequence the scheduler preempts gives its
+// KV blocks back and keeps everything else (generated tokens, sampler, the
+// text already streamed, vision output). When it runs again it prefills its
+// prompt and then its generated tokens (`replay` of them) before it decodes
+// on, so its KV rows are recomputed, and bit-identical on the CPU backend.
 //
 // Thread safety: the Generate thread creates it, submits it and waits on
 // `done`; from Submit until done is notified only the engine's step thread
@@ -26,6 +32,7 @@
 #include "engine/arch/text_decoder.h"
 #include "engine/arch/vision_tower.h"
 #include "engine/backend/kv_cache.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/policy/compression_session.h"
 #include "engine/policy/observer_chain.h"
 #include "engine/policy/sequence_preload.h"
@@ -36,17 +43,19 @@
 namespace vismoe {
 
 struct Sequence {
-  // start: when the request's time began (Prepare's time included).
+  // start: when the request's time began (Prepare's time included). Its KV
+  // cache takes blocks of `kv_pool` (which must outlive it) as it grows.
   // preload: its per-sequence preload (null = off), observing its steps.
   Sequence(const LocalPrepared& p, const GenerateCallbacks& cb, const Tokenizer* tokenizer,
            absl::Span<const int> eos_ids, RouterObserver* predictor, int64_t max_context,
-           std::chrono::steady_clock::time_point start,
+           KvPool* kv_pool, std::chrono::steady_clock::time_point start,
            std::unique_ptr<SequencePreload> preload = nullptr)
       : prepared(p),
         callbacks(cb),
         start(start),
         kv_tokens(std::min<int64_t>(
             max_context, int64_t{p.prompt_tokens()} + p.request().sampling.max_new_tokens)),
+        cache(std::make_unique<KvCache>(kv_pool, kv_tokens)),
         preload(std::move(preload)),
         chain{predictor, this->preload.get(), cb.router_observer},
         decode_chain{predictor, cb.router_observer},
@@ -55,10 +64,21 @@ struct Sequence {
   Sequence& operator=(const Sequence&) = delete;
 
   int64_t prompt_tokens() const { return prepared.prompt_tokens(); }
-  bool prefilling() const { return prefilled < prompt_tokens(); }
-  // Token compression selects rows over the whole prompt, so a compressed
-  // prefill runs in one step; the exact path may be split into chunks.
-  bool chunkable() const { return prepared.compression.kind == "none"; }
+  // Tokens to put in the cache before decoding: the prompt, and after a
+  // preemption the generated tokens too.
+  int64_t prefill_tokens() const { return prompt_tokens() + replay; }
+  bool prefilling() const { return prefilled < prefill_tokens(); }
+  // The rest of the current prefill piece, which no chunk crosses: the
+  // prompt, then the recomputed tokens (text, at decode positions).
+  int64_t piece_left() const {
+    return (prefilled < prompt_tokens() ? prompt_tokens() : prefill_tokens()) - prefilled;
+  }
+  // Whether the next chunk may be split. Token compression selects rows over
+  // the whole prompt, so a compressed prompt is prefilled in one step; the
+  // exact path, and recomputed tokens, may be split into chunks.
+  bool chunkable() const {
+    return prepared.compression.kind == "none" || prefilled >= prompt_tokens();
+  }
   bool has_images() const { return !prepared.prompt.grids.empty(); }
   // Observers of its steps: [compression ->] predictor -> preload -> caller's
   // while prefilling; the preload reads only the prefill, so decode steps go
@@ -71,16 +91,22 @@ struct Sequence {
     if (callbacks.expert_skipping != nullptr) return callbacks.expert_skipping;
     return prepared.skipping.has_value() ? &*prepared.skipping : nullptr;
   }
+  // The commit miss policy its decode steps run with; null = fetch.
+  const CommitMissPolicy* commit() const {
+    return prepared.commit.has_value() ? &*prepared.commit : nullptr;
+  }
 
   const LocalPrepared& prepared;
   const GenerateCallbacks& callbacks;
   const std::chrono::steady_clock::time_point start;
   const int64_t kv_tokens;  // KV rows it may need: prompt + max_new_tokens, capped
 
-  int64_t prefilled = 0;   // prompt tokens in the cache
-  int64_t kv_blocks = 0;   // reserved in the KvBlockPool while running
-  bool started = false;    // KV cache, vision output and compression set up
-  std::unique_ptr<KvCache> cache;
+  int64_t prefilled = 0;              // tokens of prefill_tokens() in the cache
+  int64_t replay = 0;                 // generated tokens to recompute after a preemption
+  int preemptions = 0;                // times it was preempted
+  bool started = false;               // vision output and compression set up
+  bool compression_reported = false;  // its pruned tokens went to the stats once
+  std::unique_ptr<KvCache> cache;     // holds blocks while running
   VisionOutput vision;
   std::unique_ptr<TokenCompressor> compressor;       // only off the exact path
   std::unique_ptr<CompressionSession> compression;   // only off the exact path

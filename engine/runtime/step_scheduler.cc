@@ -1,6 +1,7 @@
 #include "engine/runtime/step_scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,39 +32,85 @@ absl::Status StepScheduler::Add(Sequence* seq) {
   return absl::OkStatus();
 }
 
-std::vector<ScheduledChunk> StepScheduler::Schedule() {
-  std::vector<ScheduledChunk> step;
+ScheduledStep StepScheduler::Schedule() {
+  ScheduledStep step;
   int64_t budget = limits_.max_step_tokens;
-  for (Sequence* seq : running_) {
-    if (!seq->prefilling()) {
-      step.push_back({seq, 1});
-      --budget;
-    }
-  }
+  ScheduleDecodes(&budget, &step);
   for (Sequence* seq : running_) {
     if (seq->prefilling() && budget > 0) {
-      // Only chunkable prefills stay half done across steps.
-      const int64_t rows = std::min(seq->prompt_tokens() - seq->prefilled, budget);
-      step.push_back({seq, rows});
+      // Only chunkable pieces stay half done across steps.
+      const int64_t rows = std::min(seq->piece_left(), budget);
+      step.chunks.push_back({seq, rows});
       budget -= rows;
     }
   }
-  Admit(&budget, &step);
+  if (step.preempted.empty()) Admit(&budget, &step.chunks);
   return step;
 }
 
-void StepScheduler::Admit(int64_t* budget, std::vector<ScheduledChunk>* step) {
+// Oldest first; a sequence that needs a block takes it, preempting from the
+// youngest end while none is free (vLLM's policy), so the oldest always
+// advance. A victim is always younger than the sequence growing, so it has
+// no chunk in the step yet.
+void StepScheduler::ScheduleDecodes(int64_t* budget, ScheduledStep* step) {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* seq = running_[i];
+    if (seq->prefilling()) continue;
+    absl::Status grown = seq->cache->Reserve(seq->cache->length() + 1);
+    while (!grown.ok() && running_.back() != seq) {
+      PreemptYoungest(step);
+      grown = seq->cache->Reserve(seq->cache->length() + 1);
+    }
+    if (grown.ok()) {
+      step->chunks.push_back({seq, 1});
+      --*budget;
+      continue;
+    }
+    // `seq` is the youngest now and still cannot grow.
+    if (i > 0) {
+      PreemptYoungest(step);
+      return;
+    }
+    // Alone, and the pool cannot hold it (Add admits no sequence larger than
+    // the pool, so this is a broken invariant, reported rather than spun on).
+    absl::Status failed = absl::ResourceExhaustedError(absl::StrCat(
+        "the KV pool of ", pool_->total_blocks(), " blocks cannot hold the sequence's ",
+        seq->cache->length() + 1, " tokens: ", grown.message()));
+    running_.erase(running_.begin());
+    seq->cache->Release();
+    step->failed.push_back({seq, std::move(failed)});
+    return;
+  }
+}
+
+void StepScheduler::PreemptYoungest(ScheduledStep* step) {
+  Sequence* seq = running_.back();
+  running_.pop_back();
+  seq->cache->Release();
+  seq->prefilled = 0;
+  seq->replay = static_cast<int64_t>(seq->result.token_ids.size());
+  ++seq->preemptions;
+  waiting_.push_front(seq);  // before any sequence that never ran
+  step->preempted.push_back(seq);
+}
+
+int64_t StepScheduler::AdmissionBlocks(const Sequence& seq) const {
+  return pool_->BlocksFor(std::min(seq.prefill_tokens() + 1, seq.kv_tokens));
+}
+
+void StepScheduler::Admit(int64_t* budget, std::vector<ScheduledChunk>* chunks) {
   while (!waiting_.empty() && running() < limits_.max_running) {
     Sequence* seq = waiting_.front();
-    const int64_t need = seq->prompt_tokens() - seq->prefilled;
-    if (seq->chunkable() ? *budget <= 0 : (need > *budget && !step->empty())) return;
-    const int64_t blocks = pool_->BlocksFor(seq->kv_tokens);
-    if (!pool_->TryReserve(blocks)) return;  // first come, first served: no overtaking
-    seq->kv_blocks = blocks;
+    const int64_t need = seq->piece_left();
+    if (seq->chunkable() ? *budget <= 0 : (need > *budget && !chunks->empty())) return;
+    const int64_t blocks = AdmissionBlocks(*seq);
+    // First come, first served: no overtaking.
+    if (pool_->free_blocks() < blocks + running()) return;
+    if (!seq->cache->Reserve(std::min(seq->prefill_tokens() + 1, seq->kv_tokens)).ok()) return;
     waiting_.pop_front();
     running_.push_back(seq);
     const int64_t rows = seq->chunkable() ? std::min(need, *budget) : need;
-    step->push_back({seq, rows});
+    chunks->push_back({seq, rows});
     *budget -= rows;
   }
 }
@@ -72,8 +119,7 @@ void StepScheduler::Remove(Sequence* seq) {
   auto it = std::find(running_.begin(), running_.end(), seq);
   if (it != running_.end()) {
     running_.erase(it);
-    pool_->Release(seq->kv_blocks);
-    seq->kv_blocks = 0;
+    seq->cache->Release();
     return;
   }
   auto w = std::find(waiting_.begin(), waiting_.end(), seq);

@@ -2,28 +2,42 @@
 // (iteration-level batching, as in vLLM / nano-vllm). Sequences join
 // (Add) and leave (Remove) between steps. A step holds
 //   1. one decode token of every running sequence that has finished its
-//      prefill,
+//      prefill, oldest first; a sequence whose next token needs a KV block
+//      when none is free preempts the youngest running sequence (which gives
+//      its blocks back and goes to the head of the queue, to recompute its
+//      tokens when it runs again), or itself when it is the youngest;
 //   2. the next chunk of every running sequence still prefilling, and
-//   3. waiting sequences admitted first come, first served while there are
-//      fewer than max_running sequences and their KV blocks are free,
+//   3. unless step 1 preempted, waiting sequences admitted first come, first
+//      served while there are fewer than max_running sequences and the KV
+//      pool has the blocks of their prefill plus their first decode token,
+//      with one block to spare for each sequence already running,
 // all within max_step_tokens rows: a long prompt is prefilled in chunks
 // beside the others' decoding instead of stalling them. A prompt that cannot
 // be chunked (token compression selects over the whole prompt) waits for a
 // step with room for all of it, or runs alone when nothing else runs.
 //
+// KV blocks: a sequence takes the blocks of its prefill when admitted and one
+// more block each time its decoding fills the last (KvCache::Reserve on the
+// engine's pool), and gives them all back when it leaves or is preempted.
+// The spare block per running sequence: each decoding sequence crosses at
+// most one block boundary in block_tokens steps, so an admission leaves the
+// running sequences room to grow for that long instead of forcing a
+// preemption at their next boundary.
+//
 // Thread safety: none; used by the engine's step thread.
 // Ownership: borrows the sequences (owned by their Generate calls) and the
-// block pool.
+// KV pool.
 #ifndef VISMOE_ENGINE_RUNTIME_STEP_SCHEDULER_H_
 #define VISMOE_ENGINE_RUNTIME_STEP_SCHEDULER_H_
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/runtime/kv_block_pool.h"
+#include "engine/backend/kv_pool.h"
 #include "engine/runtime/sequence.h"
 
 namespace vismoe {
@@ -37,24 +51,32 @@ struct StepLimits {
 // max_running (every running sequence needs a row to decode).
 absl::Status CheckStepLimits(const StepLimits& limits);
 
-// One sequence's rows in a step: the next `rows` tokens of its prompt while
+// One sequence's rows in a step: the next `rows` tokens of its prefill while
 // prefilling, else its one decode token.
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t rows = 0;
 };
 
+// What Schedule decided.
+struct ScheduledStep {
+  std::vector<ScheduledChunk> chunks;  // empty when nothing can run
+  // Sent back to waiting this step (their blocks freed), youngest first.
+  std::vector<Sequence*> preempted;
+  // Taken out: the pool cannot hold them even alone; finish them with the status.
+  std::vector<std::pair<Sequence*, absl::Status>> failed;
+};
+
 class StepScheduler {
  public:
-  // REQUIRES: CheckStepLimits(limits).ok(); pool non-null.
-  StepScheduler(const StepLimits& limits, KvBlockPool* pool) : limits_(limits), pool_(pool) {}
+  // REQUIRES: CheckStepLimits(limits).ok(); pool non-null and the pool of
+  // every added sequence's cache.
+  StepScheduler(const StepLimits& limits, KvPool* pool) : limits_(limits), pool_(pool) {}
 
-  // Queues a sequence. InvalidArgument when its KV need exceeds the whole pool
-  // (it could never run).
+  // Queues a sequence. InvalidArgument when its KV need (kv_tokens) exceeds
+  // the whole pool (it could never run).
   absl::Status Add(Sequence* seq);
-  // The next step's chunks (empty when nothing can run). Admitted sequences
-  // hold their blocks (seq->kv_blocks) until Remove.
-  std::vector<ScheduledChunk> Schedule();
+  ScheduledStep Schedule();
   // Takes a sequence out (waiting or running) and frees its blocks.
   void Remove(Sequence* seq);
   // Removes and returns the sequences for which `pred` is true.
@@ -65,13 +87,19 @@ class StepScheduler {
   int waiting() const { return static_cast<int>(waiting_.size()); }
 
  private:
-  // Step 3 of the class comment; `budget` is the rows left in the step.
-  void Admit(int64_t* budget, std::vector<ScheduledChunk>* step);
+  // Step 1 of the class comment: decode tokens, growing (and preempting).
+  void ScheduleDecodes(int64_t* budget, ScheduledStep* step);
+  // Step 3; `budget` is the rows left in the step.
+  void Admit(int64_t* budget, std::vector<ScheduledChunk>* chunks);
+  // Blocks a sequence takes when admitted: its prefill and first decode token.
+  int64_t AdmissionBlocks(const Sequence& seq) const;
+  // Moves the youngest running sequence (running_.back()) back to waiting.
+  void PreemptYoungest(ScheduledStep* step);
 
   const StepLimits limits_;
-  KvBlockPool* pool_;
+  KvPool* pool_;
   std::vector<Sequence*> running_;  // in admission order
-  std::deque<Sequence*> waiting_;
+  std::deque<Sequence*> waiting_;   // preempted ones first
 };
 
 }  // namespace vismoe

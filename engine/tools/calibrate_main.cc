@@ -44,6 +44,9 @@ ABSL_FLAG(double, skip_target_rate, 0,
           "MoDES expert skipping: calibrate alpha(l) (GMLG) and the text / visual thresholds "
           "(frontier search) for this share of routed experts skipped, in (0, 1); 0 = off");
 ABSL_FLAG(int, skip_grid, 12, "expert skipping: candidate thresholds per modality (>= 2)");
+ABSL_FLAG(double, commit_target_rate, 0,
+          "commit miss policy: calibrate the router-certainty threshold below which this share "
+          "of decode (token, MoE layer) pairs falls, in (0, 1); 0 = off");
 ABSL_FLAG(std::string, out, "", "calibration profile to write (JSON; tensors beside it)");
 ABSL_FLAG(std::string, json_out, "", "also write the JSON report here");
 
@@ -99,6 +102,7 @@ int main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.skip_target_rate = absl::GetFlag(FLAGS_skip_target_rate);
   o.skip_grid = absl::GetFlag(FLAGS_skip_grid);
+  o.commit_target_rate = absl::GetFlag(FLAGS_commit_target_rate);
   o.train.epochs = absl::GetFlag(FLAGS_epochs);
   if (o.train.epochs < 1) return Fail(2, "--epochs must be >= 1");
   o.progress = &std::cerr;

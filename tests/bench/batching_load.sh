@@ -6,7 +6,7 @@
 # table row per run and keeps each JSON report.
 # Usage: tests/bench/batching_load.sh [BUILD_DIR] [OUT_DIR]
 # Env: MODEL (synthetic-weights config dir), REQUESTS per run, NEW tokens per
-# request, BUDGET, THREADS (engine threads).
+# request, BUDGET (0 = every expert resident), THREADS (engine threads).
 set -euo pipefail
 BUILD=${1:-build/release}
 OUT=${2:-/tmp/vismoe-batching-load}
@@ -33,7 +33,7 @@ start_server() {  # $1 = workers, $2 = port
   return 1
 }
 
-echo "| workers | concurrency | requests/s | output tokens/s | TTFT p50 s | TPOT p50 s | E2E p50 s | expert MB copied / output token | failed |"
+echo "| workers | concurrency | requests/s | output tokens/s | TTFT p50 / p99 s | TPOT p50 / p99 s | E2E p50 / p99 s | expert MB copied / output token | failed |"
 echo "|---|---|---|---|---|---|---|---|---|"
 # Both servers up at once (an idle one costs no CPU), runs interleaved per
 # concurrency so that a change in the machine's load hits both settings alike.
@@ -56,8 +56,10 @@ r = json.load(open(sys.argv[1]))
 t, lat, srv = r["throughput"], r["latency_seconds"], r["server"]
 mb_per_token = srv["bytes_h2d"] / max(t["completion_tokens"], 1) / 1e6
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {t['requests_per_second']:.2f} | "
-      f"{t['output_tokens_per_second']:.1f} | {lat['ttft']['p50']:.2f} | {lat['tpot']['p50']:.3f} | "
-      f"{lat['e2e']['p50']:.2f} | {mb_per_token:.1f} | {r['requests']['failed']} |")
+      f"{t['output_tokens_per_second']:.1f} | {lat['ttft']['p50']:.2f} / {lat['ttft']['p99']:.2f} | "
+      f"{lat['tpot']['p50']:.3f} / {lat['tpot']['p99']:.3f} | "
+      f"{lat['e2e']['p50']:.2f} / {lat['e2e']['p99']:.2f} | {mb_per_token:.1f} | "
+      f"{r['requests']['failed']} |")
 PY
   done
 done

@@ -103,6 +103,9 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_prompt_tokens_total",
                            "vismoe_visual_tokens_pruned_total",
                            "vismoe_experts_skipped_total",
+                           "vismoe_experts_committed_total",
+                           "vismoe_experts_host_computed_total",
+                           "vismoe_expert_bytes_not_copied_total",
                            "vismoe_requests_total",
                            "vismoe_expert_cache_hit_ratio",
                            "vismoe_prefetch_recall",
@@ -114,7 +117,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_request_duration_seconds",
                            "vismoe_image_decode_seconds",
                            "vismoe_compression_seconds",
-                           "vismoe_predictor_seconds"}) {
+                           "vismoe_predictor_seconds",
+                           "vismoe_preemptions_total"}) {
     EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " ")) << name;
   }
   // Pre-created zero series so PromQL ratios have data before traffic.
@@ -126,7 +130,10 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
   EXPECT_EQ(Value(text, "vismoe_prompt_tokens_total", {{"modality", "image"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "text"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "image"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "router"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_preemptions_total"), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
   EXPECT_FALSE(absl::StrContains(text, "vismoe_gpu_memory_bytes{"));
   EXPECT_TRUE(std::isnan(Value(text, "vismoe_expert_cache_hit_ratio")));
@@ -178,9 +185,13 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnTransferStall(0.25);
   m->OnTransferStall(-1);  // broken timer: dropped
   m->OnVisualTokensPruned(128);
+  m->OnExpertsHostComputed(3, 3000);
+  m->OnExpertsHostComputed(1, 1000);
   m->OnExpertsSkipped(TokenModality::kText, 3);
   m->OnExpertsSkipped(TokenModality::kVisual, 40);
   m->OnExpertsSkipped(TokenModality::kVisual, 2);
+  m->OnExpertsCommitted(7, 5);
+  m->OnExpertsCommitted(1, 0);
   m->OnCompressionTime(0.0004);
   m->OnPredictorTime(0.00002);
   m->OnPredictorTime(0.00003);
@@ -195,8 +206,12 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_EQ(Value(t, "vismoe_expert_bytes_h2d_total"), 4 << 20);
   EXPECT_DOUBLE_EQ(Value(t, "vismoe_transfer_stall_seconds_total"), 0.25);
   EXPECT_EQ(Value(t, "vismoe_visual_tokens_pruned_total"), 128);
+  EXPECT_EQ(Value(t, "vismoe_experts_host_computed_total"), 4);
+  EXPECT_EQ(Value(t, "vismoe_expert_bytes_not_copied_total"), 4000);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "text"}}), 3);
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "image"}}), 42);
+  EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "router"}}), 8);
+  EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 5);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_count"), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.0005"}}), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.00025"}}), 0);
@@ -225,6 +240,19 @@ TEST(ServerMetricsTest, GaugesForSlotsMemoryAndAdmission) {
   EXPECT_EQ(Value(t, "vismoe_gpu_memory_bytes", {{"region", "slab_cache"}}), 5000);
   EXPECT_EQ(Value(t, "vismoe_queue_depth"), 3);
   EXPECT_EQ(Value(t, "vismoe_running_requests"), 2);
+}
+
+TEST(ServerMetricsTest, KvBlocksAndPreemptions) {
+  auto m = MakeMetrics();
+  ASSERT_NE(m, nullptr);
+  m->SetKvBlocks(12, 64);
+  m->OnPreemption();
+  m->OnPreemption();
+  m->SetKvBlocks(5, 64);
+  const std::string t = m->Serialize();
+  EXPECT_EQ(Value(t, "vismoe_kv_blocks", {{"state", "used"}}), 5);
+  EXPECT_EQ(Value(t, "vismoe_kv_blocks", {{"state", "free"}}), 59);
+  EXPECT_EQ(Value(t, "vismoe_preemptions_total"), 2);
 }
 
 TEST(ServerMetricsTest, RequestOutcomesAndResults) {

@@ -76,6 +76,9 @@ TEST_F(RequestValidatorTest, ConvertsAValidRequest) {
   r.mutable_policy()->set_expert_predictor("history");
   r.mutable_policy()->set_expert_skipping("dual-threshold");
   r.mutable_policy()->set_skip_tau_visual(0.25f);
+  r.mutable_policy()->set_miss_policy("commit");
+  r.mutable_policy()->set_commit_threshold(0.8f);
+  r.mutable_policy()->set_commit_owa_alpha1(0.0f);  // 0 = OWA off: still a value
 
   absl::StatusOr<ValidatedRequest> v = validator_->Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -100,6 +103,10 @@ TEST_F(RequestValidatorTest, ConvertsAValidRequest) {
   EXPECT_EQ(g.policy.expert_skipping, "dual-threshold");
   EXPECT_FALSE(g.policy.skip_tau_text.has_value());  // the engine's (or profile's)
   EXPECT_EQ(g.policy.skip_tau_visual, 0.25f);
+  EXPECT_EQ(g.policy.miss_policy, "commit");
+  EXPECT_EQ(g.policy.commit_threshold, 0.8f);
+  EXPECT_EQ(g.policy.commit_owa_alpha1, 0.0f);
+  EXPECT_FALSE(g.policy.commit_owa_alpha2.has_value());  // the engine's
 
   testing::FakeEngine engine;
   double decode_seconds = -1;
@@ -123,6 +130,8 @@ TEST_F(RequestValidatorTest, DefaultsAreFilledIn) {
   // Expert skipping defaults live in the engine, not in the request.
   EXPECT_FALSE(v->request.policy.expert_skipping.has_value());
   EXPECT_FALSE(v->request.policy.skip_tau_text.has_value());
+  EXPECT_FALSE(v->request.policy.miss_policy.has_value());  // likewise the miss policy
+  EXPECT_FALSE(v->request.policy.commit_threshold.has_value());
 }
 
 TEST_F(RequestValidatorTest, RejectsBadRequests) {
@@ -239,6 +248,26 @@ TEST_F(RequestValidatorTest, RejectsBadRequests) {
     v1::GenerateRequest r = TextRequest("x");
     r.mutable_policy()->set_skip_tau_visual(std::numeric_limits<float>::quiet_NaN());
     ExpectInvalid(r, "policy.skip_tau_visual");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_miss_policy("cache");
+    ExpectInvalid(r, "unknown policy.miss_policy \"cache\"; valid: fetch, commit, cpu");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_commit_threshold(-1.0f);
+    ExpectInvalid(r, "policy.commit_threshold: -1 must be a finite threshold >= 0");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_commit_owa_alpha1(std::numeric_limits<float>::infinity());
+    ExpectInvalid(r, "policy.commit_owa_alpha1");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_commit_owa_alpha2(0.0f);
+    ExpectInvalid(r, "policy.commit_owa_alpha2: 0 must be finite and > 0");
   }
   {
     v1::GenerateRequest r = TextRequest("x");

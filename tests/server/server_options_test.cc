@@ -84,6 +84,15 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.skip_tau_text = 0.1;
   fails(o, "needs skip_tau_text and skip_tau_visual");
   o = base;
+  o.miss_policy = "cpu-maybe";
+  fails(o, "option miss_policy: unknown policy \"cpu-maybe\" (fetch, commit, cpu)");
+  o = base;
+  o.miss_policy = "commit";  // no threshold and no profile
+  fails(o, "\"commit\" needs commit_threshold");
+  o = base;
+  o.host_moe_layers = -2;
+  fails(o, "option host_moe_layers must be >= 0, got -2");
+  o = base;
   o.workers = 0;
   fails(o, "workers");
   o = base;
@@ -108,6 +117,22 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   fails(o, "cannot read");
 }
 
+TEST(ServerOptionsTest, HostExecutionOptions) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.miss_policy, "fetch");  // today's behaviour by default
+  EXPECT_EQ(o.host_moe_layers, 0);
+  ASSERT_TRUE(SetServerOption("miss_policy", "cpu", &o).ok());
+  ASSERT_TRUE(SetServerOption("host_moe_layers", "2", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.miss_policy, "cpu");
+  EXPECT_EQ(o.host_moe_layers, 2);
+  EXPECT_THAT(o.DebugString(), HasSubstr("miss_policy = cpu"));
+  absl::Status bad = SetServerOption("host_moe_layers", "two", &o);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("option host_moe_layers: invalid value \"two\": expected an integer"));
+}
+
 TEST(ServerOptionsTest, ExpertSkippingFlags) {
   ServerOptions o;
   o.model = "/m";
@@ -127,34 +152,34 @@ TEST(ServerOptionsTest, ExpertSkippingFlags) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("option skip_tau_visual"));
 }
 
-TEST(ServerOptionsTest, PreloadFlags) {
+TEST(ServerOptionsTest, MissPolicyFlags) {
   ServerOptions o;
   o.model = "/m";
-  EXPECT_EQ(o.preload, "none");  // off by default
-  ASSERT_TRUE(SetServerOption("preload", "prefill-routing", &o).ok());
-  ASSERT_TRUE(SetServerOption("preload_experts", "6", &o).ok());
-  ASSERT_TRUE(SetServerOption("preload_share", "0.25", &o).ok());
+  EXPECT_EQ(o.miss_policy, "fetch");         // commit is lossy: fetch by default
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha1, 0);  // OWA off
+  ASSERT_TRUE(SetServerOption("miss_policy", "commit", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_threshold", "0.9", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_alpha1", "1.3", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_alpha2", "1.06", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_min_correct", "2", &o).ok());
+  ASSERT_TRUE(SetServerOption("commit_owa_max_correct", "3", &o).ok());
   EXPECT_TRUE(FinalizeServerOptions(&o).ok());
-  EXPECT_EQ(o.preload_experts, 6);
-  EXPECT_DOUBLE_EQ(o.preload_share, 0.25);
-  EXPECT_THAT(o.DebugString(), HasSubstr("preload_share"));
-  auto fails = [](ServerOptions x, const char* substr) {
-    absl::Status s = FinalizeServerOptions(&x);
-    EXPECT_THAT(std::string(s.message()), HasSubstr(substr));
-  };
-  ServerOptions bad = o;
-  bad.preload = "oracle";
-  fails(bad, "option preload: unknown policy \"oracle\" (none, prefill-routing)");
-  bad = o;
-  bad.preload_experts = -1;
-  fails(bad, "option preload_experts must be >= 0");
-  bad = o;
-  bad.preload_share = 0;
-  fails(bad, "option preload_share must be in (0, 1], got 0");
-  bad.preload_share = 1.5;
-  fails(bad, "option preload_share must be in (0, 1], got 1.5");
-  EXPECT_THAT(std::string(SetServerOption("preload_share", "half", &o).message()),
-              HasSubstr("option preload_share: invalid value \"half\""));
+  EXPECT_DOUBLE_EQ(o.commit_threshold, 0.9);
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha1, 1.3);
+  EXPECT_DOUBLE_EQ(o.commit_owa_alpha2, 1.06);
+  EXPECT_EQ(o.commit_owa_min_correct, 2);
+  ASSERT_TRUE(SetServerOption("commit_threshold", "-1", &o).ok());  // from the profile
+  o.calibration_profile = "/p.json";
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  absl::Status bad = SetServerOption("commit_owa_alpha2", "0", &o);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("option commit_owa_alpha2: invalid value \"0\": expected a number > 0"));
+  bad = SetServerOption("commit_owa_alpha1", "-2", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_alpha1"));
+  bad = SetServerOption("commit_owa_min_correct", "0", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_min_correct"));
+  bad = SetServerOption("commit_threshold", "-0.5", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_threshold"));
 }
 
 TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {
@@ -203,6 +228,36 @@ TEST(ServerOptionsTest, EveryKeyRoundTripsThroughDebugString) {
   for (const std::string& key : ServerOptionKeys()) {
     EXPECT_THAT(o.DebugString(), HasSubstr("  " + key + " = ")) << key;
   }
+}
+
+TEST(ServerOptionsTest, PreloadFlags) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_EQ(o.preload, "none");  // off by default
+  ASSERT_TRUE(SetServerOption("preload", "prefill-routing", &o).ok());
+  ASSERT_TRUE(SetServerOption("preload_experts", "6", &o).ok());
+  ASSERT_TRUE(SetServerOption("preload_share", "0.25", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.preload_experts, 6);
+  EXPECT_DOUBLE_EQ(o.preload_share, 0.25);
+  EXPECT_THAT(o.DebugString(), HasSubstr("preload_share"));
+  auto fails = [](ServerOptions x, const char* substr) {
+    absl::Status s = FinalizeServerOptions(&x);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(substr));
+  };
+  ServerOptions bad = o;
+  bad.preload = "oracle";
+  fails(bad, "option preload: unknown policy \"oracle\" (none, prefill-routing)");
+  bad = o;
+  bad.preload_experts = -1;
+  fails(bad, "option preload_experts must be >= 0");
+  bad = o;
+  bad.preload_share = 0;
+  fails(bad, "option preload_share must be in (0, 1], got 0");
+  bad.preload_share = 1.5;
+  fails(bad, "option preload_share must be in (0, 1], got 1.5");
+  EXPECT_THAT(std::string(SetServerOption("preload_share", "half", &o).message()),
+              HasSubstr("option preload_share: invalid value \"half\""));
 }
 
 }  // namespace

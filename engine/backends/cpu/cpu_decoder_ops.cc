@@ -1,6 +1,7 @@
 #include "engine/backends/cpu/cpu_decoder_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,12 @@ class CpuDecoderStep final : public DecoderStep {
     for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
     return absl::OkStatus();
   }
+  // Computes expert `e` (from HostWeights() when `on_host`, else acquired)
+  // over its routed (token, slot) pairs `tok`; writes weight * output into
+  // their rows of `slot_out`.
+  absl::Status RunExpert(int layer, int e, bool on_host,
+                         const std::vector<std::pair<int64_t, int>>& tok, const RouterResult& r,
+                         ExpertProvider* experts, std::vector<float>* slot_out);
   // Sums the (token, slot) outputs per token in ascending expert order.
   void CombineSlots(const RouterResult& r, const std::vector<float>& slot_out);
 
@@ -71,6 +78,7 @@ class CpuDecoderStep final : public DecoderStep {
   int64_t n_;  // rows in flight; shrinks when tokens are compressed away
   const int64_t h_;
   std::vector<float> hs_, x_, y_;
+  std::vector<float> xs_, ys_;  // one expert's gathered rows and outputs
   RopeTable rope_;
   std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
   std::vector<const float*> deepstack_;
@@ -140,9 +148,11 @@ absl::Status CpuDecoderStep::Attention(int layer) {
       std::copy_n(k.data() + (row + t) * kvd, kvd, cache->KeyRow(layer, start + t));
       std::copy_n(v.data() + (row + t) * kvd, kvd, cache->ValueRow(layer, start + t));
     }
-    cpu::Attention(pool, shape, q.data() + row * qd, rows, cache->Keys(layer),
-                   cache->Values(layer), start + rows, /*causal=*/true, /*q_pos0=*/start,
-                   attn.data() + row * qd);
+    const KvPool& kv = *cache->pool();
+    const PagedKv paged{kv.Keys(layer), kv.Values(layer), cache->blocks().data(), kv.block_tokens(),
+                        kv.block_elems()};
+    PagedAttention(pool, shape, q.data() + row * qd, rows, paged, start + rows, /*causal=*/true,
+                   /*q_pos0=*/start, attn.data() + row * qd);
     row += rows;
   }
   y_.resize(n * h);
@@ -159,10 +169,10 @@ absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult
 
 absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
                                      ExpertProvider* experts) {
-  const int64_t n = n_, h = h_;
+  const int64_t h = h_;
   const int k = r.top_k;
   std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = 0; t < n_; ++t) {
     for (int j = 0; j < k; ++j) {
       // A skipped slot's expert is not computed for the token; one skipped
       // by every token is not declared, so the provider never fetches it.
@@ -170,46 +180,67 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     }
   }
   std::vector<int> active;
+  std::vector<int64_t> tokens;
   for (int e = 0; e < c_.num_experts; ++e) {
-    if (!routed[e].empty()) active.push_back(e);
+    if (routed[e].empty()) continue;
+    active.push_back(e);
+    tokens.push_back(static_cast<int64_t>(routed[e].size()));
   }
-  VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, experts->BeginLayer(phase, layer, active));
-  std::vector<float> slot_out(static_cast<size_t>(n) * k * h);
-  std::vector<float> xs, ys;
-  for (int e : order) {
+  VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, experts->BeginRoutedLayer(phase, layer, active, tokens));
+  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h);
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    const int e = plan.order[i];
     if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
       experts->EndLayer(layer);
       return absl::InternalError(
           absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
     }
-    const auto& tok = routed[e];
-    const int64_t m = static_cast<int64_t>(tok.size());
-    xs.resize(m * h);
-    ys.resize(m * h);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs.data() + i * h);
-    auto weights = experts->Acquire(layer, e);
-    if (!weights.ok()) {
+    const absl::Status st = RunExpert(layer, e, plan.OnHost(i), routed[e], r, experts, &slot_out);
+    if (!st.ok()) {
       experts->EndLayer(layer);
-      return weights.status();
-    }
-    ExpertForward(ops_.pool(), *weights, xs.data(), m, h, c_.moe_intermediate_size, ys.data());
-    experts->Release(layer, e);
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = tok[i].first;
-      const int j = tok[i].second;
-      const float wt = r.weights[t * k + j];
-      float* o = slot_out.data() + (t * k + j) * h;
-      const float* yr = ys.data() + i * h;
-      for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
+      return st;
     }
   }
   experts->EndLayer(layer);
-  if (order.size() != active.size()) {
-    return absl::InternalError(absl::StrCat("expert provider returned ", order.size(),
+  if (plan.order.size() != active.size()) {
+    return absl::InternalError(absl::StrCat("expert provider returned ", plan.order.size(),
                                             " experts for layer ", layer, ", expected ",
                                             active.size()));
   }
   CombineSlots(r, slot_out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
+                                       const std::vector<std::pair<int64_t, int>>& tok,
+                                       const RouterResult& r, ExpertProvider* experts,
+                                       std::vector<float>* slot_out) {
+  const int64_t h = h_;
+  const int k = r.top_k;
+  const int64_t m = static_cast<int64_t>(tok.size());
+  xs_.resize(m * h);
+  ys_.resize(m * h);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs_.data() + i * h);
+  // A host expert is read where the host store keeps it; the same kernels on
+  // the same bytes as a slab, so the result is the same.
+  absl::StatusOr<ExpertWeights> weights =
+      on_host ? experts->HostWeights(layer, e) : experts->Acquire(layer, e);
+  if (!weights.ok()) return weights.status();
+  const auto start = std::chrono::steady_clock::now();
+  ExpertForward(ops_.pool(), *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data());
+  // Every expert here runs on the host's kernels: each is a sample of the
+  // host-compute cost model.
+  experts->OnHostExpertTime(
+      m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!on_host) experts->Release(layer, e);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t t = tok[i].first;
+    const int j = tok[i].second;
+    const float wt = r.weights[t * k + j];
+    float* o = slot_out->data() + (t * k + j) * h;
+    const float* yr = ys_.data() + i * h;
+    for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
+  }
   return absl::OkStatus();
 }
 
@@ -299,10 +330,15 @@ absl::StatusOr<std::unique_ptr<CpuDecoderOps>> CpuDecoderOps::Create(const Model
   return std::unique_ptr<CpuDecoderOps>(new CpuDecoderOps(config, std::move(weights), pool));
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> CpuDecoderOps::CreateKvCache(int64_t capacity) const {
+absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t blocks,
+                                                                    int64_t block_tokens) const {
+  if (blocks <= 0 || blocks > INT32_MAX || block_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pool: bad shape blocks=", blocks, " block_tokens=", block_tokens));
+  }
   const TextConfig& c = config_.text;
-  return std::make_unique<KvCache>(c.num_hidden_layers, capacity,
-                                   int64_t{c.num_key_value_heads} * c.head_dim);
+  return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens,
+                                  int64_t{c.num_key_value_heads} * c.head_dim);
 }
 
 absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(

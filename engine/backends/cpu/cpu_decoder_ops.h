@@ -34,7 +34,9 @@ class CpuDecoderOps final : public DecoderOps {
                                                                ThreadPool* pool);
 
   const char* name() const override { return "cpu"; }
-  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
+  // Host fp32 rows; InvalidArgument for a bad shape.
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                       int64_t block_tokens) const override;
   using DecoderOps::BeginStep;
   absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 

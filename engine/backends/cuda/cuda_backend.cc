@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
   CudaDecoderOps::Options o;
   o.device = options.device;
   o.max_tokens_per_step = options.max_tokens_per_step;
+  o.host_pool = options.pool;  // experts computed on the host
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CudaDecoderOps> ops,
                           CudaDecoderOps::Create(config, checkpoint, o));
   return std::unique_ptr<DecoderOps>(std::move(ops));

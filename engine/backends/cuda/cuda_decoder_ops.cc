@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/backends/cuda/device_kv_cache.h"
+#include "engine/backends/cuda/device_kv_pool.h"
 #include "engine/backends/cuda/weight_packer.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
@@ -17,6 +17,7 @@
 #include "engine/model/arch_spec.h"
 #include "engine/model/text_weights.h"
 #include "engine/offload/expert_batch_runner.h"
+#include "engine/ops/cpu/moe.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/embedding.h"
@@ -56,9 +57,19 @@ absl::StatusOr<DeviceExpert> ToDeviceExpert(const ExpertWeights& w, int layer, i
   return d;
 }
 
+// Host-side buffers of the experts a layer computes on the host, kept by the
+// step so no layer allocates once they have grown.
+struct HostExpertBuffers {
+  std::vector<Bf16> x, y;     // the host experts' permuted rows and outputs, expert after expert
+  std::vector<float> xf, yf;  // one expert's rows and output in fp32
+};
+
 // The device side of RunExpertBatches for one MoE layer: a batch is one
 // grouped MoeExpertsGrouped call on the compute stream over the experts'
-// blocks of permuted rows, and its ticket an event recorded behind it.
+// blocks of permuted rows, and its ticket an event recorded behind it. An
+// expert on the host: its rows are copied to the host in PrepareHost (ahead
+// of every launch), computed by the CPU kernels in ComputeOnHost, and its
+// output copied into its permuted rows on the stream.
 class StreamExpertLauncher final : public ExpertBatchLauncher {
  public:
   StreamExpertLauncher(Blas& blas, const Stream& stream, const std::vector<Event>& events,
@@ -75,6 +86,15 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
         gate_up_(gate_up),
         act_(act),
         yp_(yp) {}
+
+  // What host execution needs: all borrowed from the ops and the step.
+  void SetHost(ThreadPool* pool, const Event* rows_ready, HostExpertBuffers* buffers) {
+    pool_ = pool;
+    rows_ready_ = rows_ready;
+    host_ = buffers;
+  }
+  absl::Status PrepareHost(absl::Span<const int> experts) override;
+  absl::Status ComputeOnHost(int expert, const ExpertWeights& weights) override;
 
   absl::Status Launch(absl::Span<const AcquiredExpert> batch, int ticket) override {
     if (ticket < 0 || ticket >= static_cast<int>(events_.size())) {
@@ -104,7 +124,56 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
   const int64_t hidden_, inter_;
   const Bf16* xp_;
   Bf16 *gate_up_, *act_, *yp_;
+  ThreadPool* pool_ = nullptr;
+  const Event* rows_ready_ = nullptr;
+  HostExpertBuffers* host_ = nullptr;
+  std::vector<int64_t> host_row_;  // per expert: its first row in host_->x / y, or -1
+  bool rows_on_host_ = false;      // rows_ready_ has been waited for
 };
+
+absl::Status StreamExpertLauncher::PrepareHost(absl::Span<const int> experts) {
+  if (host_ == nullptr || rows_ready_ == nullptr) {
+    return absl::InternalError("CUDA experts: host execution was not set up");
+  }
+  host_row_.assign(offsets_.size(), -1);
+  int64_t rows = 0;
+  for (int e : experts) {
+    host_row_.at(e) = rows;
+    rows += offsets_[e + 1] - offsets_[e];
+  }
+  host_->x.resize(static_cast<size_t>(rows * hidden_));
+  host_->y.resize(static_cast<size_t>(rows * hidden_));
+  for (int e : experts) {
+    const int64_t m = offsets_[e + 1] - offsets_[e];
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(
+        host_->x.data() + host_row_[e] * hidden_, xp_ + int64_t{offsets_[e]} * hidden_,
+        static_cast<size_t>(m * hidden_) * sizeof(Bf16), stream_.get()));
+  }
+  rows_on_host_ = false;
+  return rows_ready_->Record(stream_.get());
+}
+
+absl::Status StreamExpertLauncher::ComputeOnHost(int expert, const ExpertWeights& weights) {
+  if (expert < 0 || expert + 1 >= static_cast<int>(host_row_.size()) || host_row_[expert] < 0) {
+    return absl::InternalError(
+        absl::StrCat("layer ", layer_, " expert ", expert, " was not prepared for the host"));
+  }
+  if (!rows_on_host_) {
+    VISMOE_RETURN_IF_ERROR(rows_ready_->Synchronize());
+    rows_on_host_ = true;
+  }
+  const int64_t m = offsets_[expert + 1] - offsets_[expert];
+  const size_t count = static_cast<size_t>(m * hidden_);
+  const size_t at = static_cast<size_t>(host_row_[expert] * hidden_);
+  host_->xf.resize(count);
+  host_->yf.resize(count);
+  ToFloat(DType::kBF16, host_->x.data() + at, count, host_->xf.data());
+  cpu::ExpertForward(pool_, weights, host_->xf.data(), m, hidden_, inter_, host_->yf.data());
+  for (size_t i = 0; i < count; ++i) host_->y[at + i] = FloatToBf16(host_->yf[i]);
+  // Behind the batches already launched, ahead of the weighted sum.
+  return CopyToDeviceAsync(yp_ + int64_t{offsets_[expert]} * hidden_, host_->y.data() + at,
+                           count * sizeof(Bf16), stream_.get());
+}
 
 }  // namespace
 
@@ -112,11 +181,13 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
 // that follows the rows through compression. Holds the ops' lock for its life.
 class CudaDecoderStep final : public DecoderStep {
  public:
-  CudaDecoderStep(const CudaDecoderOps& ops, std::vector<DeviceKvCache*> caches,
-                  std::vector<int64_t> seq_rows, std::unique_lock<std::mutex> lock)
+  CudaDecoderStep(const CudaDecoderOps& ops, std::vector<KvCache*> caches,
+                  std::vector<DeviceKvPool*> pools, std::vector<int64_t> seq_rows,
+                  std::unique_lock<std::mutex> lock)
       : ops_(ops),
         c_(ops.config_.text),
         caches_(std::move(caches)),
+        pools_(std::move(pools)),
         seq_rows_(std::move(seq_rows)),
         lock_(std::move(lock)),
         st_(ops.stream_.get()),
@@ -146,15 +217,22 @@ class CudaDecoderStep final : public DecoderStep {
   // Device index lists of the visual rows still in the step (DeepStack).
   absl::Status SetVisualRows(absl::Span<const int64_t> visual_rows);
   absl::Status UploadPositions(absl::Span<const int64_t> positions);
+  // Each sequence's block table, into its pool's tables() (tables_).
+  absl::Status UploadBlockTables();
   // Expert skipping on the device: zeroes the permuted rows and the combine
   // weights of the skipped slots.
   absl::Status ZeroSkippedSlots(const RouterResult& r);
+  // The commit miss policy rewrote some tokens' experts and weights on the
+  // host: uploads both and rebuilds the permutation from them.
+  absl::Status UploadCommittedRouting(const RouterResult& r);
   // Host fp32 copy of `count` device bf16 values (waits for the stream).
   absl::Status DownloadF32(const Bf16* src, int64_t count, std::vector<float>* out) const;
 
   const CudaDecoderOps& ops_;
   const TextConfig& c_;
-  std::vector<DeviceKvCache*> caches_;  // one per sequence
+  std::vector<KvCache*> caches_;        // one per sequence
+  std::vector<DeviceKvPool*> pools_;    // each cache's pool
+  std::vector<const int32_t*> tables_;  // each cache's block table on the device
   std::vector<int64_t> seq_rows_;       // rows of each sequence in flight
   std::unique_lock<std::mutex> lock_;
   StreamHandle st_;
@@ -183,6 +261,9 @@ class CudaDecoderStep final : public DecoderStep {
   Bf16* ds_tmp_ = nullptr;        // [num_visual, H]
   std::vector<float> host_rows_;  // HostRows' copy
   std::vector<float> skip_weights_;  // source of ZeroSkippedSlots' upload; outlives the copy
+  std::vector<int32_t> commit_experts_;  // sources of UploadCommittedRouting's copies
+  std::vector<float> commit_weights_;
+  HostExpertBuffers host_experts_;   // experts computed on the host
 };
 
 absl::Status CudaDecoderStep::Allocate(int64_t n) {
@@ -224,10 +305,33 @@ absl::Status CudaDecoderStep::Begin(const StepInput& in) {
   VISMOE_ASSIGN_OR_RETURN(int32_t * ids_dev, scratch().AllocateArray<int32_t>(n_));
   VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(ids_dev, ids.data(), ids.size() * sizeof(int32_t), st_));
   VISMOE_RETURN_IF_ERROR(UploadPositions(in.positions));
+  VISMOE_RETURN_IF_ERROR(UploadBlockTables());
   VISMOE_RETURN_IF_ERROR(
       EmbeddingGather(ops_.embed_, c_.vocab_size, static_cast<int>(h_), ids_dev, n_, hs_, st_));
   if (in.visual_embeds != nullptr && !in.visual_rows.empty()) {
     VISMOE_RETURN_IF_ERROR(UploadVisual(in));
+  }
+  return absl::OkStatus();
+}
+
+// A pool's tables() has room for all of one step's tables: no block is in two
+// caches. The caches' tables do not change during the step (the decoder takes
+// blocks before it begins), so the copies may read them asynchronously.
+absl::Status CudaDecoderStep::UploadBlockTables() {
+  std::vector<std::pair<const DeviceKvPool*, int64_t>> used;  // entries taken per pool
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    const std::vector<int32_t>& blocks = caches_[s]->blocks();
+    auto it =
+        std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == pools_[s]; });
+    if (it == used.end()) {
+      used.emplace_back(pools_[s], 0);
+      it = used.end() - 1;
+    }
+    int32_t* dst = pools_[s]->tables() + it->second;
+    it->second += static_cast<int64_t>(blocks.size());
+    VISMOE_RETURN_IF_ERROR(
+        CopyToDeviceAsync(dst, blocks.data(), blocks.size() * sizeof(int32_t), st_));
+    tables_.push_back(dst);
   }
   return absl::OkStatus();
 }
@@ -329,23 +433,23 @@ absl::Status CudaDecoderStep::Attention(int layer) {
                                    positions_, ops_.inv_freq_, section, st_));
   VISMOE_RETURN_IF_ERROR(ApplyRope(k, n, c_.num_key_value_heads, static_cast<int>(hd), width,
                                    positions_, ops_.inv_freq_, section, st_));
-  const size_t row_bytes = static_cast<size_t>(kvd) * sizeof(Bf16);
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, static_cast<int>(hd), width,
                        kvd};
   int64_t row = 0;  // the sequence's first row
   for (size_t s = 0; s < caches_.size(); ++s) {
-    DeviceKvCache* cache = caches_[s];
+    const DeviceKvPool& pool = *pools_[s];
     const int64_t rows = seq_rows_[s];
-    const int64_t start = cache->layer_length(layer);
-    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        cache->Keys(layer) + start * kvd, row_bytes, k + row * width, width * sizeof(Bf16),
-        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
-    VISMOE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        cache->Values(layer) + start * kvd, row_bytes, v + row * width, width * sizeof(Bf16),
-        row_bytes, rows, cudaMemcpyDeviceToDevice, st_));
-    VISMOE_RETURN_IF_ERROR(cuda::Attention(shape, q + row * width, rows, cache->Keys(layer),
-                                           cache->Values(layer), start + rows, /*causal=*/true,
-                                           /*q_pos0=*/start, attn_ + row * qd, st_));
+    const int64_t start = caches_[s]->layer_length(layer);
+    const PagedKv paged{tables_[s], pool.block_tokens(), pool.block_elems()};
+    Bf16* keys = pool.Keys(layer);
+    Bf16* values = pool.Values(layer);
+    VISMOE_RETURN_IF_ERROR(
+        PagedKvWrite(k + row * width, width, rows, kvd, keys, paged, start, st_));
+    VISMOE_RETURN_IF_ERROR(
+        PagedKvWrite(v + row * width, width, rows, kvd, values, paged, start, st_));
+    VISMOE_RETURN_IF_ERROR(PagedAttention(shape, q + row * width, rows, keys, values, paged,
+                                          start + rows, /*causal=*/true, /*q_pos0=*/start,
+                                          attn_ + row * qd, st_));
     row += rows;
   }
   // hs += o_proj(attn): the residual add is the GEMM's beta = 1.
@@ -413,15 +517,33 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
     if (used[e]) active.push_back(e);
     offsets[e + 1] += offsets[e];
   }
+  if (!r.committed.empty()) VISMOE_RETURN_IF_ERROR(UploadCommittedRouting(r));
   if (!r.skipped.empty()) VISMOE_RETURN_IF_ERROR(ZeroSkippedSlots(r));
   // Only with every id known to be in range: an out-of-range id (a NaN router
   // row) leaves row_token entries unwritten.
   VISMOE_RETURN_IF_ERROR(PermuteRows(x_, static_cast<int>(h_), row_token_, n_ * k, xp_, st_));
+  std::vector<int64_t> tokens;  // rows each active expert computes
+  for (int e : active) tokens.push_back(offsets[e + 1] - offsets[e]);
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
-  VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, launcher));
+  launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
+  VISMOE_RETURN_IF_ERROR(RunExpertBatches(*experts, phase, layer, active, tokens, launcher));
   return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
                           /*accumulate=*/false, y_, st_);
+}
+
+absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {
+  if (r.weights.size() != r.experts.size()) {
+    return absl::InternalError("commit miss policy: the routing has no weights on the host");
+  }
+  commit_experts_.assign(r.experts.begin(), r.experts.end());
+  commit_weights_ = r.weights;
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_experts_, commit_experts_.data(),
+                                           commit_experts_.size() * sizeof(int32_t), st_));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_weights_, commit_weights_.data(),
+                                           commit_weights_.size() * sizeof(float), st_));
+  return BuildMoePermutation(top_experts_, n_, c_.num_experts_per_tok, c_.num_experts, counts_,
+                             offsets_, row_token_, slot_row_, st_);
 }
 
 absl::Status CudaDecoderStep::ZeroSkippedSlots(const RouterResult& r) {
@@ -573,6 +695,8 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   m->mrope_section_ = c.mrope_section;
   VISMOE_RETURN_IF_ERROR(m->UploadWeights(config, ckpt));
   VISMOE_ASSIGN_OR_RETURN(m->stream_, Stream::Create());
+  VISMOE_ASSIGN_OR_RETURN(m->host_rows_ready_, Event::Create());
+  m->host_pool_ = options.host_pool;
   for (int e = 0; e < c.num_experts; ++e) {
     VISMOE_ASSIGN_OR_RETURN(Event ev, Event::Create());
     m->expert_done_.push_back(std::move(ev));
@@ -624,13 +748,14 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> CudaDecoderOps::CreateKvCache(int64_t capacity) const {
+absl::StatusOr<std::unique_ptr<KvPool>> CudaDecoderOps::CreateKvPool(int64_t blocks,
+                                                                     int64_t block_tokens) const {
   const TextConfig& c = config_.text;
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // may run on any thread
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvCache> cache,
-                          DeviceKvCache::Create(c.num_hidden_layers, capacity,
-                                                int64_t{c.num_key_value_heads} * c.head_dim));
-  return std::unique_ptr<KvCache>(std::move(cache));
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool,
+                          DeviceKvPool::Create(c.num_hidden_layers, blocks, block_tokens,
+                                               int64_t{c.num_key_value_heads} * c.head_dim));
+  return std::unique_ptr<KvPool>(std::move(pool));
 }
 
 absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
@@ -643,15 +768,17 @@ absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
 absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(
     const StepInput& input) const {
   VISMOE_RETURN_IF_ERROR(CheckStepSequences(input));
-  std::vector<DeviceKvCache*> caches;
+  std::vector<KvCache*> caches;
+  std::vector<DeviceKvPool*> pools;
   std::vector<int64_t> seq_rows;
   for (const StepSequence& seq : input.sequences) {
-    auto* device_cache = dynamic_cast<DeviceKvCache*>(seq.cache);
-    if (device_cache == nullptr) {
+    auto* pool = dynamic_cast<DeviceKvPool*>(seq.cache->pool());
+    if (pool == nullptr) {
       return absl::InvalidArgumentError(
-          "CUDA Forward: the KV cache must come from this model's CreateKvCache");
+          "CUDA Forward: the KV cache's pool must come from this model's CreateKvPool");
     }
-    caches.push_back(device_cache);
+    caches.push_back(seq.cache);
+    pools.push_back(pool);
     seq_rows.push_back(seq.rows);
   }
   VISMOE_RETURN_IF_ERROR(CheckStepSize(static_cast<int64_t>(input.tokens.size())));
@@ -665,8 +792,8 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(
   // The calling thread (a scheduler's) may never have selected our device.
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   scratch_.Reset();
-  auto step = std::make_unique<CudaDecoderStep>(*this, std::move(caches), std::move(seq_rows),
-                                                std::move(lock));
+  auto step = std::make_unique<CudaDecoderStep>(*this, std::move(caches), std::move(pools),
+                                                std::move(seq_rows), std::move(lock));
   VISMOE_RETURN_IF_ERROR(step->Begin(input));
   return std::unique_ptr<DecoderStep>(std::move(step));
 }

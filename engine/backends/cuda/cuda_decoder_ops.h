@@ -7,7 +7,9 @@
 // to bf16 and uploaded once at Create (the resident region); the per-step
 // scratch (hidden states, q/k/v, the permuted MoE rows, logits) is one device
 // arena sized for Options::max_tokens_per_step and reset at each step, so a
-// step never allocates; the KV cache is a DeviceKvCache. Experts come from the
+// step never allocates; the KV caches' rows live in a DeviceKvPool (one
+// device allocation, made when the pool is created), read and written
+// through each cache's block table. Experts come from the
 // ExpertProvider and must be device-resident bf16 (the OffloadExpertProvider
 // built with the CUDA allocators and copy backend: pinned prefix + slabs).
 //
@@ -23,6 +25,14 @@
 // provider may hand a released slab to the next copy) -> weighted sum per
 // token in slot order.
 //
+// Host execution (miss policy cpu, static host layers; engine/policy/
+// host_experts.md): an expert the provider puts on the host has its permuted
+// rows copied device->host before the layer launches anything, is computed
+// by the CPU kernels (engine/ops/cpu, fp32 over the bf16 host store, on
+// Options::host_pool) on the step's thread while the device computes the
+// batches launched before it, and its bf16 output is copied into its rows of
+// the permuted output, where the device's would have been; the weighted sum
+// then runs as usual.
 // Differences from the CPU reference, by design: bf16 activations and KV cache
 // (transformers on a GPU runs bf16 too), slot-order instead of expert-order
 // summation of the top-k outputs; attention_bias checkpoints are refused.
@@ -40,11 +50,12 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/decoder_ops.h"
+#include "engine/core/thread_pool.h"
 #include "engine/device/cuda/device.h"
+#include "engine/device/cuda/types.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/ops/cuda/gemm.h"
-#include "engine/device/cuda/types.h"
 
 namespace vismoe::cuda {
 
@@ -55,6 +66,9 @@ class CudaDecoderOps final : public DecoderOps {
     // The most tokens one step may carry (the prefill of the longest
     // prompt): sizes the scratch arena.
     int64_t max_tokens_per_step = 4096;
+    // Kernel threads of the experts computed on the host (not owned; null =
+    // the step's thread only).
+    ThreadPool* host_pool = nullptr;
   };
 
   // Checks the config, uploads the weights (errors name the tensor), creates
@@ -77,9 +91,11 @@ class CudaDecoderOps final : public DecoderOps {
   const char* name() const override { return "cuda"; }
   // InvalidArgument over Options::max_tokens_per_step.
   absl::Status CheckStepSize(int64_t tokens) const override;
-  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t capacity) const override;
-  // Also InvalidArgument when a cache is not a DeviceKvCache or the step has
-  // more DeepStack features than the config declares.
+  // A DeviceKvPool.
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
+                                                       int64_t block_tokens) const override;
+  // Also InvalidArgument when a cache's pool is not a DeviceKvPool or the
+  // step has more DeepStack features than the config declares.
   using DecoderOps::BeginStep;
   absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 
@@ -115,6 +131,8 @@ class CudaDecoderOps final : public DecoderOps {
   mutable std::mutex mu_;  // held by the live DecoderStep: the members below are per step
   mutable Stream stream_;
   mutable std::vector<Event> expert_done_;  // one per expert batch of a layer (tickets)
+  mutable Event host_rows_ready_;           // the host experts' rows have reached the host
+  ThreadPool* host_pool_ = nullptr;
   DeviceBuffer blas_workspace_;  // declared before blas_: outlives the handle bound to it
   mutable std::unique_ptr<Blas> blas_;
   mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it

@@ -8,15 +8,18 @@
 
 namespace vismoe::cpu {
 
-void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
-               const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,
-               float* key_saliency) {
+namespace {
+
+// The one implementation of both layouts: `row_at(j)` is the offset of key
+// j's row from k (and v), and everything else is the same code.
+template <typename RowAt>
+void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+                   const float* k, const float* v, RowAt row_at, int64_t nk, bool causal,
+                   int64_t q_pos0, float* out, float* key_saliency) {
   const int heads = shape.num_heads;
   const int d = shape.head_dim;
   const int group = heads / shape.num_kv_heads;
   const int64_t q_stride = shape.q_row_stride > 0 ? shape.q_row_stride : int64_t{heads} * d;
-  const int64_t kv_stride =
-      shape.kv_row_stride > 0 ? shape.kv_row_stride : int64_t{shape.num_kv_heads} * d;
   const int64_t out_stride = int64_t{heads} * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
 
@@ -31,7 +34,7 @@ void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, in
     const int64_t visible = causal ? std::min(nk, q_pos0 + i + 1) : nk;
     float mx = -INFINITY;
     for (int64_t j = 0; j < visible; ++j) {
-      p[j] = Dot(qi, k + j * kv_stride + kv_off, d) * scale;
+      p[j] = Dot(qi, k + row_at(j) + kv_off, d) * scale;
       mx = std::max(mx, p[j]);
     }
     float sum = 0;
@@ -44,7 +47,7 @@ void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, in
     std::fill(o, o + d, 0.0f);
     for (int64_t j = 0; j < visible; ++j) {
       p[j] *= inv;
-      const float* vj = v + j * kv_stride + kv_off;
+      const float* vj = v + row_at(j) + kv_off;
       for (int t = 0; t < d; ++t) o[t] += p[j] * vj[t];
     }
     if (key_saliency != nullptr) {
@@ -72,6 +75,31 @@ void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, in
     std::vector<float> p(nk);
     for (int64_t r = r0; r < r1; ++r) run_row(static_cast<int>(r % heads), r / heads, p);
   });
+}
+
+int64_t KvRowStride(const AttentionShape& shape) {
+  return shape.kv_row_stride > 0 ? shape.kv_row_stride
+                                 : int64_t{shape.num_kv_heads} * shape.head_dim;
+}
+
+}  // namespace
+
+void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+               const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,
+               float* key_saliency) {
+  const int64_t stride = KvRowStride(shape);
+  AttentionImpl(
+      pool, shape, q, nq, k, v, [stride](int64_t j) { return j * stride; }, nk, causal, q_pos0, out,
+      key_saliency);
+}
+
+void PagedAttention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+                    const PagedKv& kv, int64_t nk, bool causal, int64_t q_pos0, float* out) {
+  const int64_t stride = KvRowStride(shape);
+  const int64_t rows = kv.block_rows, block_stride = kv.block_stride;
+  const int32_t* blocks = kv.blocks;
+  auto row_at = [=](int64_t j) { return blocks[j / rows] * block_stride + (j % rows) * stride; };
+  AttentionImpl(pool, shape, q, nq, kv.k, kv.v, row_at, nk, causal, q_pos0, out, nullptr);
 }
 
 void Attention(ThreadPool* pool, const float* q, int64_t nq, const float* k, const float* v,

@@ -43,6 +43,25 @@ void Attention(ThreadPool* pool, const AttentionShape& shape, const float* q, in
                const float* k, const float* v, int64_t nk, bool causal, int64_t q_pos0, float* out,
                float* key_saliency = nullptr);
 
+// Keys and values in fixed-size blocks (a paged KV cache,
+// engine/backend/kv_pool.h): key j is row j % block_rows of block
+// blocks[j / block_rows]; block b's rows start b * block_stride floats after
+// k (v), rows shape.kv_row_stride apart.
+struct PagedKv {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* blocks = nullptr;
+  int64_t block_rows = 0;
+  int64_t block_stride = 0;
+};
+
+// Attention with keys and values read through a block table: the same
+// arithmetic in the same order as Attention over the same rows laid out
+// contiguously, so the results are bit-identical to it. REQUIRES: as
+// Attention, and blocks for every key j < nk.
+void PagedAttention(ThreadPool* pool, const AttentionShape& shape, const float* q, int64_t nq,
+                    const PagedKv& kv, int64_t nk, bool causal, int64_t q_pos0, float* out);
+
 // The same with the shape spelled out; q rows are dense (num_heads * head_dim)
 // and kv_row_stride_elems = 0 means dense k/v rows.
 void Attention(ThreadPool* pool, const float* q, int64_t nq, const float* k, const float* v,

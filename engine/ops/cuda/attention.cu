@@ -16,9 +16,27 @@ using detail::WarpSum;
 // across lanes: lane owns dims lane + 32c); the warps' states merge at the end
 // through shared memory. kPerLane = ceil(head_dim / 32) bounds the registers
 // and is a template constant so acc[] stays in registers.
-template <int kPerLane>
+// Where key j's row starts: contiguous rows, or through a block table.
+struct KvRows {
+  int64_t stride = 0;  // elements between rows (of a block)
+  const int32_t* blocks = nullptr;
+  int64_t block_rows = 0;
+  int64_t block_stride = 0;
+};
+
+template <bool kPaged>
+__device__ __forceinline__ int64_t RowOffset(const KvRows& r, int64_t j) {
+  if constexpr (kPaged) {
+    return static_cast<int64_t>(r.blocks[j / r.block_rows]) * r.block_stride +
+           (j % r.block_rows) * r.stride;
+  } else {
+    return j * r.stride;
+  }
+}
+
+template <int kPerLane, bool kPaged>
 __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, const Bf16* v,
-                                int64_t kv_stride, int64_t nk, int group, int head_dim, bool causal,
+                                KvRows rows, int64_t nk, int group, int head_dim, bool causal,
                                 int64_t q_pos0, float scale, Bf16* out, int64_t out_stride) {
   extern __shared__ float smem[];  // [nwarps][head_dim] acc, then [nwarps] m, [nwarps] l
   const int64_t i = blockIdx.x;
@@ -46,7 +64,8 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
 
   const int64_t kv_off = static_cast<int64_t>(g) * head_dim;
   for (int64_t j = warp; j < visible; j += nwarps) {
-    const Bf16* kj = k + j * kv_stride + kv_off;
+    const int64_t row = RowOffset<kPaged>(rows, j);
+    const Bf16* kj = k + row + kv_off;
     float dot = 0.0f;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
@@ -63,7 +82,7 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
     const float corr = none_yet ? 1.0f : expf(m - m_new);
     const float p = none_yet ? 0.0f : expf(s - m_new);
     l = l * corr + p;
-    const Bf16* vj = v + j * kv_stride + kv_off;
+    const Bf16* vj = v + row + kv_off;
 #pragma unroll
     for (int c = 0; c < kPerLane; ++c) {
       const int d = lane + kWarp * c;
@@ -103,21 +122,22 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   }
 }
 
-template <int kPerLane>
-void Launch(dim3 grid, int warps, const AttentionShape& s, int64_t qs, int64_t kvs, const Bf16* q,
-            const Bf16* k, const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, float scale,
-            Bf16* out, StreamHandle stream) {
+template <int kPerLane, bool kPaged>
+void Launch(dim3 grid, int warps, const AttentionShape& s, int64_t qs, const KvRows& rows,
+            const Bf16* q, const Bf16* k, const Bf16* v, int64_t nk, bool causal, int64_t q_pos0,
+            float scale, Bf16* out, StreamHandle stream) {
   const size_t shmem = static_cast<size_t>(warps) * (s.head_dim + 2) * sizeof(float);
-  AttentionKernel<kPerLane><<<grid, warps * kWarp, shmem, stream>>>(
-      q, qs, k, v, kvs, nk, s.num_heads / s.num_kv_heads, s.head_dim, causal, q_pos0, scale, out,
+  AttentionKernel<kPerLane, kPaged><<<grid, warps * kWarp, shmem, stream>>>(
+      q, qs, k, v, rows, nk, s.num_heads / s.num_kv_heads, s.head_dim, causal, q_pos0, scale, out,
       static_cast<int64_t>(s.num_heads) * s.head_dim);
 }
 
-}  // namespace
+int64_t KvStride(const AttentionShape& shape) {
+  return shape.kv_row_stride > 0 ? shape.kv_row_stride
+                                 : static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+}
 
-absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
-                       const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
-                       StreamHandle stream) {
+absl::Status CheckShape(const AttentionShape& shape, int64_t nq, int64_t q_pos0) {
   if (shape.num_heads <= 0 || shape.num_kv_heads <= 0 ||
       shape.num_heads % shape.num_kv_heads != 0 || shape.head_dim <= 0 || shape.head_dim > 256 ||
       q_pos0 < 0 || nq > 0x7fffffffLL || shape.num_heads > 65535) {
@@ -125,25 +145,81 @@ absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, c
         "cuda::Attention: bad shape heads=", shape.num_heads, " kv_heads=", shape.num_kv_heads,
         " head_dim=", shape.head_dim, " nq=", nq, " q_pos0=", q_pos0));
   }
+  return absl::OkStatus();
+}
+
+template <bool kPaged>
+absl::Status Run(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
+                 const Bf16* v, const KvRows& rows, int64_t nk, bool causal, int64_t q_pos0,
+                 Bf16* out, StreamHandle stream) {
   if (nq <= 0) return absl::OkStatus();
   const int64_t qs = shape.q_row_stride > 0
                          ? shape.q_row_stride
                          : static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-  const int64_t kvs = shape.kv_row_stride > 0
-                          ? shape.kv_row_stride
-                          : static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   const float scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
   // Decode (few query blocks): more warps per block to spread the keys.
   const int warps = nq * shape.num_heads < 1024 ? 16 : 4;
   const dim3 grid(static_cast<unsigned>(nq), static_cast<unsigned>(shape.num_heads));
   if (shape.head_dim <= 64) {
-    Launch<2>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+    Launch<2, kPaged>(grid, warps, shape, qs, rows, q, k, v, nk, causal, q_pos0, scale, out,
+                      stream);
   } else if (shape.head_dim <= 128) {
-    Launch<4>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+    Launch<4, kPaged>(grid, warps, shape, qs, rows, q, k, v, nk, causal, q_pos0, scale, out,
+                      stream);
   } else {
-    Launch<8>(grid, warps, shape, qs, kvs, q, k, v, nk, causal, q_pos0, scale, out, stream);
+    Launch<8, kPaged>(grid, warps, shape, qs, rows, q, k, v, nk, causal, q_pos0, scale, out,
+                      stream);
   }
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("AttentionKernel");
+  return absl::OkStatus();
+}
+
+// Block r copies source row r to its token row start + r in the paged plane.
+__global__ void PagedKvWriteKernel(const Bf16* src, int64_t src_stride, int64_t row_elems,
+                                   Bf16* dst, KvRows rows, int64_t start) {
+  const int64_t r = blockIdx.x;
+  const Bf16* s = src + r * src_stride;
+  Bf16* d = dst + RowOffset<true>(rows, start + r);
+  for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) d[e] = s[e];
+}
+
+}  // namespace
+
+absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
+                       const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
+                       StreamHandle stream) {
+  if (absl::Status st = CheckShape(shape, nq, q_pos0); !st.ok()) return st;
+  KvRows rows;
+  rows.stride = KvStride(shape);
+  return Run<false>(shape, q, nq, k, v, rows, nk, causal, q_pos0, out, stream);
+}
+
+absl::Status PagedAttention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
+                            const Bf16* v, const PagedKv& paged, int64_t nk, bool causal,
+                            int64_t q_pos0, Bf16* out, StreamHandle stream) {
+  if (absl::Status st = CheckShape(shape, nq, q_pos0); !st.ok()) return st;
+  const KvRows rows{KvStride(shape), paged.blocks, paged.block_rows, paged.block_stride};
+  if (paged.blocks == nullptr || paged.block_rows <= 0 ||
+      paged.block_stride < paged.block_rows * rows.stride) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::PagedAttention: bad block table (rows ",
+                                                   paged.block_rows, ", stride ",
+                                                   paged.block_stride, ")"));
+  }
+  return Run<true>(shape, q, nq, k, v, rows, nk, causal, q_pos0, out, stream);
+}
+
+absl::Status PagedKvWrite(const Bf16* src, int64_t src_stride, int64_t rows, int64_t row_elems,
+                          Bf16* dst, const PagedKv& paged, int64_t start, StreamHandle stream) {
+  if (rows < 0 || rows > 0x7fffffffLL || row_elems <= 0 || start < 0 || paged.blocks == nullptr ||
+      paged.block_rows <= 0 || paged.block_stride < paged.block_rows * row_elems) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::PagedKvWrite: bad shape rows=", rows,
+                                                   " row_elems=", row_elems, " start=", start));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const KvRows kv{row_elems, paged.blocks, paged.block_rows, paged.block_stride};
+  PagedKvWriteKernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(src, src_stride, row_elems,
+                                                                      dst, kv, start);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("PagedKvWriteKernel");
   return absl::OkStatus();
 }
 

@@ -4,6 +4,8 @@
 // One kernel serves prefill (nq query rows over nk keys, causal) and decode
 // (nq = 1 against the KV cache); the vision tower calls it per image with
 // causal = false. The CPU op's optional key_saliency output is not provided.
+// PagedAttention reads the keys and values of the decoder's KV cache through
+// its block table, and PagedKvWrite stores a step's new rows there.
 #ifndef VISMOE_ENGINE_OPS_CUDA_ATTENTION_H_
 #define VISMOE_ENGINE_OPS_CUDA_ATTENTION_H_
 
@@ -30,6 +32,31 @@ struct AttentionShape {
 absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
                        const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
                        StreamHandle stream);
+
+// Keys and values in fixed-size blocks (a paged KV cache,
+// engine/backends/cuda/device_kv_pool.h): key j is row j % block_rows of
+// block blocks[j / block_rows] (a device array), block b's rows starting
+// b * block_stride elements after k (v), rows shape.kv_row_stride apart.
+struct PagedKv {
+  const int32_t* blocks = nullptr;
+  int64_t block_rows = 0;
+  int64_t block_stride = 0;
+};
+
+// Attention with k/v read through a block table; otherwise as Attention.
+// REQUIRES (else InvalidArgument): as Attention, and paged.blocks non-null,
+// block_rows > 0, block_stride >= block_rows * kv row stride.
+absl::Status PagedAttention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
+                            const Bf16* v, const PagedKv& paged, int64_t nk, bool causal,
+                            int64_t q_pos0, Bf16* out, StreamHandle stream);
+
+// Writes `rows` rows of `row_elems` bf16 (src rows src_stride elements apart)
+// into token rows [start, start + rows) of a paged cache plane `dst` (block
+// layout as PagedKv, rows row_elems apart). REQUIRES (else
+// InvalidArgument): rows >= 0, row_elems > 0, start >= 0, blocks for every
+// written token.
+absl::Status PagedKvWrite(const Bf16* src, int64_t src_stride, int64_t rows, int64_t row_elems,
+                          Bf16* dst, const PagedKv& paged, int64_t start, StreamHandle stream);
 
 }  // namespace vismoe::cuda
 

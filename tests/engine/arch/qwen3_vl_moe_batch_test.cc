@@ -200,11 +200,13 @@ class BatchTest : public ::testing::Test {
       EXPECT_EQ(b.cache->length(), a.cache->length());
       for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
         ASSERT_EQ(b.cache->layer_length(l), a.cache->layer_length(l)) << "layer " << l;
-        const size_t bytes = static_cast<size_t>(a.cache->layer_length(l) * a.cache->row_elems()) *
-                             sizeof(float);
-        EXPECT_EQ(std::memcmp(b.cache->Keys(l), a.cache->Keys(l), bytes), 0) << "keys, layer " << l;
-        EXPECT_EQ(std::memcmp(b.cache->Values(l), a.cache->Values(l), bytes), 0)
-            << "values, layer " << l;
+        const size_t bytes = static_cast<size_t>(a.cache->row_elems()) * sizeof(float);
+        for (int64_t t = 0; t < a.cache->layer_length(l); ++t) {
+          ASSERT_EQ(std::memcmp(b.cache->KeyRow(l, t), a.cache->KeyRow(l, t), bytes), 0)
+              << "keys, layer " << l << " row " << t;
+          ASSERT_EQ(std::memcmp(b.cache->ValueRow(l, t), a.cache->ValueRow(l, t), bytes), 0)
+              << "values, layer " << l << " row " << t;
+        }
       }
       EXPECT_TRUE(*b.recorder == *a.recorder) << "the observer saw something else";
     }

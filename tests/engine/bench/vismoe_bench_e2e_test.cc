@@ -351,6 +351,39 @@ TEST(VismoeBenchE2eTest, LiteBuildRunsSyntheticImages) {
   EXPECT_NE(file.log.find("without OpenCV"), std::string::npos) << file.log;
 }
 
+// Miss policy cpu and a static host layer: the report says what was asked
+// for, how many experts the host computed and the bytes that spared; the
+// copy floor counts only the misses that were copied.
+TEST(VismoeBenchE2eTest, HostExecutionIsReported) {
+  const BenchRun run = RunBench("vismoe_bench_host", {"--miss_policy=cpu", "--host_moe_layers=1",
+                                                      "--copy_bandwidth=5M", "--max_new_tokens=6"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& r = run.report;
+  ASSERT_TRUE(r.is_object()) << run.log;
+  EXPECT_EQ(r["miss_policy"], "cpu");
+  EXPECT_EQ(r["host_moe_layers"], 1);
+  const double host = r["experts_host_computed"].get<double>();
+  EXPECT_GT(host, 0);
+  EXPECT_GE(r["bytes_not_copied"].get<double>(), host * r["expert_bytes"].get<double>());
+  EXPECT_EQ(r["missed_bytes"].get<double>(),
+            (r["missed_experts"].get<double>() - host) * r["expert_bytes"].get<double>());
+  EXPECT_EQ(r["per_request"][0]["experts_host_computed"].get<double>(), host);
+  EXPECT_NE(run.log.find("miss policy cpu, 1 MoE layers on the host"), std::string::npos)
+      << run.log;
+
+  BenchRun bad = RunBench("vismoe_bench_bad_miss_policy", {"--miss_policy=sometimes"});
+  EXPECT_EQ(bad.rc, 2) << bad.log;
+  EXPECT_NE(bad.log.find("--miss_policy=sometimes: expected one of fetch | commit | cpu"), std::string::npos)
+      << bad.log;
+  bad = RunBench("vismoe_bench_bad_host_layers", {"--host_moe_layers=-1"});
+  EXPECT_EQ(bad.rc, 2) << bad.log;
+  EXPECT_NE(bad.log.find("--host_moe_layers=-1"), std::string::npos) << bad.log;
+  // More host layers than the plan offloads: the engine refuses to start.
+  bad = RunBench("vismoe_bench_too_many_host_layers", {"--host_moe_layers=99"});
+  EXPECT_EQ(bad.rc, 1) << bad.log;
+  EXPECT_NE(bad.log.find("host_moe_layers=99"), std::string::npos) << bad.log;
+}
+
 TEST(VismoeBenchE2eTest, BadFlagsExitTwoNamingTheFlag) {
   for (const char* flag : {"--backend=tpu", "--synthetic_images=-1", "--synthetic_image_size=8"}) {
     const BenchRun bad = RunBench("vismoe_bench_bad_flag", {flag});

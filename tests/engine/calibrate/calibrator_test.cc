@@ -6,9 +6,11 @@
 // option errors.
 #include "engine/calibrate/calibrator.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -186,6 +188,65 @@ TEST(CalibratorTest, ExpertSkippingIsCalibratedSavedAndServed) {
   std::filesystem::remove(::testing::TempDir() + "/calibrator_skip_profile.safetensors");
 }
 
+// The commit threshold: the target-rate quantile of decode certainty, saved
+// in the profile, loaded back, and served (a profile-only threshold).
+TEST(CalibratorTest, CommitThresholdIsCalibratedSavedAndServed) {
+  std::vector<CalibrationRequest> requests = FixtureRequests();
+  requests.resize(6);
+  CalibratorOptions o = TinyOptions();
+  o.commit_target_rate = 0.5;
+  auto report = RunCalibration(o, requests);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(report->commit.has_value());
+  ASSERT_TRUE(report->profile.commit_miss.has_value());
+  const CommitCalibration& c = *report->profile.commit_miss;
+  EXPECT_GT(c.threshold, 0.0f);
+  EXPECT_LT(c.threshold, std::log(16.0f));
+  EXPECT_NEAR(c.uncertain_rate, 0.5, 0.05);
+  // Every decode step's token at each of the 3 MoE layers after l_semantic = 1.
+  ASSERT_EQ(report->commit->layers.size(), 3u);
+  EXPECT_EQ(report->commit->layers[0].layer, 1);
+  EXPECT_GT(c.tokens, 6 * 3);
+  EXPECT_EQ(c.tokens, 3 * report->commit->layers[2].tokens);
+  // Paper 003's Figure 2 per predictor: every held-out decode token in one bucket.
+  ASSERT_TRUE(report->certainty.count("router-lookahead"));
+  const CertaintyTally& t = report->certainty.at("router-lookahead");
+  ASSERT_EQ(t.tokens.size(), 5u);  // 0..4 correct of top-4
+  EXPECT_GT(std::accumulate(t.tokens.begin(), t.tokens.end(), int64_t{0}), 0);
+  EXPECT_THAT(report->ToJson(), HasSubstr("\"certainty_by_correct\""));
+
+  const std::string path = ::testing::TempDir() + "/calibrator_commit_profile.json";
+  ASSERT_TRUE(report->profile.Save(path).ok());
+  auto back = CalibrationProfile::Load(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->commit_miss.has_value());
+  EXPECT_EQ(back->commit_miss->threshold, c.threshold);
+  EXPECT_EQ(back->commit_miss->tokens, c.tokens);
+
+  // An engine given only the profile commits with its threshold.
+  EngineOptions eo;
+  eo.model_path = testing::TinyModelDir();
+  eo.backend = "cpu";
+  eo.num_threads = 2;
+  eo.max_context_tokens = 4096;
+  eo.gpu_memory_budget_bytes = o.budget_bytes;
+  eo.offload.pinned_layers = 1;
+  eo.offload.prefetch = "history";
+  eo.calibration_profile = path;
+  eo.offload.miss_policy = "commit";
+  auto engine = Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerateRequest req = requests[0].request;
+  req.sampling.max_new_tokens = 8;
+  auto r = (*engine)->Generate(req, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->commit.tokens, 0u);
+  EXPECT_GT(r->commit.uncertain_tokens, 0u);
+  EXPECT_LT(r->commit.uncertain_tokens, r->commit.tokens);
+  std::filesystem::remove(path);
+  std::filesystem::remove(::testing::TempDir() + "/calibrator_commit_profile.safetensors");
+}
+
 TEST(CalibratorTest, RejectsBadOptions) {
   const std::vector<CalibrationRequest> two = {MakeRequest("a", {}, 2), MakeRequest("b", {}, 2)};
   CalibratorOptions o = TinyOptions();
@@ -203,6 +264,9 @@ TEST(CalibratorTest, RejectsBadOptions) {
   o = TinyOptions();
   o.skip_target_rate = 1.5;
   EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--skip_target_rate"));
+  o = TinyOptions();
+  o.commit_target_rate = 1.0;
+  EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--commit_target_rate"));
   o = TinyOptions();
   o.gamma = 0;
   EXPECT_THAT(RunCalibration(o, two).status().message(), HasSubstr("--gamma"));

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/commit_miss_policy.h"
 #include "gtest/gtest.h"
 
 namespace vismoe {
@@ -90,6 +91,36 @@ TEST(PredictorEvaluatorTest, ScoresNextLayerPredictions) {
   EXPECT_EQ(c.post_attention, 1);
   EXPECT_EQ(c.moe_output, 1);
   EXPECT_EQ(c.summary, 1);
+}
+
+// Paper 003's Figure 2: decode tokens of the predicted layers, bucketed by how
+// many of their top-k the predictor's top-k held, with their certainty.
+TEST(PredictorEvaluatorTest, TalliesDecodeCertaintyByCorrectPredictions) {
+  FixedPredictor::Counts c;
+  // B = 3 -> predicted {0, 1, 2}; top-2 routing: the first 2 ({0, 1}) count.
+  PredictorEvaluator ev(std::make_unique<FixedPredictor>(&c), {1, 2}, 3, 3);
+  const float h[1] = {0};
+  auto with_logits = [](std::vector<int> experts, std::vector<float> logits) {
+    RouterResult r = Routed(std::move(experts));
+    r.logits = std::move(logits);
+    return r;
+  };
+  const std::vector<float> flat(8, 0.0f);  // certainty 0
+  std::vector<float> peaked(8, 0.0f);
+  peaked[2] = 3.0f;
+  ev.OnRouting(Phase::kPrefill, 1, h, with_logits({0, 1}, flat));
+  ev.OnRouting(Phase::kPrefill, 2, h, with_logits({0, 1}, flat));  // prefill: not tallied
+  EXPECT_TRUE(ev.certainty().tokens.empty());
+  ev.OnRouting(Phase::kDecode, 1, h, with_logits({0, 1}, flat));
+  ev.OnRouting(Phase::kDecode, 2, h, with_logits({2, 1}, peaked));  // 1 of {0, 1}
+  ev.OnRouting(Phase::kDecode, 1, h, with_logits({0, 1}, flat));
+  ev.OnRouting(Phase::kDecode, 2, h, with_logits({0, 1}, flat));  // 2 correct
+  ASSERT_EQ(ev.certainty().tokens.size(), 3u);
+  EXPECT_EQ(ev.certainty().tokens, (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_NEAR(ev.certainty().MeanCertainty(1), RouterCertainty(peaked.data(), 8), 1e-6);
+  EXPECT_GT(ev.certainty().MeanCertainty(1), 0.5);
+  EXPECT_NEAR(ev.certainty().MeanCertainty(2), 0.0, 1e-6);
+  EXPECT_DOUBLE_EQ(ev.certainty().MeanCertainty(0), 0.0);  // empty bucket
 }
 
 TEST(RecallTallyTest, EmptyIsZero) {

@@ -26,6 +26,7 @@ TEST(PolicyNamesTest, EveryKindRoundTrips) {
       {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kGuardedPriority});
   ExpectRoundTrip<SkipKind>({SkipKind::kNone, SkipKind::kDualThreshold});
   ExpectRoundTrip<PreloadKind>({PreloadKind::kNone, PreloadKind::kPrefillRouting});
+  ExpectRoundTrip<MissPolicy>({MissPolicy::kFetch, MissPolicy::kCommit, MissPolicy::kCpu});
 }
 
 TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
@@ -34,6 +35,7 @@ TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
   EXPECT_EQ(PolicyNames<EvictionPolicy>(", "), "lru, lfu, guarded");
   EXPECT_EQ(PolicyNames<SkipKind>(", "), "none, dual-threshold");
   EXPECT_EQ(PolicyNames<PreloadKind>(", "), "none, prefill-routing");
+  EXPECT_EQ(PolicyNames<MissPolicy>(", "), "fetch, commit, cpu");
 }
 
 TEST(PolicyNamesTest, AliasIsAcceptedButNotPrinted) {

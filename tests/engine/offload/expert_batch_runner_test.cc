@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,6 +56,17 @@ class FakeLauncher final : public ExpertBatchLauncher {
     if (!batches.empty()) FinishThrough(static_cast<int>(batches.size()) - 1);
     return absl::OkStatus();
   }
+  absl::Status PrepareHost(absl::Span<const int> experts) override {
+    EXPECT_TRUE(batches.empty()) << "PrepareHost after a launch";
+    prepared.assign(experts.begin(), experts.end());
+    return absl::OkStatus();
+  }
+  absl::Status ComputeOnHost(int expert, const ExpertWeights& weights) override {
+    if (!can_host) return ExpertBatchLauncher::ComputeOnHost(expert, weights);
+    host.push_back({expert, static_cast<int>(batches.size())});
+    if (on_host) on_host(expert, weights);
+    return absl::OkStatus();
+  }
 
   // The ticket of the batch holding `expert`, or -1.
   int TicketOf(int expert) const {
@@ -80,6 +92,12 @@ class FakeLauncher final : public ExpertBatchLauncher {
   bool drained = false;
   int fail_at = -1;
   std::function<void(const std::vector<AcquiredExpert>&)> on_finish;
+  // Host execution: the experts PrepareHost was told, and each expert
+  // computed on the host with the number of batches launched before it.
+  bool can_host = true;
+  std::vector<int> prepared;
+  std::vector<std::pair<int, int>> host;
+  std::function<void(int, const ExpertWeights&)> on_host;
 
  private:
   void FinishThrough(int ticket) {
@@ -126,9 +144,27 @@ class ScriptedProvider final : public ExpertProvider {
   }
   bool Ready(int, int expert) override { return ready.count(expert) > 0; }
   void EndLayer(int layer) override { log.push_back(absl::StrCat("end ", layer)); }
+  absl::StatusOr<LayerPlan> BeginRoutedLayer(Phase phase, int layer, absl::Span<const int> experts,
+                                             absl::Span<const int64_t> tokens) override {
+    routed_tokens.assign(tokens.begin(), tokens.end());
+    LayerPlan plan;
+    VISMOE_ASSIGN_OR_RETURN(plan.order, BeginLayer(phase, layer, experts));
+    for (int e : plan.order) plan.on_host.push_back(on_host.count(e) > 0 ? 1 : 0);
+    return plan;
+  }
+  absl::StatusOr<ExpertWeights> HostWeights(int, int expert) override {
+    log.push_back(absl::StrCat("host ", expert));
+    return ExpertWeights();
+  }
+  void OnHostExpertTime(int64_t tokens, double seconds) override {
+    EXPECT_GE(seconds, 0.0);
+    log.push_back(absl::StrCat("time ", tokens));
+  }
 
   std::vector<int> order;  // empty = the declared order
   std::set<int> ready;
+  std::set<int> on_host;  // put on the host by BeginRoutedLayer
+  std::vector<int64_t> routed_tokens;
   int capacity = 1 << 20;  // experts held at once before ResourceExhausted
   int fail_expert = -1;
   std::set<int> held;
@@ -229,6 +265,81 @@ TEST(ExpertBatchRunnerTest, UndeclaredRepeatedOrMissingExpertsAreInternalErrors)
     EXPECT_TRUE(p.held.empty());
     EXPECT_EQ(p.log.back(), "end 2");
   }
+}
+
+// Host experts: told to the launcher before any launch, computed on the
+// host after the batch before them went out (the device computes it
+// meanwhile), timed for the provider, never acquired or released.
+TEST(ExpertBatchRunnerTest, HostExpertsRunWhileTheBatchBeforeThemComputes) {
+  FakeLauncher launcher;
+  ScriptedProvider p(launcher);
+  p.ready = {5, 1, 7};
+  p.on_host = {3};
+  const std::vector<int> active = {5, 1, 3, 7};
+  const std::vector<int64_t> tokens = {1, 2, 6, 4};
+  ASSERT_TRUE(RunExpertBatches(p, Phase::kDecode, kLayer, active, tokens, launcher).ok());
+  EXPECT_EQ(p.routed_tokens, tokens);
+  EXPECT_THAT(launcher.prepared, ElementsAre(3));
+  EXPECT_THAT(launcher.Ids(), ElementsAre(ElementsAre(5, 1), ElementsAre(7)));
+  ASSERT_EQ(launcher.host.size(), 1u);
+  EXPECT_EQ(launcher.host[0], std::make_pair(3, 1));  // after batch {5, 1} was launched
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_EQ(p.acquired, 3);
+  EXPECT_NE(std::find(p.log.begin(), p.log.end(), "time 6"), p.log.end());
+  EXPECT_EQ(std::find(p.log.begin(), p.log.end(), "acquire 3"), p.log.end());
+  EXPECT_EQ(p.log.back(), "end 2");
+
+  // Without token counts the layer begins with BeginLayer: nothing on the host.
+  FakeLauncher plain;
+  ScriptedProvider q(plain);
+  q.on_host = {3};
+  ASSERT_TRUE(RunExpertBatches(q, Phase::kDecode, kLayer, active, plain).ok());
+  EXPECT_TRUE(plain.host.empty());
+  EXPECT_EQ(q.acquired, 4);
+}
+
+TEST(ExpertBatchRunnerTest, ALauncherThatCannotComputeOnTheHostFailsTheLayerCleanly) {
+  FakeLauncher launcher;
+  launcher.can_host = false;
+  ScriptedProvider p(launcher);
+  p.ready = {5};
+  p.on_host = {1};
+  const std::vector<int> active = {5, 1, 3};
+  const absl::Status st =
+      RunExpertBatches(p, Phase::kDecode, kLayer, active, std::vector<int64_t>{1, 1, 1}, launcher);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_TRUE(launcher.drained);
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_EQ(p.log.back(), "end 2");
+}
+
+// The real provider with its last two layers on the host: the host experts'
+// weights are the right bytes, and only the device layer's experts launch.
+TEST(ExpertBatchRunnerTest, StaticHostLayersReachTheLauncherFromTheHostStore) {
+  constexpr int kLayers = 4, kExperts = 6;
+  FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.host_moe_layers = 2;
+  auto created = OffloadExpertProvider::Create(src, src.Config(3), src.Plan(1, 2), o, nullptr);
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  const std::vector<int> active = {0, 2, 5};
+  const std::vector<int64_t> tokens = {1, 3, 2};
+  for (int layer = 0; layer < kLayers; ++layer) {
+    FakeLauncher launcher;
+    int host_checked = 0;
+    launcher.on_host = [&](int e, const ExpertWeights& w) {
+      EXPECT_TRUE(src.Holds(w, layer, e)) << "layer " << layer << " expert " << e;
+      ++host_checked;
+    };
+    ASSERT_TRUE(RunExpertBatches(p, Phase::kDecode, layer, active, tokens, launcher).ok());
+    const bool on_host = layer >= 2;
+    EXPECT_EQ(host_checked, on_host ? 3 : 0) << layer;
+    EXPECT_EQ(launcher.batches.empty(), on_host) << layer;
+  }
+  const OffloadStats s = p.TakeRequestStats();
+  EXPECT_EQ(s.experts_host_computed, 6u);
+  EXPECT_EQ(s.bytes_h2d, 3u * p.format().bytes);  // layer 1's three misses
 }
 
 // The real provider, two slabs for four experts per layer, copies on its own

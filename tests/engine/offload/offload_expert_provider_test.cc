@@ -481,6 +481,79 @@ TEST(OffloadExpertProviderTest, GuardedEvictionFollowsPredictedPriority) {
   EXPECT_EQ(copies_with("lru", true), 4u);
 }
 
+// Says the same experts about every layer.
+class EveryLayerPredictor final : public ExpertPredictor {
+ public:
+  explicit EveryLayerPredictor(std::vector<std::pair<int, double>> says) : says_(std::move(says)) {}
+  const char* name() const override { return "every-layer"; }
+  void BeginRequest() override {}
+  std::vector<std::pair<int, double>> Predict(int, int count) override {
+    auto out = says_;
+    if (static_cast<int>(out.size()) > count) out.resize(count);
+    return out;
+  }
+  void OnRouting(Phase, int, const float*, const RouterResult&) override {}
+
+ private:
+  std::vector<std::pair<int, double>> says_;
+};
+
+// The commit miss policy's view of a layer: pinned layers have everything;
+// an offloaded one has what its slabs hold or are copying, and the
+// predictor's choice from the last prefetch aimed at it -- also the experts
+// that found no slab (so not available) -- cleared when demand left no room to
+// prefetch.
+TEST(OffloadExpertProviderTest, AvailabilityIsTheCacheAndThePredictorsChoice) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.prefetch = "router-lookahead";  // any kind; the predictor itself is given
+  o.prefetch_count = 2;
+  auto created = OffloadExpertProvider::Create(
+      src, src.Config(2), src.Plan(/*pinned=*/1, /*slabs=*/1), o, nullptr,
+      std::make_unique<EveryLayerPredictor>(
+          std::vector<std::pair<int, double>>{{3, 0.9}, {2, 0.5}}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  OffloadExpertProvider& p = **created;
+  EXPECT_TRUE(p.Availability(0).all);
+  ExpertAvailability a = p.Availability(1);
+  EXPECT_FALSE(a.all);
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(a.predicted.empty());  // nothing prefetched for it yet
+  auto run = [&p](int layer, const std::vector<int>& experts) {
+    auto order = p.BeginLayer(Phase::kDecode, layer, experts);
+    ASSERT_TRUE(order.ok()) << order.status();
+    for (int e : *order) {
+      ASSERT_TRUE(p.Acquire(layer, e).ok());
+      p.Release(layer, e);
+    }
+    p.EndLayer(layer);
+  };
+  // The pinned layer prefetches for layer 1: 3 into the one slab, 2 finds none.
+  ASSERT_TRUE(p.BeginLayer(Phase::kDecode, 0, std::vector<int>{0}).ok());
+  a = p.Availability(1);  // 3 is in flight or landed: available either way
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 1}));
+  EXPECT_EQ(a.predicted, (std::vector<int>{3, 2}));
+  ASSERT_TRUE(p.Acquire(0, 0).ok());
+  p.Release(0, 0);
+  p.EndLayer(0);
+  p.WaitForTransfers();
+  run(1, {0, 1});  // demand waits for the slab: no prefetch for layer 2
+  EXPECT_TRUE(p.Availability(2).predicted.empty());
+  a = p.Availability(1);
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 1, 0, 0}));  // the slab's last expert
+  // Layer 2 with room: it prefetches for layer 1 (the next offloaded, wrapping).
+  run(2, {1});
+  EXPECT_EQ(p.Availability(1).predicted, (std::vector<int>{3, 2}));
+  run(1, {});  // every expert skipped: room to prefetch 3 for layer 2
+  a = p.Availability(2);
+  EXPECT_EQ(a.predicted, (std::vector<int>{3, 2}));
+  EXPECT_EQ(a.available, (std::vector<uint8_t>{0, 0, 0, 1}));
+  run(2, {0, 1});  // pending demand: the choice for layer 1 is cleared
+  EXPECT_TRUE(p.Availability(1).predicted.empty());
+  std::string why;
+  EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
 TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
   constexpr int kLayers = 4, kExperts = 6;
   FakeExpertSource fused(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kFusedTransposed);
@@ -539,6 +612,262 @@ TEST(OffloadExpertProviderTest, RandomSchedulesKeepInvariants) {
     if (o.prefetch == "none") {
       ASSERT_EQ(s.prefetch_issued, 0u);
     }
+  }
+}
+
+// Static host placement (--host_moe_layers): every expert of the last N MoE
+// layers comes from the host store through HostWeights, is never copied and
+// cannot be acquired; plain BeginLayer (a caller that cannot compute on the
+// host) still copies.
+TEST(OffloadExpertProviderTest, StaticHostLayersAreComputedFromTheHostStore) {
+  FakeExpertSource src(4, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  CountingSink sink;
+  OffloadOptions o;
+  o.host_moe_layers = 2;  // layers 2 and 3; layer 0 pinned, layer 1 on the device
+  auto p = Make(src, 2, src.Plan(/*pinned=*/1, /*slabs=*/2), o, &sink);
+  ASSERT_NE(p, nullptr);
+  const std::vector<int> experts = {3, 0};
+  auto plan = p->BeginRoutedLayer(Phase::kDecode, 2, experts, std::vector<int64_t>{1, 2});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->order, experts);
+  ASSERT_EQ(plan->on_host, (std::vector<char>{1, 1}));
+  for (int e : plan->order) {
+    auto w = p->HostWeights(2, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 2, e));
+    auto acquired = p->Acquire(2, e);
+    EXPECT_EQ(acquired.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(acquired.status().message()), HasSubstr("computes on the host"));
+  }
+  p->EndLayer(2);
+  // Outside a plan that put it there, no expert has host weights.
+  EXPECT_EQ(p->HostWeights(2, 3).status().code(), absl::StatusCode::kFailedPrecondition);
+  OffloadStats s = p->TakeRequestStats();
+  EXPECT_EQ(s.cache_queries, 2u);
+  EXPECT_EQ(s.cache_hits, 0u);
+  EXPECT_EQ(s.prefetch_needed, 2u);
+  EXPECT_EQ(s.prefetch_recalled, 0u);
+  EXPECT_EQ(s.experts_host_computed, 2u);
+  EXPECT_EQ(s.bytes_not_copied, 2u * p->format().bytes);
+  EXPECT_EQ(s.bytes_h2d, 0u);
+  EXPECT_EQ(sink.bytes, 0u);
+
+  // Layer 1 is on the device: misses are copied whatever the token counts.
+  plan = p->BeginRoutedLayer(Phase::kDecode, 1, experts, std::vector<int64_t>{1, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->on_host.empty());
+  for (int e : plan->order) {
+    auto w = p->Acquire(1, e);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(src.Holds(*w, 1, e));
+    EXPECT_EQ(p->HostWeights(1, e).status().code(), absl::StatusCode::kFailedPrecondition);
+    p->Release(1, e);
+  }
+  p->EndLayer(1);
+  // Plain BeginLayer of a host layer copies.
+  auto order = p->BeginLayer(Phase::kDecode, 3, {1});
+  ASSERT_TRUE(order.ok()) << order.status();
+  auto w = p->Acquire(3, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(src.Holds(*w, 3, 1));
+  p->Release(3, 1);
+  p->EndLayer(3);
+  s = p->TakeRequestStats();
+  EXPECT_EQ(s.experts_host_computed, 0u);
+  EXPECT_EQ(s.bytes_h2d, 3u * p->format().bytes);
+}
+
+// Miss policy cpu: a miss goes to the host when the measured host time for its
+// tokens is below its copy time (at the measured bandwidth, or the throttle
+// before the first copy); hits never do; with fetch, no miss does.
+TEST(OffloadExpertProviderTest, CpuMissPolicyWeighsHostTimeAgainstTheCopy) {
+  FakeExpertSource src(2, 6, kH, kI, ExpertWeights::Layout::kSeparate);
+  OffloadOptions o;
+  o.miss_policy = "cpu";
+  o.copy_bandwidth_bytes_per_s = 1e6;
+  CountingSink sink;
+  auto p = Make(src, 2, src.Plan(/*pinned=*/0, /*slabs=*/3), o, &sink);
+  ASSERT_NE(p, nullptr);
+  const double copy = static_cast<double>(p->format().bytes) / 1e6;
+  EXPECT_DOUBLE_EQ(p->CopySecondsEstimate(), copy);
+  EXPECT_FALSE(p->HostSecondsEstimate(1).has_value());
+  // No sample yet: the one-row miss goes to the host to learn from, the
+  // five-row one is copied. Host experts come before those being copied.
+  auto plan =
+      p->BeginRoutedLayer(Phase::kDecode, 0, std::vector<int>{4, 2}, std::vector<int64_t>{5, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->order, (std::vector<int>{2, 4}));
+  EXPECT_EQ(plan->on_host, (std::vector<char>{1, 0}));
+  auto host = p->HostWeights(0, 2);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE(src.Holds(*host, 0, 2));
+  p->OnHostExpertTime(1, copy / 100);
+  auto w = p->Acquire(0, 4);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(src.Holds(*w, 0, 4));
+  p->OnHostExpertTime(5, copy / 10);
+  p->Release(0, 4);
+  p->EndLayer(0);
+  ASSERT_TRUE(p->HostSecondsEstimate(3).has_value());
+
+  // Cheap on the host now: both misses go there; the cached 4 stays a hit.
+  plan = p->BeginRoutedLayer(Phase::kDecode, 0, std::vector<int>{0, 4, 5},
+                             std::vector<int64_t>{3, 2, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->order, (std::vector<int>{4, 0, 5}));
+  EXPECT_EQ(plan->on_host, (std::vector<char>{0, 1, 1}));
+  p->EndLayer(0);
+
+  // Expensive for many rows: a 64-row miss is copied, a one-row miss is not.
+  // Far above any copy time, however late the loaded machine wakes the copy thread.
+  p->OnHostExpertTime(64, 100.0);
+  EXPECT_GT(*p->HostSecondsEstimate(64), copy);
+  plan =
+      p->BeginRoutedLayer(Phase::kPrefill, 1, std::vector<int>{1, 3}, std::vector<int64_t>{64, 1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->order, (std::vector<int>{3, 1}));
+  EXPECT_EQ(plan->on_host, (std::vector<char>{1, 0}));
+  w = p->Acquire(1, 1);
+  ASSERT_TRUE(w.ok()) << w.status();
+  p->Release(1, 1);
+  p->EndLayer(1);
+  p->WaitForTransfers();
+  const OffloadStats s = p->TakeRequestStats();
+  EXPECT_EQ(s.experts_host_computed, 4u);
+  EXPECT_EQ(s.bytes_not_copied, 4u * p->format().bytes);
+  EXPECT_EQ(s.bytes_h2d, 2u * p->format().bytes);
+  EXPECT_EQ(s.cache_queries, 7u);
+  EXPECT_EQ(s.cache_hits, 1u);
+  // The copies measured the bandwidth (the throttle bounds it).
+  EXPECT_GT(p->CopySecondsEstimate(), 0.0);
+  EXPECT_LE(static_cast<double>(p->format().bytes) / p->CopySecondsEstimate(), 1e6 * 1.01);
+}
+
+TEST(OffloadExpertProviderTest, FetchPolicyOrUnknownBandwidthKeepsMissesOnTheDevice) {
+  FakeExpertSource src(2, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  for (const char* policy : {"fetch", "cpu"}) {
+    SCOPED_TRACE(policy);
+    OffloadOptions o;
+    o.miss_policy = policy;
+    o.copy_bandwidth_bytes_per_s = std::string(policy) == "fetch" ? 1e6 : 0;  // 0: unknown
+    auto p = Make(src, 2, src.Plan(0, 2), o);
+    ASSERT_NE(p, nullptr);
+    p->OnHostExpertTime(1, 1e-9);  // ignored by fetch; cpu has no copy time to weigh it against
+    EXPECT_EQ(p->HostSecondsEstimate(1).has_value(), std::string(policy) == "cpu");
+    auto plan =
+        p->BeginRoutedLayer(Phase::kDecode, 0, std::vector<int>{1}, std::vector<int64_t>{1});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->on_host.empty());
+    auto w = p->Acquire(0, 1);
+    ASSERT_TRUE(w.ok()) << w.status();
+    p->Release(0, 1);
+    p->EndLayer(0);
+    EXPECT_EQ(p->TakeRequestStats().experts_host_computed, 0u);
+  }
+}
+
+TEST(OffloadExpertProviderTest, BadHostExecutionOptionsAndCallsAreErrors) {
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.miss_policy = "sometimes";
+  auto bad = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("miss policy must be one of fetch, commit, cpu; got 'sometimes'"));
+  o.miss_policy = "cpu";
+  o.host_moe_layers = 3;  // only 2 are outside the pinned prefix
+  bad = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("host_moe_layers=3: must be in [0, 2], the MoE layers outside the pinned "
+                        "prefix of 1"));
+  o.host_moe_layers = -1;
+  EXPECT_FALSE(OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr).ok());
+  o.host_moe_layers = 0;
+  auto p = Make(src, 2, src.Plan(1, 2), o);
+  ASSERT_NE(p, nullptr);
+  auto plan =
+      p->BeginRoutedLayer(Phase::kDecode, 1, std::vector<int>{0, 1}, std::vector<int64_t>{1});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  plan = p->BeginRoutedLayer(Phase::kDecode, 1, std::vector<int>{0}, std::vector<int64_t>{0});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  // A pinned layer puts nothing on the host.
+  plan = p->BeginRoutedLayer(Phase::kDecode, 0, std::vector<int>{0}, std::vector<int64_t>{1});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->on_host.empty());
+}
+
+// Random schedules with host execution: the plan is a permutation of the
+// declared experts, host experts come from the store with exact bytes and are
+// never copied (bytes moved = copied misses + prefetches), and no slot or copy
+// leaks.
+TEST(OffloadExpertProviderTest, RandomSchedulesWithHostExecutionKeepInvariants) {
+  constexpr int kLayers = 4, kExperts = 6;
+  FakeExpertSource src(kLayers, kExperts, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  src.stable_views = true;  // mapped and packed stores alike
+  for (int seed = 0; seed < 400; ++seed) {
+    std::mt19937 rng(seed);
+    const int pinned = static_cast<int>(rng() % 3);
+    OffloadOptions o;
+    o.eviction = rng() % 2 ? "lru" : "guarded";
+    o.prefetch = rng() % 2 ? "history" : "none";
+    o.miss_policy = rng() % 4 ? "cpu" : "fetch";
+    o.host_moe_layers = static_cast<int>(rng() % (kLayers - pinned + 1));
+    o.map_host_experts = rng() % 2;
+    o.copy_bandwidth_bytes_per_s = 1e9;
+    HistoryExpertPredictor* hist = nullptr;
+    auto p = Make(src, 3, src.Plan(pinned, 1 + static_cast<int>(rng() % 6)), o, nullptr, &hist);
+    ASSERT_NE(p, nullptr);
+    uint64_t host_layer_queries = 0;
+    for (int step = 0; step < 5; ++step) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::vector<int> all(kExperts);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        all.resize(1 + rng() % kExperts);
+        std::vector<int64_t> tokens(all.size());
+        for (int64_t& t : tokens) t = 1 + static_cast<int64_t>(rng() % 40);
+        if (layer >= kLayers - o.host_moe_layers) host_layer_queries += all.size();
+        if (hist != nullptr) hist->Observe(layer, all);
+        auto plan = p->BeginRoutedLayer(Phase::kDecode, layer, all, tokens);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        std::vector<int> sorted = plan->order, want = all;
+        std::sort(sorted.begin(), sorted.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(sorted, want);
+        for (size_t i = 0; i < plan->order.size(); ++i) {
+          const int e = plan->order[i];
+          if (plan->OnHost(i)) {
+            auto w = p->HostWeights(layer, e);
+            ASSERT_TRUE(w.ok()) << "seed " << seed << ": " << w.status();
+            ASSERT_TRUE(src.Holds(*w, layer, e)) << "seed " << seed;
+            // Random measured times: some cheap, some dearer than a copy.
+            p->OnHostExpertTime(tokens[0], (rng() % 2 ? 1e-9 : 1e-3));
+            continue;
+          }
+          auto w = p->Acquire(layer, e);
+          ASSERT_TRUE(w.ok()) << "seed " << seed << ": " << w.status();
+          ASSERT_TRUE(src.Holds(*w, layer, e)) << "seed " << seed;
+          p->OnHostExpertTime(1 + static_cast<int64_t>(rng() % 40), (rng() % 2 ? 1e-9 : 1e-3));
+          p->Release(layer, e);
+        }
+        p->EndLayer(layer);
+        std::string why;
+        ASSERT_TRUE(p->CheckInvariants(&why)) << "seed " << seed << ": " << why;
+      }
+    }
+    p->WaitForTransfers();
+    const OffloadStats s = p->TakeRequestStats();
+    ASSERT_GE(s.experts_host_computed, host_layer_queries) << "seed " << seed;
+    if (o.miss_policy == "fetch") {
+      ASSERT_EQ(s.experts_host_computed, host_layer_queries);
+    }
+    ASSERT_EQ(s.bytes_not_copied, s.experts_host_computed * p->format().bytes);
+    ASSERT_EQ(s.bytes_h2d, (s.prefetch_needed - s.prefetch_recalled - s.experts_host_computed +
+                            s.prefetch_issued) *
+                               p->format().bytes)
+        << "seed " << seed;
   }
 }
 

@@ -3,10 +3,12 @@
 // tensor shapes), and CheckMatches against the tiny fixture's config.
 #include "engine/policy/calibration_profile.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/calibrate/mlp_trainer.h"
@@ -264,6 +266,39 @@ TEST_F(CalibrationProfileTest, SaveRefusesBadExpertSkipping) {
   p.expert_skipping = TinySkipping();
   p.expert_skipping->skip_rate = 2.0;
   EXPECT_THAT(p.Save(json_).message(), HasSubstr("skip rates"));
+}
+
+TEST_F(CalibrationProfileTest, CommitMissRoundTripsAndBadFieldsAreNamed) {
+  CalibrationProfile p = TinyProfile(false);
+  p.commit_miss = CommitCalibration{0.875f, 0.5, 0.4921875, 1024};
+  ASSERT_TRUE(p.Save(json_).ok());
+  auto back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->commit_miss.has_value());
+  EXPECT_EQ(back->commit_miss->threshold, 0.875f);
+  EXPECT_DOUBLE_EQ(back->commit_miss->target_rate, 0.5);
+  EXPECT_DOUBLE_EQ(back->commit_miss->uncertain_rate, 0.4921875);
+  EXPECT_EQ(back->commit_miss->tokens, 1024);
+  EXPECT_FALSE(back->expert_skipping.has_value());  // the sections are independent
+  // A version 1 file may carry it too (readers before it ignore it).
+  EditJson("\"version\": 2", "\"version\": 1");
+  back = CalibrationProfile::Load(json_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->commit_miss.has_value());
+  for (const auto& [from, to, field] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"threshold\": 0.875", "\"threshold\": -0.875", "commit_miss.threshold"},
+           {"\"uncertain_rate\": 0.4921875", "\"uncertain_rate\": 2", "commit_miss.uncertain_rate"},
+           {"\"tokens\": 1024", "\"tokens\": 10.5", "commit_miss.tokens"},
+           {"\"target_rate\": 0.5", "\"target\": 0.5", "commit_miss.target_rate"}}) {
+    ASSERT_TRUE(p.Save(json_).ok());
+    EditJson(from, to);
+    auto bad = CalibrationProfile::Load(json_);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(bad.status().message(), HasSubstr("'" + field + "'"));
+  }
+  p.commit_miss->threshold = std::nanf("");
+  EXPECT_THAT(p.Save(json_).message(), HasSubstr("commit_miss"));
 }
 
 TEST_F(CalibrationProfileTest, WrongTensorShapesAreRejected) {

@@ -2,8 +2,9 @@
 // request's greedy tokens in a batch equal its tokens when run alone -- text
 // and image requests joining at different steps, prompts prefilled in chunks
 // (visual rows split across chunks), one image request with token
-// compression (prefilled whole), one cancelled mid-way -- resident and under
-// an offload budget.
+// compression (prefilled whole), one cancelled mid-way -- resident, under
+// an offload budget, and with a KV pool too small for all of them
+// (preemption).
 #include "engine/runtime/batch_loop.h"
 
 #include <algorithm>
@@ -43,6 +44,14 @@ class StepSink final : public NullStatsSink {
     last_used_ = used;
     total_ = total;
   }
+  void OnPreemption() override {
+    absl::MutexLock lock(&mu_);
+    ++preemptions_;
+  }
+  int preemptions() {
+    absl::MutexLock lock(&mu_);
+    return preemptions_;
+  }
   int max_batch() {
     absl::MutexLock lock(&mu_);
     return max_batch_;
@@ -61,6 +70,7 @@ class StepSink final : public NullStatsSink {
   int max_batch_ = 0;
   int steps_ = 0;
   int64_t max_used_ = 0, last_used_ = 0, total_ = 0;
+  int preemptions_ = 0;
 };
 
 struct Job {
@@ -118,10 +128,19 @@ std::vector<GenerateResult> RunAlone(Engine* engine, const std::vector<Job>& job
   return out;
 }
 
+// What a request streamed: its deltas' text and ids, concatenated.
+struct Streamed {
+  std::string text;
+  std::vector<int> ids;
+};
+
 // All jobs at once: job i is submitted once the jobs before it have streamed
-// 2 * i deltas in all, so they join at different steps.
+// 2 * i deltas in all, so they join at different steps. What each streamed
+// goes to `streamed` when given.
 std::vector<absl::StatusOr<GenerateResult>> RunTogether(Engine* engine,
-                                                        const std::vector<Job>& jobs) {
+                                                        const std::vector<Job>& jobs,
+                                                        std::vector<Streamed>* streamed = nullptr) {
+  if (streamed != nullptr) streamed->assign(jobs.size(), {});
   std::atomic<int> deltas{0};
   std::vector<absl::StatusOr<GenerateResult>> out(jobs.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
@@ -133,9 +152,14 @@ std::vector<absl::StatusOr<GenerateResult>> RunTogether(Engine* engine,
       }
       std::atomic<int> mine{0};
       GenerateCallbacks cb;
-      cb.on_delta = [&](const TokenDelta&) {
+      cb.on_delta = [&, i](const TokenDelta& d) {
         deltas.fetch_add(1);
         mine.fetch_add(1);
+        if (streamed != nullptr) {
+          (*streamed)[i].text += d.text;
+          (*streamed)[i].ids.insert((*streamed)[i].ids.end(), d.token_ids.begin(),
+                                    d.token_ids.end());
+        }
         return true;
       };
       if (jobs[i].cancel) cb.is_cancelled = [&] { return mine.load() >= 4; };
@@ -190,6 +214,134 @@ TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneResident) {
   EXPECT_EQ(again[0].token_ids, alone[0].token_ids);
 }
 
+TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
+  const std::vector<Job> jobs = Jobs();
+  EngineOptions o = BaseOptions();
+  auto config = ModelConfig::Load(o.model_path);
+  auto ckpt = Checkpoint::Open(o.model_path);
+  ASSERT_TRUE(config.ok() && ckpt.ok());
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  const TextConfig& t = config->text;
+  const int64_t kv_bytes =
+      2 * int64_t{t.num_hidden_layers} * t.num_key_value_heads * t.head_dim * o.kv_cache_tokens * 4;
+  // The first MoE layer pinned (the affinity compressor reads its routing)
+  // and 6 slabs for the other three: constant eviction.
+  o.gpu_memory_budget_bytes =
+      sizes->resident_bytes + kv_bytes + (t.num_experts + 6) * sizes->expert_bytes;
+  o.offload.pinned_layers = 1;
+  o.offload.prefetch = "history";
+  o.offload.eviction = "lru";
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  o.max_running_sequences = 3;
+  o.max_step_tokens = 24;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<absl::StatusOr<GenerateResult>> together = RunTogether(engine->get(), jobs);
+  ExpectSameAsAlone(jobs, alone, together);
+  uint64_t misses = 0;
+  for (const auto& r : together) {
+    if (r.ok()) misses += r->offload.cache_queries - r->offload.cache_hits;
+  }
+  EXPECT_GT(misses, 0u) << "the budget never evicted: the test does not exercise offload";
+}
+
+// A KV pool of one context (the smallest allowed) for up to 4 sequences:
+// running sequences outgrow it and the youngest are preempted, recomputing
+// their tokens when they run again. Their tokens and text are still those
+// they get alone, and what they streamed is sent once.
+TEST(BatchLoopTest, PreemptedRequestsMatchTheirRunsAlone) {
+  std::vector<Job> jobs = Jobs();
+  for (Job& j : jobs) j.request.sampling.max_new_tokens += 80;  // outgrow their first blocks
+  EngineOptions alone_o = BaseOptions();
+  alone_o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(alone_o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  EngineOptions o = BaseOptions();
+  o.kv_cache_tokens = o.max_context_tokens;  // 16 blocks of 16 tokens
+  o.max_running_sequences = 4;
+  o.max_step_tokens = 16;
+  o.stats = &sink;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Streamed> streamed;
+  const std::vector<absl::StatusOr<GenerateResult>> together =
+      RunTogether(engine->get(), jobs, &streamed);
+  ExpectSameAsAlone(jobs, alone, together);
+  EXPECT_GT(sink.preemptions(), 0) << "the pool never ran out: the test does not preempt";
+  EXPECT_GT(sink.max_batch(), 1);
+  EXPECT_EQ(sink.last_used(), 0) << "KV blocks still held after every request ended";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].cancel || !together[i].ok()) continue;
+    EXPECT_EQ(streamed[i].text, together[i]->text) << "job " << i;
+    EXPECT_EQ(streamed[i].ids, together[i]->token_ids) << "job " << i;
+  }
+}
+
+// The youngest running sequence is the one preempted: here the image request
+// with token compression, beside a long text request in a pool of one
+// context. It compresses its prompt again when it runs again.
+TEST(BatchLoopTest, APreemptedCompressedRequestMatchesItsRunAlone) {
+  const std::vector<Job> all = Jobs();
+  std::vector<Job> jobs = {all.front(), all.back()};
+  ASSERT_TRUE(jobs[1].request.policy.token_compressor.has_value());
+  jobs[0].request.sampling.max_new_tokens = 200;  // capped at the context
+  jobs[1].request.sampling.max_new_tokens = 100;
+  EngineOptions o = BaseOptions();
+  o.max_context_tokens = 192;
+  o.kv_cache_tokens = 192;
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  o.max_running_sequences = 2;
+  o.stats = &sink;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectSameAsAlone(jobs, alone, RunTogether(engine->get(), jobs));
+  EXPECT_GT(sink.preemptions(), 0) << "the pool never ran out: the test does not preempt";
+  EXPECT_EQ(sink.last_used(), 0);
+}
+
+TEST(BatchLoopTest, AHugeMaxNewTokensIsCappedAtTheContext) {
+  EngineOptions o = BaseOptions();
+  o.kv_cache_tokens = 0;  // = max_context_tokens (256)
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<Job> jobs = Jobs();
+  GenerateRequest r = jobs[0].request;
+  r.sampling.max_new_tokens = 100000;  // capped at the context: fits alone
+  absl::StatusOr<GenerateResult> capped = (*engine)->Generate(r, {});
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_EQ(capped->finish_reason, FinishReason::kLength);
+  EXPECT_EQ(capped->usage.prompt_tokens + capped->usage.completion_tokens, 257)
+      << "generation ends when the context is full (one token past the last cache row)";
+}
+
+TEST(BatchLoopTest, BadLimitsAreClearErrors) {
+  EngineOptions o = BaseOptions();
+  o.max_running_sequences = 0;
+  EXPECT_EQ(Engine::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = BaseOptions();
+  o.max_running_sequences = 8;
+  o.max_step_tokens = 4;
+  absl::Status st = Engine::Create(o).status();
+  EXPECT_NE(st.message().find("max_step_tokens"), std::string::npos) << st;
+  o = BaseOptions();
+  o.kv_cache_tokens = 100;  // below max_context_tokens
+  st = Engine::Create(o).status();
+  EXPECT_NE(st.message().find("kv_cache_tokens"), std::string::npos) << st;
+}
+
 // BaseOptions under an offload budget: the first MoE layer pinned (the
 // affinity compressor reads its routing) and 6 slabs for the other three:
 // constant eviction.
@@ -211,28 +363,6 @@ EngineOptions BudgetOptions() {
   o.offload.prefetch = "history";
   o.offload.eviction = "lru";
   return o;
-}
-
-TEST(BatchLoopTest, BatchedRequestsMatchTheirRunsAloneUnderAnOffloadBudget) {
-  const std::vector<Job> jobs = Jobs();
-  EngineOptions o = BudgetOptions();
-  ASSERT_GT(o.gpu_memory_budget_bytes, 0);
-  o.max_running_sequences = 1;
-  auto alone_engine = Engine::Create(o);
-  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
-  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
-
-  o.max_running_sequences = 3;
-  o.max_step_tokens = 24;
-  auto engine = Engine::Create(o);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  const std::vector<absl::StatusOr<GenerateResult>> together = RunTogether(engine->get(), jobs);
-  ExpectSameAsAlone(jobs, alone, together);
-  uint64_t misses = 0;
-  for (const auto& r : together) {
-    if (r.ok()) misses += r->offload.cache_queries - r->offload.cache_hits;
-  }
-  EXPECT_GT(misses, 0u) << "the budget never evicted: the test does not exercise offload";
 }
 
 // Counts what per-sequence preload reports.
@@ -280,36 +410,6 @@ TEST(BatchLoopTest, PreloadKeepsBatchedTokensUnderAnOffloadBudget) {
   const std::vector<GenerateResult> again = RunAlone(engine->get(), {jobs[0], jobs[2]});
   EXPECT_EQ(again[0].token_ids, alone[0].token_ids);
   EXPECT_EQ(again[1].token_ids, alone[2].token_ids);
-}
-
-TEST(BatchLoopTest, AHugeMaxNewTokensIsCappedAtTheContext) {
-  EngineOptions o = BaseOptions();
-  o.kv_cache_tokens = 0;  // = max_context_tokens (256)
-  auto engine = Engine::Create(o);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  const std::vector<Job> jobs = Jobs();
-  GenerateRequest r = jobs[0].request;
-  r.sampling.max_new_tokens = 100000;  // capped at the context: fits alone
-  absl::StatusOr<GenerateResult> capped = (*engine)->Generate(r, {});
-  ASSERT_TRUE(capped.ok()) << capped.status();
-  EXPECT_EQ(capped->finish_reason, FinishReason::kLength);
-  EXPECT_EQ(capped->usage.prompt_tokens + capped->usage.completion_tokens, 257)
-      << "generation ends when the context is full (one token past the last cache row)";
-}
-
-TEST(BatchLoopTest, BadLimitsAreClearErrors) {
-  EngineOptions o = BaseOptions();
-  o.max_running_sequences = 0;
-  EXPECT_EQ(Engine::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
-  o = BaseOptions();
-  o.max_running_sequences = 8;
-  o.max_step_tokens = 4;
-  absl::Status st = Engine::Create(o).status();
-  EXPECT_NE(st.message().find("max_step_tokens"), std::string::npos) << st;
-  o = BaseOptions();
-  o.kv_cache_tokens = 100;  // below max_context_tokens
-  st = Engine::Create(o).status();
-  EXPECT_NE(st.message().find("kv_cache_tokens"), std::string::npos) << st;
 }
 
 }  // namespace

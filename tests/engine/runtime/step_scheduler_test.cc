@@ -11,12 +11,23 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A KV pool of `blocks` 16-token blocks (rows of 1 float: the scheduler only
+// counts blocks).
+std::unique_ptr<KvPool> Pool(int64_t blocks) {
+  return std::make_unique<KvPool>(/*num_layers=*/1, blocks, /*block_tokens=*/16,
+                                  /*row_elems=*/1);
+}
+
 // A sequence with a text prompt of `prompt` tokens asking for `max_new`
-// tokens; compressed prompts (token compression on) cannot be chunked.
+// tokens; compressed prompts (token compression on) cannot be chunked. Its
+// context is the whole pool unless given (as the engine's is at most).
 struct TestSeq {
-  TestSeq(int prompt, int max_new, bool compressed = false, int max_context = 1 << 20)
-      : prepared(Request(max_new), MakePrompt(prompt), Compression(compressed), std::nullopt, 0.0),
-        seq(prepared, callbacks, nullptr, {}, nullptr, max_context, {}) {}
+  TestSeq(KvPool* pool, int prompt, int max_new, bool compressed = false, int max_context = 0)
+      : prepared(Request(max_new), MakePrompt(prompt), Compression(compressed), std::nullopt,
+                 std::nullopt, 0.0),
+        seq(prepared, callbacks, nullptr, {}, nullptr,
+            max_context > 0 ? max_context : pool->total_blocks() * pool->block_tokens(), pool, {}) {
+  }
   static GenerateRequest Request(int max_new) {
     GenerateRequest r;
     r.sampling.max_new_tokens = max_new;
@@ -32,15 +43,28 @@ struct TestSeq {
     o.kind = on ? "affinity" : "none";
     return o;
   }
+  int64_t blocks() const { return static_cast<int64_t>(seq.cache->blocks().size()); }
   GenerateCallbacks callbacks;
   LocalPrepared prepared;
   Sequence seq;
 };
 
+// What the engine's runner does with a step: the chunk's rows go into the
+// cache, and a sequence past its prefill gets a token.
+void Ran(const ScheduledStep& step) {
+  for (const ScheduledChunk& c : step.chunks) {
+    Sequence& s = *c.seq;
+    const bool decode = !s.prefilling();
+    if (!decode) s.prefilled += c.rows;
+    s.cache->Advance(c.rows);
+    if (!s.prefilling()) s.result.token_ids.push_back(static_cast<int>(s.cache->length()));
+  }
+}
+
 // (sequence, rows) of a step, for comparison.
-std::vector<std::pair<Sequence*, int64_t>> Rows(const std::vector<ScheduledChunk>& step) {
+std::vector<std::pair<Sequence*, int64_t>> Rows(const ScheduledStep& step) {
   std::vector<std::pair<Sequence*, int64_t>> out;
-  for (const ScheduledChunk& c : step) out.push_back({c.seq, c.rows});
+  for (const ScheduledChunk& c : step.chunks) out.push_back({c.seq, c.rows});
   return out;
 }
 
@@ -53,88 +77,246 @@ TEST(StepSchedulerTest, LimitsAreChecked) {
 }
 
 TEST(StepSchedulerTest, DecodeTokensFirstThenPrefillChunksWithinTheBudget) {
-  KvBlockPool pool(1024, 16);
-  StepScheduler s({4, 10}, &pool);
-  TestSeq a(4, 8), b(30, 8), c(5, 8);
+  auto pool = Pool(64);
+  StepScheduler s({4, 10}, pool.get());
+  TestSeq a(pool.get(), 4, 8), b(pool.get(), 30, 8), c(pool.get(), 5, 8);
   ASSERT_TRUE(s.Add(&a.seq).ok());
   ASSERT_TRUE(s.Add(&b.seq).ok());
   ASSERT_TRUE(s.Add(&c.seq).ok());
   // a's whole prompt, then the first 6 of b's 30 (the budget); c waits.
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 4}, {&b.seq, 6}}));
+  ScheduledStep step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 4}, {&b.seq, 6}}));
   EXPECT_EQ(s.running(), 2);
   EXPECT_EQ(s.waiting(), 1);
-  a.seq.prefilled = 4;
-  b.seq.prefilled = 6;
+  Ran(step);
   // a decodes (1 row), b continues with 9, nothing left for c.
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}, {&b.seq, 9}}));
-  b.seq.prefilled = 30;
-  // Both decode; c is admitted with the 8 rows left.
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}, {&b.seq, 1}, {&c.seq, 5}}));
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 1}, {&b.seq, 9}}));
+  Ran(step);
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 1}, {&b.seq, 9}}));
+  Ran(step);
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 1}, {&b.seq, 6}, {&c.seq, 3}}));
+  Ran(step);
+  // Both decode; c goes on with the 2 tokens of its prompt left.
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}, {&b.seq, 1}, {&c.seq, 2}}));
   EXPECT_EQ(s.running(), 3);
 }
 
-TEST(StepSchedulerTest, AdmissionStopsAtMaxRunningAndAtFreeBlocks) {
-  KvBlockPool pool(64, 16);  // 4 blocks
-  StepScheduler s({2, 100}, &pool);
-  TestSeq a(10, 6), b(10, 30), c(1, 1);  // a: 1 block, b: 3 blocks, c: 1 block
+TEST(StepSchedulerTest, AdmissionTakesThePrefillAndFirstTokenBlocks) {
+  auto pool = Pool(8);
+  StepScheduler s({2, 100}, pool.get());
+  // a: 16 + 1 tokens = 2 blocks; b: 40 + 1 = 3 blocks; c waits for a slot.
+  TestSeq a(pool.get(), 16, 100), b(pool.get(), 40, 100), c(pool.get(), 1, 1);
   for (TestSeq* t : {&a, &b, &c}) ASSERT_TRUE(s.Add(&t->seq).ok());
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 10}, {&b.seq, 10}}));
-  EXPECT_EQ(pool.used_blocks(), 4);
-  EXPECT_EQ(a.seq.kv_blocks, 1);
-  EXPECT_EQ(b.seq.kv_blocks, 3);
-  s.Remove(&a.seq);  // a finished: a running slot and its block come back
-  EXPECT_EQ(pool.used_blocks(), 3);
-  b.seq.prefilled = 10;
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 16}, {&b.seq, 40}}));
+  EXPECT_EQ(a.blocks(), 2);
+  EXPECT_EQ(b.blocks(), 3);
+  EXPECT_EQ(pool->used_blocks(), 5);
+  s.Remove(&a.seq);  // a finished: its running slot and blocks come back
+  EXPECT_EQ(pool->used_blocks(), 3);
+  EXPECT_EQ(a.blocks(), 0);
+  b.seq.prefilled = 40;
+  b.seq.cache->Advance(40);
+  b.seq.result.token_ids.push_back(1);
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&b.seq, 1}, {&c.seq, 1}}));
-  EXPECT_EQ(pool.used_blocks(), 4);
+  EXPECT_EQ(pool->used_blocks(), 4);
 }
 
-TEST(StepSchedulerTest, TheFirstWaitingSequenceIsNotOvertaken) {
-  KvBlockPool pool(64, 16);
-  StepScheduler s({4, 100}, &pool);
-  TestSeq a(10, 38), big(10, 30), small(1, 1);  // a: 3 blocks, big: 3, small: 1
-  for (TestSeq* t : {&a, &big, &small}) ASSERT_TRUE(s.Add(&t->seq).ok());
-  // big does not fit beside a; small would, but comes after big.
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 10}}));
+TEST(StepSchedulerTest, AdmissionLeavesASpareBlockPerRunningSequence) {
+  auto pool = Pool(4);
+  StepScheduler s({4, 100}, pool.get());
+  // Each needs 2 blocks; with a running, b would leave a no block to grow into.
+  TestSeq a(pool.get(), 20, 100), b(pool.get(), 20, 100), c(pool.get(), 1, 1);
+  for (TestSeq* t : {&a, &b, &c}) ASSERT_TRUE(s.Add(&t->seq).ok());
+  // c would fit, but comes after b: first come, first served.
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 20}}));
   EXPECT_EQ(s.waiting(), 2);
+  s.Remove(&a.seq);
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&b.seq, 20}, {&c.seq, 1}}));
+}
+
+TEST(StepSchedulerTest, DecodingGrowsOneBlockAtEachBoundary) {
+  auto pool = Pool(8);
+  StepScheduler s({1, 100}, pool.get());
+  TestSeq a(pool.get(), 15, 100);
+  ASSERT_TRUE(s.Add(&a.seq).ok());
+  Ran(s.Schedule());  // the prompt; its first token's row is in the first block
+  EXPECT_EQ(a.blocks(), 1);
+  for (int t = 16; t <= 40; ++t) {  // decode steps that store tokens 16..40
+    ScheduledStep step = s.Schedule();
+    ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 1}}));
+    EXPECT_EQ(a.blocks(), (t + 15) / 16) << "before storing token " << t;
+    Ran(step);
+  }
+  EXPECT_EQ(pool->used_blocks(), 3);
+}
+
+TEST(StepSchedulerTest, TheYoungestPreemptsItselfAndLaterRecomputesItsTokens) {
+  auto pool = Pool(4);
+  StepScheduler s({4, 100}, pool.get());
+  // a: 2 blocks, b: 1 (+1 spare for a = 2 free): both run, one block left.
+  TestSeq a(pool.get(), 31, 100), b(pool.get(), 10, 100), c(pool.get(), 10, 100);
+  for (TestSeq* t : {&a, &b, &c}) ASSERT_TRUE(s.Add(&t->seq).ok());
+  ScheduledStep step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 31}, {&b.seq, 10}}));
+  Ran(step);
+  EXPECT_EQ(s.waiting(), 1);  // c: 1 block + 2 spare > 1 free
+  // a grows into the last free block at token 33; b needs a block at 17.
+  while (b.seq.cache->length() < 16) {
+    step = s.Schedule();
+    ASSERT_TRUE(step.preempted.empty());
+    ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 1}, {&b.seq, 1}}));
+    Ran(step);
+  }
+  EXPECT_EQ(pool->free_blocks(), 0);
+  const std::vector<int> b_tokens = b.seq.result.token_ids;
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 1}}));
+  EXPECT_EQ(step.preempted, (std::vector<Sequence*>{&b.seq}));
+  EXPECT_EQ(b.blocks(), 0);
+  EXPECT_EQ(pool->free_blocks(), 1);
+  EXPECT_EQ(b.seq.cache->length(), 0);
+  EXPECT_EQ(b.seq.preemptions, 1);
+  EXPECT_EQ(b.seq.replay, static_cast<int64_t>(b_tokens.size()));
+  EXPECT_EQ(b.seq.result.token_ids, b_tokens) << "preemption keeps the generated tokens";
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 2);
+  Ran(step);
+  // b (10 + 7 recomputed + 1 = 2 blocks, + 1 spare) does not fit beside a.
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}}));
+  s.Remove(&a.seq);
+  // b first (it was preempted): its prompt, then its generated tokens, each a
+  // piece of its own; c beside it.
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&b.seq, 10}, {&c.seq, 10}}));
+  EXPECT_EQ(b.blocks(), 2);
+  Ran(step);
+  const int64_t replay = static_cast<int64_t>(b_tokens.size());
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&c.seq, 1}, {&b.seq, replay}}));
+  Ran(step);
+  EXPECT_EQ(b.seq.cache->length(), 10 + replay);
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&b.seq, 1}, {&c.seq, 1}}));
+}
+
+TEST(StepSchedulerTest, AnOlderSequenceThatMustGrowPreemptsTheYoungest) {
+  auto pool = Pool(6);
+  StepScheduler s({2, 2}, pool.get());
+  // a: 1 block; c: a long prompt prefilled a row a step, 4 blocks + 1 spare.
+  TestSeq a(pool.get(), 2, 100), c(pool.get(), 60, 100);
+  ASSERT_TRUE(s.Add(&a.seq).ok());
+  ASSERT_TRUE(s.Add(&c.seq).ok());
+  ScheduledStep step;
+  // a takes the last free block at token 17 and needs another at 33.
+  while (a.seq.cache->length() < 32) {
+    step = s.Schedule();
+    ASSERT_TRUE(step.preempted.empty());
+    Ran(step);
+  }
+  EXPECT_EQ(pool->free_blocks(), 0);
+  EXPECT_TRUE(c.seq.prefilling());
+  EXPECT_EQ(c.blocks(), 4);
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 1}}));
+  EXPECT_EQ(step.preempted, (std::vector<Sequence*>{&c.seq}));
+  EXPECT_EQ(a.blocks(), 3);
+  EXPECT_EQ(c.blocks(), 0);
+  EXPECT_EQ(c.seq.prefilled, 0) << "the preempted prefill starts over";
+  EXPECT_EQ(c.seq.replay, 0);
+  EXPECT_EQ(s.waiting(), 1);
 }
 
 TEST(StepSchedulerTest, ACompressedPromptIsPrefilledWholeOrAlone) {
-  KvBlockPool pool(1024, 16);
-  StepScheduler s({4, 8}, &pool);
-  TestSeq a(2, 50), big(20, 4, /*compressed=*/true);
+  auto pool = Pool(64);
+  StepScheduler s({4, 8}, pool.get());
+  TestSeq a(pool.get(), 2, 50), big(pool.get(), 20, 4, /*compressed=*/true);
   ASSERT_TRUE(s.Add(&a.seq).ok());
   ASSERT_TRUE(s.Add(&big.seq).ok());
-  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 2}}));  // 20 rows do not fit beside a
-  a.seq.prefilled = 2;
+  ScheduledStep step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&a.seq, 2}}));  // 20 rows do not fit beside a
+  Ran(step);
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}}));
   s.Remove(&a.seq);
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&big.seq, 20}}));  // alone, over the budget
 }
 
+TEST(StepSchedulerTest, APreemptedCompressedSequenceRecomputesItsPromptWhole) {
+  auto pool = Pool(4);
+  StepScheduler s({4, 40}, pool.get());
+  TestSeq a(pool.get(), 31, 100), big(pool.get(), 12, 100, /*compressed=*/true);
+  ASSERT_TRUE(s.Add(&a.seq).ok());
+  ASSERT_TRUE(s.Add(&big.seq).ok());
+  ScheduledStep step = s.Schedule();
+  ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 31}}));  // big's 12 rows do not fit beside
+  Ran(step);
+  step = s.Schedule();
+  ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 1}, {&big.seq, 12}}));
+  Ran(step);
+  while (step.preempted.empty()) {
+    step = s.Schedule();
+    Ran(step);
+  }
+  EXPECT_EQ(step.preempted, (std::vector<Sequence*>{&big.seq}));
+  const int64_t replay = static_cast<int64_t>(big.seq.result.token_ids.size());
+  EXPECT_GT(replay, 1);
+  s.Remove(&a.seq);
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&big.seq, 12}})) << "the compressed prompt, whole, first";
+  Ran(step);
+  EXPECT_TRUE(big.seq.chunkable()) << "recomputed tokens may be split";
+  EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&big.seq, replay}}));
+}
+
+TEST(StepSchedulerTest, ASequenceThePoolCannotHoldFailsWithoutTouchingOthers) {
+  auto pool = Pool(2);
+  KvCache other(pool.get(), 16);  // holds a block outside the scheduler
+  ASSERT_TRUE(other.Reserve(16).ok());
+  const std::vector<int32_t> other_blocks = other.blocks();
+  StepScheduler s({4, 100}, pool.get());
+  TestSeq a(pool.get(), 15, 100, false, /*max_context=*/32);
+  ASSERT_TRUE(s.Add(&a.seq).ok());
+  Ran(s.Schedule());
+  ScheduledStep step = s.Schedule();
+  ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 1}}));
+  Ran(step);
+  step = s.Schedule();  // token 17 needs a second block: none, and nobody to preempt
+  EXPECT_TRUE(step.chunks.empty());
+  ASSERT_EQ(step.failed.size(), 1u);
+  EXPECT_EQ(step.failed[0].first, &a.seq);
+  EXPECT_EQ(step.failed[0].second.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(step.failed[0].second.message(), HasSubstr("KV pool"));
+  EXPECT_TRUE(s.empty());
+  EXPECT_EQ(a.blocks(), 0);
+  EXPECT_EQ(other.blocks(), other_blocks);
+  EXPECT_EQ(pool->used_blocks(), 1);
+}
+
 TEST(StepSchedulerTest, KvNeedIsCappedAtTheContextAndCheckedAgainstThePool) {
-  KvBlockPool pool(64, 16);
-  StepScheduler s({4, 100}, &pool);
-  TestSeq capped(10, 1000, false, /*max_context=*/64);
+  auto pool = Pool(4);
+  StepScheduler s({4, 100}, pool.get());
+  TestSeq capped(pool.get(), 10, 1000, false, /*max_context=*/64);
   EXPECT_EQ(capped.seq.kv_tokens, 64);
   EXPECT_TRUE(s.Add(&capped.seq).ok());
-  TestSeq huge(10, 1000);
+  TestSeq huge(pool.get(), 10, 1000, false, /*max_context=*/1 << 20);
   absl::Status st = s.Add(&huge.seq);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("KV cache"));
 }
 
 TEST(StepSchedulerTest, RemoveIfTakesWaitingAndRunningSequences) {
-  KvBlockPool pool(1024, 16);
-  StepScheduler s({1, 100}, &pool);
-  TestSeq a(3, 3), b(3, 3);
+  auto pool = Pool(64);
+  StepScheduler s({1, 100}, pool.get());
+  TestSeq a(pool.get(), 3, 3), b(pool.get(), 3, 3);
   ASSERT_TRUE(s.Add(&a.seq).ok());
   ASSERT_TRUE(s.Add(&b.seq).ok());
   s.Schedule();  // a runs, b waits
+  EXPECT_GT(pool->used_blocks(), 0);
   std::vector<Sequence*> removed = s.RemoveIf([](const Sequence&) { return true; });
   EXPECT_EQ(removed, (std::vector<Sequence*>{&a.seq, &b.seq}));
   EXPECT_TRUE(s.empty());
-  EXPECT_EQ(pool.used_blocks(), 0);
+  EXPECT_EQ(pool->used_blocks(), 0);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // logit margin between the two choices at the first divergence is below that
 // tolerance. Experts come through the offload provider on the CUDA copy path,
 // from everything pinned down to one slab (which exercises slab reuse behind
-// the compute stream). Skips without a device.
+// the compute stream), and with experts computed on the host (miss policy
+// cpu, static host layers). Skips without a device.
 #include "gtest/gtest.h"
 
 #ifndef VISMOE_HAVE_CUDA
@@ -115,7 +116,8 @@ class CudaDecoderTest : public ::testing::Test {
   // An offload provider on the CUDA copy path with `pinned` MoE layers and
   // `slabs` slabs (-1 = every offloaded expert).
   std::unique_ptr<OffloadExpertProvider> DeviceProvider(int pinned, int slabs,
-                                                        const std::string& prefetch) {
+                                                        const std::string& prefetch,
+                                                        const OffloadOptions& base = {}) {
     auto sizes = MeasureModelSizes(*ckpt_, config_.text, prefix_);
     EXPECT_TRUE(sizes.ok()) << sizes.status();
     if (!sizes.ok()) return nullptr;
@@ -128,7 +130,7 @@ class CudaDecoderTest : public ::testing::Test {
     auto plan = MakeMemoryPlan(*sizes, po);
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return nullptr;
-    OffloadOptions oo;
+    OffloadOptions oo = base;
     oo.prefetch = prefetch;
     OffloadDevice device;
     device.host_allocator = &host_alloc_;
@@ -174,6 +176,49 @@ TEST_F(CudaDecoderTest, TextCasesMatchTheCpuReferenceForEveryPlacement) {
       auto gpu = vismoe::testing::GreedyLogits(*gpu_, device.get(), ids, kDecodeSteps, nullptr,
                                                &gpu_tokens);
       ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab);
+    }
+    std::string why;
+    EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+  }
+}
+
+// Experts computed on the host (rows copied down, CPU kernels over the bf16
+// host store, outputs copied back into the permuted rows) agree with the CPU
+// reference as the device's do. A throttled copy engine (5 MB/s) makes the
+// cpu policy put misses on the host; the static placement does so always.
+TEST_F(CudaDecoderTest, HostExecutionMatchesTheCpuReference) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  const int vocab = config_.text.vocab_size;
+  struct Variant {
+    int pinned, slabs;
+    const char* miss_policy;
+    int host_layers;
+  };
+  for (const Variant& v : {Variant{1, 2, "cpu", 0}, Variant{1, 1, "fetch", NumMoeLayers() - 1},
+                           Variant{0, 3, "cpu", 2}}) {
+    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs << " "
+                                      << v.miss_policy << " host layers " << v.host_layers);
+    OffloadOptions oo;
+    oo.miss_policy = v.miss_policy;
+    oo.host_moe_layers = v.host_layers;
+    oo.copy_bandwidth_bytes_per_s = 5e6;
+    auto device = DeviceProvider(v.pinned, v.slabs, "history", oo);
+    ASSERT_NE(device, nullptr);
+    for (const auto& c : cases) {
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+      std::vector<int> cpu_tokens, gpu_tokens;
+      auto cpu = vismoe::testing::GreedyLogits(*cpu_, resident_.get(), ids, kDecodeSteps, nullptr,
+                                               &cpu_tokens);
+      auto gpu = vismoe::testing::GreedyLogits(*gpu_, device.get(), ids, kDecodeSteps, nullptr,
+                                               &gpu_tokens);
+      ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab);
+    }
+    device->WaitForTransfers();
+    const OffloadStats s = device->TakeRequestStats();
+    EXPECT_GT(s.experts_host_computed, 0u);
+    if (v.pinned + v.host_layers == NumMoeLayers()) {
+      EXPECT_EQ(s.bytes_h2d, 0u);  // every offloaded layer on the host
     }
     std::string why;
     EXPECT_TRUE(device->CheckInvariants(&why)) << why;
@@ -235,7 +280,8 @@ TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
 
 // A batched step on the device matches the CPU's batched step (itself equal
 // to each sequence alone, qwen3_vl_moe_batch_test): every text case prefilled
-// in one step, then one decode token each in the next, joined by a new prefill.
+// in one step, then decode steps, joined by a new prefill. The device caches
+// share one KV pool, so as they grow their block tables interleave.
 TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   const nlohmann::json cases = vismoe::testing::TextCases();
   ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
@@ -246,13 +292,14 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   std::vector<std::vector<int>> ids(m + 1);
   for (size_t i = 0; i < m; ++i) ids[i] = cases[i]["input_ids"].get<std::vector<int>>();
   ids[m] = ids[0];  // the late joiner
+  auto gpu_pool = gpu_->CreateKvPool(static_cast<int64_t>(m + 1) * 16, 16);
+  ASSERT_TRUE(gpu_pool.ok()) << gpu_pool.status();
   std::vector<std::unique_ptr<KvCache>> cpu_caches, gpu_caches;
   for (size_t i = 0; i <= m; ++i) {
     auto c = cpu_->CreateKvCache(256);
-    auto g = gpu_->CreateKvCache(256);
-    ASSERT_TRUE(c.ok() && g.ok());
+    ASSERT_TRUE(c.ok());
     cpu_caches.push_back(*std::move(c));
-    gpu_caches.push_back(*std::move(g));
+    gpu_caches.push_back(std::make_unique<KvCache>(gpu_pool->get(), 256));
   }
   std::vector<DecoderInput> inputs(m + 1);
   std::vector<std::vector<float>> cpu_logits(m + 1), gpu_logits(m + 1);
@@ -289,6 +336,17 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   }
   inputs[m].tokens = ids[m];
   run(second);
+  inputs[m].phase = Phase::kDecode;
+  for (int step = 0; step < 20; ++step) {  // every sequence crosses a block boundary
+    for (size_t i = 0; i <= m; ++i) inputs[i].tokens = ids[i];
+    run(second);
+  }
+  bool interleaved = false;
+  for (const auto& c : gpu_caches) {
+    const std::vector<int32_t>& b = c->blocks();
+    for (size_t j = 1; j < b.size(); ++j) interleaved = interleaved || b[j] != b[j - 1] + 1;
+  }
+  EXPECT_TRUE(interleaved) << "no block table has a gap: the test reads no scattered blocks";
   std::string why;
   EXPECT_TRUE(device->CheckInvariants(&why)) << why;
 }
@@ -300,7 +358,7 @@ TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
   const std::vector<int> ids = {1, 2, 3};
   DecoderInput in;
   in.tokens = ids;
-  auto host_cache = cpu_->NewKvCache(8);  // not a device cache: refused
+  auto host_cache = cpu_->NewKvCache(8);  // not a device pool's cache: refused
   EXPECT_EQ(gpu_->Forward(in, host_cache.get(), device.get(), &logits).code(),
             absl::StatusCode::kInvalidArgument);
   auto cache = gpu_->CreateKvCache(8);

@@ -17,6 +17,7 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "engine/ops/cpu/activations.h"
@@ -371,6 +372,101 @@ TEST(CudaOpsGpuTest, KvReadFromFusedRowsMatchesCpu) {
   CheckFusedQkvAttention(16, 16, 72, 20, 0, false, true);
   // The API allows it with GQA and causal masking too.
   CheckFusedQkvAttention(32, 4, 128, 33, 0, true, true);
+}
+
+// The text decoder's paged KV cache: n new tokens' k/v rows are written from
+// fused q|k|v rows into a pool plane through a shuffled block table
+// (PagedKvWrite) after q_pos0 cached ones, then attended over through the
+// table (PagedAttention). The written rows must be exact copies and the
+// output that of cpu::Attention on the dense equivalents.
+void CheckPagedAttention(int heads, int kv_heads, int head_dim, int64_t n, int64_t q_pos0,
+                         int64_t block_rows) {
+  const int64_t qd = static_cast<int64_t>(heads) * head_dim;
+  const int64_t kvd = static_cast<int64_t>(kv_heads) * head_dim;
+  const int64_t width = qd + 2 * kvd;
+  const int64_t nk = q_pos0 + n;
+  const AttentionInputs in = RandomAttentionInputs(n, nk, qd, kvd, 40);
+  const std::vector<float> ref = CpuAttention(heads, kv_heads, head_dim, in, n, nk, true, q_pos0);
+  std::vector<uint16_t> fused(n * width);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(in.q.begin() + i * qd, qd, fused.begin() + i * width);
+    std::copy_n(in.k.begin() + (q_pos0 + i) * kvd, kvd, fused.begin() + i * width + qd);
+    std::copy_n(in.v.begin() + (q_pos0 + i) * kvd, kvd, fused.begin() + i * width + qd + kvd);
+  }
+  // Blocks 1, 3, 5, ... of a plane twice as large, in shuffled order; the
+  // cached rows placed there on the host.
+  const int64_t nblocks = (nk + block_rows - 1) / block_rows;
+  std::vector<int32_t> table(nblocks);
+  for (int64_t b = 0; b < nblocks; ++b) table[b] = static_cast<int32_t>(2 * b + 1);
+  std::mt19937 rng(41);
+  std::shuffle(table.begin(), table.end(), rng);
+  const int64_t block_stride = block_rows * kvd;
+  const int64_t plane = 2 * nblocks * block_stride + block_stride;
+  std::vector<uint16_t> pk(plane, 0), pv(plane, 0);
+  auto at = [&](int64_t j) {
+    return table[j / block_rows] * block_stride + (j % block_rows) * kvd;
+  };
+  for (int64_t j = 0; j < q_pos0; ++j) {
+    std::copy_n(in.k.begin() + j * kvd, kvd, pk.begin() + at(j));
+    std::copy_n(in.v.begin() + j * kvd, kvd, pv.begin() + at(j));
+  }
+  auto dfused = Upload(fused);
+  auto dk = Upload(pk);
+  auto dv = Upload(pv);
+  auto dtable = Upload(table);
+  auto dout = DeviceBuffer::Allocate(n * qd * 2);
+  ASSERT_TRUE(dfused.ok() && dk.ok() && dv.ok() && dtable.ok() && dout.ok());
+  const PagedKv paged{dtable->as<int32_t>(), block_rows, block_stride};
+  const Bf16* q = dfused->as<Bf16>();
+  ASSERT_OK(PagedKvWrite(q + qd, width, n, kvd, dk->as<Bf16>(), paged, q_pos0, nullptr));
+  ASSERT_OK(PagedKvWrite(q + qd + kvd, width, n, kvd, dv->as<Bf16>(), paged, q_pos0, nullptr));
+  auto kback = Download<uint16_t>(*dk, plane);
+  ASSERT_TRUE(kback.ok());
+  for (int64_t j = 0; j < nk; ++j) {
+    ASSERT_TRUE(
+        std::equal(in.k.begin() + j * kvd, in.k.begin() + (j + 1) * kvd, kback->begin() + at(j)))
+        << "key row " << j;
+  }
+  AttentionShape gs;
+  gs.num_heads = heads;
+  gs.num_kv_heads = kv_heads;
+  gs.head_dim = head_dim;
+  gs.q_row_stride = width;
+  gs.kv_row_stride = kvd;
+  ASSERT_OK(PagedAttention(gs, q, n, dk->as<Bf16>(), dv->as<Bf16>(), paged, nk, true, q_pos0,
+                           dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, n * qd), ref, kBf16Tol, kBf16Tol, "paged attention");
+}
+
+TEST(CudaOpsGpuTest, PagedKvCachePrefillAndDecodeMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  CheckPagedAttention(32, 4, 128, 19, 45, 16);  // a chunk after a cached prefix
+  CheckPagedAttention(32, 4, 128, 40, 0, 16);   // a prefill from the start
+  CheckPagedAttention(32, 4, 128, 1, 300, 16);  // decode
+  CheckPagedAttention(8, 2, 64, 7, 13, 4);      // blocks smaller than a chunk
+}
+
+TEST(CudaOpsArgsTest, PagedOpsRejectBadBlockTablesBeforeLaunching) {
+  AttentionShape s;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 64;
+  EXPECT_EQ(PagedAttention(s, nullptr, 1, nullptr, nullptr, PagedKv{}, 1, true, 0, nullptr, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // no table
+  int32_t fake = 0;
+  const PagedKv small{&fake, 16, 16 * 64};  // a block smaller than 16 rows of 128
+  EXPECT_EQ(
+      PagedAttention(s, nullptr, 1, nullptr, nullptr, small, 1, true, 0, nullptr, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PagedKvWrite(nullptr, 128, 1, 128, nullptr, small, 0, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PagedKvWrite(nullptr, 128, 1, 128, nullptr, PagedKv{&fake, 16, 16 * 128}, -1, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      PagedKvWrite(nullptr, 128, 0, 128, nullptr, PagedKv{&fake, 16, 16 * 128}, 0, nullptr).ok())
+      << "no rows: nothing to launch";
 }
 
 TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
