@@ -31,9 +31,11 @@ namespace vismoe {
 struct BackendOptions {
   ThreadPool* pool = nullptr;  // the CPU backend's kernels (not owned; null = caller thread)
   int device = 0;              // device ordinal (cuda)
-  // The most tokens one decoder step carries, and so the most visual tokens
-  // of a prompt: sizes device scratch (cuda).
+  // The most rows one decoder step carries (every running sequence's chunk
+  // together), and the most tokens of one prompt, so the most visual tokens
+  // the vision tower encodes at once: size device scratch (cuda).
   int64_t max_tokens_per_step = 4096;
+  int64_t max_prompt_tokens = 4096;
 };
 
 // What the offload runtime moves experts with on this backend. Null members

@@ -275,7 +275,10 @@ absl::Status LocalEngine::LoadFiles() {
 absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   BackendOptions bo;
   bo.pool = pool_.get();
-  bo.max_tokens_per_step = options_.max_context_tokens;
+  bo.max_tokens_per_step = MaxStepRows(
+      StepLimits{options_.max_running_sequences, options_.max_step_tokens},
+      options_.max_context_tokens);
+  bo.max_prompt_tokens = options_.max_context_tokens;
   // Device memory beyond weights and KV cache (0 on the host); the towers'
   // weights are already in the plan's resident bytes (every non-expert tensor).
   int64_t activation_bytes =

@@ -21,6 +21,10 @@ absl::Status CheckStepLimits(const StepLimits& limits) {
   return absl::OkStatus();
 }
 
+int64_t MaxStepRows(const StepLimits& limits, int64_t max_context) {
+  return std::max(limits.max_step_tokens, max_context);
+}
+
 absl::Status StepScheduler::Add(Sequence* seq) {
   const int64_t blocks = pool_->BlocksFor(seq->kv_tokens);
   if (blocks > pool_->total_blocks()) {

@@ -51,6 +51,11 @@ struct StepLimits {
 // max_running (every running sequence needs a row to decode).
 absl::Status CheckStepLimits(const StepLimits& limits);
 
+// The most rows one step carries: max_step_tokens, or a whole compressed
+// prompt (up to max_context tokens) that runs alone over the budget. Device
+// scratch is sized by it.
+int64_t MaxStepRows(const StepLimits& limits, int64_t max_context);
+
 // One sequence's rows in a step: the next `rows` tokens of its prefill while
 // prefilling, else its one decode token.
 struct ScheduledChunk {

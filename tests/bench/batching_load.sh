@@ -5,22 +5,28 @@
 # 32. Same model, budget, KV pool and step size in every run; prints one
 # table row per run and keeps each JSON report.
 # Usage: tests/bench/batching_load.sh [BUILD_DIR] [OUT_DIR]
-# Env: MODEL (synthetic-weights config dir), REQUESTS per run, NEW tokens per
-# request, BUDGET (0 = every expert resident), THREADS (engine threads).
+# Env: MODEL (config dir), SYNTHETIC (1: --synthetic_weights; 0: the model's
+# own weights, e.g. tests/fixtures/vqa-qwen3-vl-moe), REQUESTS per run, NEW
+# tokens per request, BUDGET (0 = every expert resident), KV_TOKENS (the KV
+# pool, inside the budget), THREADS (engine threads).
 set -euo pipefail
 BUILD=${1:-build/release}
 OUT=${2:-/tmp/vismoe-batching-load}
 MODEL=${MODEL:-tests/fixtures/synthetic/qwen3-vl-mid}
 REQUESTS=${REQUESTS:-48}
 NEW=${NEW:-16}
-BUDGET=${BUDGET:-192M}  # 128 MiB of it is the KV pool below (16,384 tokens)
+BUDGET=${BUDGET:-192M}  # 128 MiB of it is qwen3-vl-mid's KV pool of 16,384 tokens
+KV_TOKENS=${KV_TOKENS:-16384}
+SYNTHETIC=${SYNTHETIC:-1}
 THREADS=${THREADS:-2}
+weights=()
+[[ $SYNTHETIC == 1 ]] && weights=(--synthetic_weights)
 mkdir -p "$OUT"
 
 start_server() {  # $1 = workers, $2 = port
-  "$BUILD/server/vismoe-server" --model="$MODEL" --synthetic_weights --backend=cpu \
+  "$BUILD/server/vismoe-server" --model="$MODEL" "${weights[@]}" --backend=cpu \
     --engine_threads="$THREADS" --gpu_memory_budget="$BUDGET" --pinned_layers=1 \
-    --max_context_tokens=1024 --kv_cache_tokens=16384 --max_step_tokens=2048 \
+    --max_context_tokens=1024 --kv_cache_tokens="$KV_TOKENS" --max_step_tokens=2048 \
     --workers="$1" --max_queue=64 --listen="127.0.0.1:$2" --metrics_listen= \
     >"$OUT/server-w$1.log" 2>&1 &
   SERVER_PID=$!

@@ -29,11 +29,11 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
 
 absl::StatusOr<std::unique_ptr<VisionOps>> CudaBackend::CreateVisionOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
-  // A prompt holds at most max_tokens_per_step visual tokens, each merge^2 patches.
+  // A prompt holds at most max_prompt_tokens visual tokens, each merge^2 patches.
   const int64_t merge = config.vision.spatial_merge_size;
   CudaVisionOps::Options o;
   o.device = options.device;
-  o.max_patches = merge * merge * options.max_tokens_per_step;
+  o.max_patches = merge * merge * options.max_prompt_tokens;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CudaVisionOps> ops,
                           CudaVisionOps::Create(config, checkpoint, o));
   return std::unique_ptr<VisionOps>(std::move(ops));

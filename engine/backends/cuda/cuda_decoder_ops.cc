@@ -762,7 +762,7 @@ absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {
   if (tokens <= max_tokens_) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("Forward: ", tokens,
                                                  " tokens exceed the CUDA scratch sized for ",
-                                                 max_tokens_, " (max_context_tokens)"));
+                                                 max_tokens_, " rows per step"));
 }
 
 absl::StatusOr<std::unique_ptr<DecoderStep>> CudaDecoderOps::BeginStep(

@@ -106,10 +106,14 @@ TEST(EngineCommitTest, FetchAndThresholdZeroAreTheExactPath) {
   zero.commit_threshold = 0.0f;
   const SetResult same = RunSet(*zero_engine, zero);
   EXPECT_EQ(same.tokens, fetch.tokens);
-  EXPECT_EQ(same.offload.bytes_h2d, fetch.offload.bytes_h2d);
-  EXPECT_EQ(same.offload.cache_hits, fetch.offload.cache_hits);
+  // Nothing committed: every routed expert was fetched as with fetch. (Bytes
+  // and hits are not compared: which slab a copy lands in depends on whether
+  // the history prefetches had landed, which is timing.)
   EXPECT_GT(same.commit.tokens, 0u);
   EXPECT_EQ(same.commit.uncertain_tokens, 0u);
+  EXPECT_EQ(same.commit.committed_router, 0u);
+  EXPECT_EQ(same.commit.committed_substitute, 0u);
+  EXPECT_GT(same.offload.bytes_h2d, 0u);
 }
 
 // The integration check: on the same request set, committing every token

@@ -1,5 +1,6 @@
 #include "engine/runtime/step_scheduler.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -240,6 +241,34 @@ TEST(StepSchedulerTest, ACompressedPromptIsPrefilledWholeOrAlone) {
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&a.seq, 1}}));
   s.Remove(&a.seq);
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&big.seq, 20}}));  // alone, over the budget
+}
+
+// Device scratch is sized by MaxStepRows: no step may carry more rows, not
+// even a whole compressed prompt of a full context run alone.
+TEST(StepSchedulerTest, NoStepCarriesMoreThanMaxStepRows) {
+  EXPECT_EQ(MaxStepRows({4, 8}, 64), 64);
+  EXPECT_EQ(MaxStepRows({4, 2048}, 1024), 2048);
+  auto pool = Pool(64);
+  const StepLimits limits{4, 8};
+  const int64_t context = 40;
+  StepScheduler s(limits, pool.get());
+  TestSeq a(pool.get(), 30, 3, false, context), b(pool.get(), 12, 3, false, context),
+      big(pool.get(), 36, 3, /*compressed=*/true, context);
+  for (TestSeq* t : {&a, &b, &big}) ASSERT_TRUE(s.Add(&t->seq).ok());
+  int64_t most = 0;
+  for (int i = 0; i < 40 && !s.empty(); ++i) {
+    ScheduledStep step = s.Schedule();
+    int64_t rows = 0;
+    for (const ScheduledChunk& c : step.chunks) rows += c.rows;
+    most = std::max(most, rows);
+    Ran(step);
+    for (const ScheduledChunk& c : step.chunks) {
+      if (c.seq->result.token_ids.size() >= 3) s.Remove(c.seq);  // finished
+    }
+  }
+  EXPECT_TRUE(s.empty());
+  EXPECT_EQ(most, 36) << "the compressed prompt ran whole, alone";
+  EXPECT_LE(most, MaxStepRows(limits, context));
 }
 
 TEST(StepSchedulerTest, APreemptedCompressedSequenceRecomputesItsPromptWhole) {
