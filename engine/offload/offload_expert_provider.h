@@ -102,6 +102,12 @@ class OffloadExpertProvider final : public ExpertProvider {
   // is copying, and the predictor's choice recorded by the last prefetch
   // aimed at the layer (cleared when demand misses left no room to prefetch).
   ExpertAvailability Availability(int layer) override;
+  // Speculative execution (offload_expert_provider_speculative.cc): a
+  // pinned-prefix expert, or a slab of another layer than the running one
+  // whose copy has completed, pinned without a lookup or a state change.
+  absl::StatusOr<ExpertWeights> AcquireIfResident(int layer, int expert) override;
+  // Unpins; waiting demand misses may then take the slab.
+  void ReleaseResident(int layer, int expert) override;
 
   // A new sequence starts: the predictor drops its per-request state.
   void BeginRequest();
