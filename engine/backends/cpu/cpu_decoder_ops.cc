@@ -1,10 +1,12 @@
 #include "engine/backends/cpu/cpu_decoder_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/cpu/cpu_speculation.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/activations.h"
@@ -29,7 +31,8 @@ class CpuDecoderStep final : public DecoderStep {
         n_(static_cast<int64_t>(in.tokens.size())),
         h_(c_.hidden_size),
         visual_rows_(in.visual_rows.begin(), in.visual_rows.end()),
-        deepstack_(in.deepstack.begin(), in.deepstack.end()) {
+        deepstack_(in.deepstack.begin(), in.deepstack.end()),
+        spec_(c_, ops.weights(), ops.pool()) {
     for (const StepSequence& seq : in.sequences) {
       caches_.push_back(seq.cache);
       seq_rows_.push_back(seq.rows);
@@ -51,6 +54,10 @@ class CpuDecoderStep final : public DecoderStep {
   absl::Status AddDeepStack(int layer) override;
   absl::Status Logits(bool all_rows, std::vector<float>* logits) override;
   absl::StatusOr<const float*> HostRows(StepRows which) override;
+  absl::Status ArmSpeculation(const SpeculationPlan& plan) override;
+  const SpeculationRecord* Speculation(int target_layer) const override {
+    return spec_.Record(target_layer);
+  }
 
  private:
   void Embed(const StepInput& in);
@@ -61,6 +68,10 @@ class CpuDecoderStep final : public DecoderStep {
     for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
     return absl::OkStatus();
   }
+  // Speculative execution: writes weight * the output computed ahead into
+  // slot (t, j)'s row of `slot_out`; false when there is none.
+  bool TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
+                       std::vector<float>* slot_out);
   // Sums the (token, slot) outputs per token in ascending expert order.
   void CombineSlots(const RouterResult& r, const std::vector<float>& slot_out);
 
@@ -74,6 +85,7 @@ class CpuDecoderStep final : public DecoderStep {
   RopeTable rope_;
   std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
   std::vector<const float*> deepstack_;
+  CpuSpeculation spec_;  // idle unless armed (speculative execution)
 };
 
 void CpuDecoderStep::Embed(const StepInput& in) {
@@ -100,6 +112,7 @@ absl::Status CpuDecoderStep::KeepRows(absl::Span<const int64_t> kept,
     std::copy_n(hs_.data() + kept[i] * h_, h_, new_hs.data() + i * h_);
   hs_ = std::move(new_hs);
   n_ = m;
+  spec_.Reset();  // armed rows are stale
   seq_rows_ = RowsAfterKeep(seq_rows_, kept);
   visual_rows_.assign(visual_rows.begin(), visual_rows.end());
   SetPositions(positions);
@@ -162,11 +175,17 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
   const int64_t n = n_, h = h_;
   const int k = r.top_k;
   std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
+  std::vector<float> slot_out(static_cast<size_t>(n) * k * h);
   for (int64_t t = 0; t < n; ++t) {
     for (int j = 0; j < k; ++j) {
       // A skipped slot's expert is not computed for the token; one skipped
       // by every token is not declared, so the provider never fetches it.
-      if (!r.IsSkipped(t, j)) routed[r.experts[t * k + j]].push_back({t, j});
+      // Likewise a slot whose output was computed ahead (speculation).
+      if (r.IsSkipped(t, j) ||
+          (r.IsSpeculative(t, j) && TakeSpeculative(layer, r, t, j, &slot_out))) {
+        continue;
+      }
+      routed[r.experts[t * k + j]].push_back({t, j});
     }
   }
   std::vector<int> active;
@@ -174,7 +193,6 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     if (!routed[e].empty()) active.push_back(e);
   }
   VISMOE_ASSIGN_OR_RETURN(std::vector<int> order, experts->BeginLayer(phase, layer, active));
-  std::vector<float> slot_out(static_cast<size_t>(n) * k * h);
   std::vector<float> xs, ys;
   for (int e : order) {
     if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
@@ -187,12 +205,21 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     xs.resize(m * h);
     ys.resize(m * h);
     for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs.data() + i * h);
+    const CpuSpeculation::Wait wait = spec_.BeforeAcquire(layer, e, experts, hs_.data());
     auto weights = experts->Acquire(layer, e);
+    spec_.AfterAcquire(layer, wait);
     if (!weights.ok()) {
       experts->EndLayer(layer);
       return weights.status();
     }
+    const bool timed = spec_.Timed(layer);  // t_compute of a speculation target
+    const auto start =
+        timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ExpertForward(ops_.pool(), *weights, xs.data(), m, h, c_.moe_intermediate_size, ys.data());
+    if (timed) {
+      spec_.AddCompute(
+          layer, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
     experts->Release(layer, e);
     for (int64_t i = 0; i < m; ++i) {
       const int64_t t = tok[i].first;
@@ -210,6 +237,38 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
                                             active.size()));
   }
   CombineSlots(r, slot_out);
+  return absl::OkStatus();
+}
+
+bool CpuDecoderStep::TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
+                                     std::vector<float>* slot_out) {
+  const int k = r.top_k;
+  const int e = r.experts[t * k + j];
+  const float* spec = spec_.Output(layer, t, e);
+  if (spec == nullptr) return false;  // not computed ahead after all: compute it now
+  const SpeculatedPair* pair = spec_.Record(layer)->Find(t, e);
+  spec_.AddCompute(layer, pair->seconds);  // t_compute counts the kept outputs too
+  const float wt = r.weights[t * k + j];
+  float* o = slot_out->data() + (t * k + j) * h_;
+  for (int64_t d = 0; d < h_; ++d) o[d] = spec[d] * wt;
+  return true;
+}
+
+absl::Status CpuDecoderStep::ArmSpeculation(const SpeculationPlan& plan) {
+  const int layers = c_.num_hidden_layers;
+  if (plan.from_layer < 0 || plan.from_layer >= layers || plan.target_layer <= plan.from_layer ||
+      plan.target_layer >= layers || !c_.IsMoeLayer(plan.target_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("ArmSpeculation: from layer ", plan.from_layer,
+                                                   " to layer ", plan.target_layer,
+                                                   " is not a later MoE layer"));
+  }
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (plan.rows[i] < 0 || plan.rows[i] >= n_ || (i > 0 && plan.rows[i] <= plan.rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("ArmSpeculation: row ", plan.rows[i],
+                                                     " out of [0, ", n_, ") or not ascending"));
+    }
+  }
+  spec_.Arm(plan);
   return absl::OkStatus();
 }
 
