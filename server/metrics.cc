@@ -263,6 +263,15 @@ ServerMetrics::ServerMetrics(const Options& options)
                         .Register(r);
   committed_router_ = &committed.Add({{"choice", "router"}});
   committed_substitute_ = &committed.Add({{"choice", "substitute"}});
+  auto& speculative = prometheus::BuildCounter()
+                          .Name("vismoe_speculative_executions_total")
+                          .Help(
+                              "(token, expert) pairs speculative execution computed ahead on the "
+                              "predicted input: kept=\"true\" where the router picked the expert "
+                              "(the output entered the sum), kept=\"false\" where it did not.")
+                          .Register(r);
+  speculative_kept_ = &speculative.Add({{"kept", "true"}});
+  speculative_discarded_ = &speculative.Add({{"kept", "false"}});
   auto& slots = prometheus::BuildGauge()
                     .Name("vismoe_slab_cache_slots")
                     .Help("Slab cache slots in each state.")
@@ -490,6 +499,11 @@ void ServerMetrics::OnExpertsSkipped(TokenModality modality, uint64_t count) {
 void ServerMetrics::OnExpertsCommitted(uint64_t router, uint64_t substitute) {
   committed_router_->Increment(static_cast<double>(router));
   committed_substitute_->Increment(static_cast<double>(substitute));
+}
+
+void ServerMetrics::OnSpeculativeExecutions(uint64_t kept, uint64_t discarded) {
+  speculative_kept_->Increment(static_cast<double>(kept));
+  speculative_discarded_->Increment(static_cast<double>(discarded));
 }
 
 void ServerMetrics::OnCompressionTime(double seconds) {

@@ -19,6 +19,7 @@
 //              vismoe_experts_skipped_total{modality="text"|"image"}
 //              vismoe_experts_committed_total{choice="router"|"substitute"}
 //              vismoe_experts_host_computed_total, vismoe_expert_bytes_not_copied_total
+//              vismoe_speculative_executions_total{kept="true"|"false"}
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
@@ -135,6 +136,7 @@ class ServerMetrics : public StatsSink {
   void OnPredictorTime(double seconds) override;
   void OnExpertsSkipped(TokenModality modality, uint64_t count) override;
   void OnExpertsCommitted(uint64_t router, uint64_t substitute) override;
+  void OnSpeculativeExecutions(uint64_t kept, uint64_t discarded) override;
   void SetSlotCount(SlotState state, int64_t count) override;
   void SetMemoryRegion(std::string_view region, int64_t bytes) override;
   void OnSchedulerStep(int sequences, int64_t tokens) override;
@@ -186,6 +188,8 @@ class ServerMetrics : public StatsSink {
   prometheus::Counter* skipped_[2] = {};  // indexed by TokenModality
   prometheus::Counter* committed_router_ = nullptr;
   prometheus::Counter* committed_substitute_ = nullptr;
+  prometheus::Counter* speculative_kept_ = nullptr;
+  prometheus::Counter* speculative_discarded_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* running_requests_ = nullptr;
   prometheus::Gauge* sequences_running_ = nullptr;

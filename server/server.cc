@@ -157,6 +157,7 @@ absl::Status VismoeServer::LoadModel() {
   eo.commit.owa_alpha2 = static_cast<float>(options_.commit_owa_alpha2);
   eo.commit.owa_min_correct = options_.commit_owa_min_correct;
   eo.commit.owa_max_correct = options_.commit_owa_max_correct;
+  eo.speculative_execution = options_.speculative_execution;
   eo.stats = metrics_.get();
   spdlog::info("loading model from {}", options_.model);
   const absl::Time start = absl::Now();

@@ -137,6 +137,10 @@ ABSL_FLAG(int, commit_owa_min_correct, kDefaults.commit_owa_min_correct,
 ABSL_FLAG(int, commit_owa_max_correct, kDefaults.commit_owa_max_correct,
           "OWA applies to tokens keeping at most this many of their router's experts; -1 = "
           "top_k - 1");
+ABSL_FLAG(bool, speculative_execution, kDefaults.speculative_execution,
+          "Speculative execution of prefetched experts (lossy, paper 004; CPU backend): while a "
+          "decode step's MoE layer waits on a copy, compute the next layer's predicted experts "
+          "on the quasi-hidden state and keep those its router picks");
 
 namespace vismoe::server {
 namespace {
@@ -379,6 +383,7 @@ const std::vector<OptionDef>& OptionDefs() {
           "expected a number > 0"),
       CorrectBoundOption("commit_owa_min_correct", &ServerOptions::commit_owa_min_correct),
       CorrectBoundOption("commit_owa_max_correct", &ServerOptions::commit_owa_max_correct),
+      VISMOE_BOOL_OPTION(speculative_execution),
   };
   return *defs;
 }

@@ -104,6 +104,10 @@ struct ServerOptions {
   double commit_owa_alpha2 = 1;
   int commit_owa_min_correct = -1;
   int commit_owa_max_correct = -1;
+  // Speculative execution of prefetched experts (paper 004, lossy; CPU
+  // backend): decode steps compute the next MoE layer's predicted experts on
+  // the quasi-hidden state during copy waits and keep those the router picks.
+  bool speculative_execution = false;
 
   // Multi-line "key = value" listing for the start-up log; the API key is
   // shown as "<set>" or "<unset>", never its value.

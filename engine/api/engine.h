@@ -51,6 +51,13 @@ struct EngineOptions {
   // The commit miss policy's settings, used when offload.miss_policy (or a
   // request's policy.miss_policy) is "commit" (paper 003, lossy).
   CommitMissOptions commit;
+  // Speculative execution of prefetched experts (paper 004, section 4;
+  // lossy): decode steps compute the next MoE layer's predicted experts on
+  // the quasi-hidden state while a layer waits on a copy, and keep an output
+  // where the router agrees. CPU backend only (refused elsewhere). The
+  // calibration profile's default vectors build the predicted input (zero
+  // without a profile). engine/policy/speculative_execution.md.
+  bool speculative_execution = false;
   // Calibration profile written by vismoe-calibrate (JSON path); empty = none.
   // Supplies the mlp-lookahead weights, router-lookahead default vectors and,
   // with offload.pinned_layers == -1, the Eq. 10 costs that pick L_pinned.

@@ -10,6 +10,7 @@
 
 #include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
+#include "engine/core/speculative_execution.h"
 #include "engine/model/chat_message.h"
 #include "engine/model/rgb_image.h"
 #include "engine/offload/offload_stats.h"
@@ -79,6 +80,8 @@ struct GenerateResult {
   ExpertSkipCounts expert_skipping;
   // The commit miss policy's counts for this request (all zero when it fetches).
   CommitCounts commit;
+  // Speculative execution's counts and times for this request (zero when off).
+  SpeculativeCounts speculative;
 };
 
 // Streamed piece of output: newly complete UTF-8 text and the ids behind it.

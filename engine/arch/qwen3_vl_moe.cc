@@ -24,6 +24,10 @@ Qwen3VlMoeModel::Qwen3VlMoeModel(const ModelConfig& config, std::unique_ptr<Deco
   for (int l = 0; l < config_.text.num_hidden_layers && first_moe_layer_ < 0; ++l) {
     if (config_.text.IsMoeLayer(l)) first_moe_layer_ = l;
   }
+  next_moe_layer_.assign(config_.text.num_hidden_layers, -1);
+  for (int l = config_.text.num_hidden_layers - 2; l >= 0; --l) {
+    next_moe_layer_[l] = config_.text.IsMoeLayer(l + 1) ? l + 1 : next_moe_layer_[l + 1];
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Qwen3VlMoeModel>> Qwen3VlMoeModel::Create(
@@ -133,6 +137,7 @@ RouterResult SliceRouting(const RouterResult& r, int64_t first, int64_t n) {
   out.weights = rows(r.weights, r.top_k);
   out.skipped = rows(r.skipped, r.top_k);
   out.committed = rows(r.committed, r.top_k);
+  out.speculative = rows(r.speculative, r.top_k);
   return out;
 }
 
@@ -283,7 +288,13 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
   }
   // After the observers: predictors learn from the router's own choice.
   if (committing) Commit(layer, b, experts, &routing);
+  // Speculative execution: outputs computed ahead for this layer enter where
+  // the final routing agrees; this layer's copy waits compute the next's.
+  const SpeculationRecord* ahead = step.Speculation(layer);
+  if (ahead != nullptr) MatchSpeculation(*ahead, b, &routing);
+  VISMOE_RETURN_IF_ERROR(ArmSpeculation(layer, b, step));
   VISMOE_RETURN_IF_ERROR(step.Experts(layer, b.phase, routing, experts));
+  if (ahead != nullptr) AccountSpeculation(*ahead, b, routing);
   if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* out, step.HostRows(StepRows::kMoeOutput));
     int64_t off = 0;
@@ -328,6 +339,55 @@ void Qwen3VlMoeModel::Commit(int layer, const Batch& b, ExpertProvider* experts,
     if (CommitsAt(in, layer)) {
       CommitMisses(*in.commit, renormalize_topk_, avail, off, b.seqs[i].n, routing,
                    in.commit_counts);
+    }
+    off += b.seqs[i].n;
+  }
+}
+
+absl::Status Qwen3VlMoeModel::ArmSpeculation(int layer, const Batch& b, DecoderStep& step) const {
+  const int target = next_moe_layer_[layer];
+  if (target < 0) return absl::OkStatus();
+  std::vector<int64_t> rows;
+  const SpeculativeExecution* settings = nullptr;
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    // Token compression may renumber the step's rows before the target.
+    if (in.select_kept_rows && in.compress_before_layer > layer) return absl::OkStatus();
+    if (in.speculative != nullptr && in.phase == Phase::kDecode) {
+      if (settings == nullptr) settings = in.speculative;
+      for (int64_t r = 0; r < b.seqs[i].n; ++r) rows.push_back(off + r);
+    }
+    off += b.seqs[i].n;
+  }
+  if (rows.empty()) return absl::OkStatus();
+  SpeculationPlan plan;
+  plan.from_layer = layer;
+  plan.target_layer = target;
+  plan.rows = rows;
+  plan.default_vector = settings->DefaultVector(layer);
+  return step.ArmSpeculation(plan);
+}
+
+void Qwen3VlMoeModel::MatchSpeculation(const SpeculationRecord& record, const Batch& b,
+                                       RouterResult* routing) const {
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    if (in.speculative != nullptr) {
+      vismoe::MatchSpeculation(record, off, b.seqs[i].n, routing, in.speculative_counts);
+    }
+    off += b.seqs[i].n;
+  }
+}
+
+void Qwen3VlMoeModel::AccountSpeculation(const SpeculationRecord& record, const Batch& b,
+                                         const RouterResult& routing) const {
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    if (in.speculative != nullptr) {
+      AccountSpeculationTime(record, routing, off, b.seqs[i].n, in.speculative_counts);
     }
     off += b.seqs[i].n;
   }

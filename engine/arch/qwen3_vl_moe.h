@@ -70,6 +70,7 @@ class Qwen3VlMoeModel final : public TextDecoder {
   }
   const ModelConfig& config() const override { return config_; }
   const char* backend() const override { return ops_->name(); }
+  bool supports_speculative_execution() const override { return ops_->supports_speculation(); }
 
  private:
   // The host side of one sequence in a step: its rows in flight, their
@@ -103,6 +104,16 @@ class Qwen3VlMoeModel final : public TextDecoder {
   // Applies the commit miss policy to the entries that commit at `layer`,
   // against the provider's availability of the layer's experts.
   void Commit(int layer, const Batch& b, ExpertProvider* experts, RouterResult* routing) const;
+  // Speculative execution: arms the step to compute the next MoE layer's
+  // experts ahead for the decode rows of the entries that speculate (none
+  // while rows may still be compressed away).
+  absl::Status ArmSpeculation(int layer, const Batch& b, DecoderStep& step) const;
+  // At a target layer: marks the slots whose output was computed ahead
+  // (before the experts run), then each entry's share of the times (after).
+  void MatchSpeculation(const SpeculationRecord& record, const Batch& b,
+                        RouterResult* routing) const;
+  void AccountSpeculation(const SpeculationRecord& record, const Batch& b,
+                          const RouterResult& routing) const;
   // Splits the step's logits over the entries.
   absl::Status Logits(Batch& b, DecoderStep& step) const;
 
@@ -110,6 +121,7 @@ class Qwen3VlMoeModel final : public TextDecoder {
   std::unique_ptr<DecoderOps> ops_;
   bool renormalize_topk_ = true;  // ArchSpec::renormalize_topk
   int first_moe_layer_ = -1;
+  std::vector<int> next_moe_layer_;  // per decoder layer: the next MoE layer, or -1
 };
 
 }  // namespace vismoe

@@ -23,6 +23,7 @@
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
+#include "engine/core/speculative_execution.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_provider.h"
 
@@ -69,6 +70,12 @@ struct DecoderInput {
   bool first_decode_step = false;
   // Where the rule's counts accumulate (optional, with commit).
   CommitCounts* commit_counts = nullptr;
+  // Speculative execution (paper 004, engine/core/speculative_execution.h)
+  // of this sequence's decode rows; null = off, the exact path. Prefill rows
+  // never speculate. Needs a backend that supports it. Not owned.
+  const SpeculativeExecution* speculative = nullptr;
+  // Where its counts and times accumulate (optional, with speculative).
+  SpeculativeCounts* speculative_counts = nullptr;
 };
 
 // One sequence of a batched forward step.
@@ -113,6 +120,8 @@ class TextDecoder {
   virtual const ModelConfig& config() const = 0;
   // "cpu" or "cuda".
   virtual const char* backend() const = 0;
+  // Whether DecoderInput::speculative can run on this decoder's backend.
+  virtual bool supports_speculative_execution() const { return false; }
 };
 
 }  // namespace vismoe

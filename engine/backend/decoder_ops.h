@@ -39,6 +39,7 @@
 #include "engine/backend/kv_pool.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
+#include "engine/core/speculative_execution.h"
 #include "engine/offload/expert_provider.h"
 
 namespace vismoe {
@@ -76,6 +77,15 @@ absl::Status CheckStepSequences(const StepInput& input);
 std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows,
                                    absl::Span<const int64_t> kept);
 
+// What DecoderStep::ArmSpeculation is told (engine/core/speculative_execution.h).
+struct SpeculationPlan {
+  int from_layer = -1;    // the MoE layer whose copy waits it fills
+  int target_layer = -1;  // the next MoE layer: the experts it computes ahead
+  // Step rows to predict (decode rows of the sequences that speculate), ascending.
+  absl::Span<const int64_t> rows;
+  const float* default_vector = nullptr;  // d of from_layer [hidden], or null (d = 0)
+};
+
 // The two RMSNorms of a decoder layer: x = RMSNorm(hs) * w.
 enum class NormSite { kInput, kPostAttention };
 
@@ -106,10 +116,28 @@ class DecoderStep {
   // does not depend on the order the provider hands them out. Slots marked in
   // routing.skipped add nothing, and an expert whose every slot is skipped is
   // never declared to the provider (so never fetched). With skipped slots,
-  // routing.weights must be filled (Route with_scores).
+  // routing.weights must be filled (Route with_scores). Slots marked in
+  // routing.speculative take the output computed ahead (ArmSpeculation)
+  // times their weight instead; an expert all of whose slots are skipped or
+  // speculative is not declared either.
   // REQUIRES: `routing` from this step's Route(layer) with ids in [0, E).
   virtual absl::Status Experts(int layer, Phase phase, const RouterResult& routing,
                                ExpertProvider* experts) = 0;
+  // Speculative execution (engine/core/speculative_execution.h): while
+  // Experts(plan.from_layer) waits on a copy, computes experts of
+  // plan.target_layer for plan.rows on their quasi-hidden state
+  // RMSNorm_target(hs + d) (hs as after from_layer's attention) -- the units
+  // PlanSpeculation gives against experts->Availability(target), each when
+  // AcquireIfResident finds its weights usable -- and times the waits and the
+  // target layer's expert compute into Speculation(target). Unimplemented
+  // where DecoderOps::supports_speculation() is false.
+  // REQUIRES: after Attention(from_layer), before Experts(from_layer).
+  virtual absl::Status ArmSpeculation(const SpeculationPlan& /*plan*/) {
+    return absl::UnimplementedError("this backend has no speculative execution");
+  }
+  // What speculation did for `target_layer` in this step; null when it was
+  // not armed for it. Valid until KeepRows or the end of the step.
+  virtual const SpeculationRecord* Speculation(int /*target_layer*/) const { return nullptr; }
   virtual absl::Status AddMoeOutput() = 0;       // hs += y
   virtual absl::Status DenseMlp(int layer) = 0;  // hs += down(silu(gate(x)) * up(x))
   // Adds DeepStack feature `layer` to the visual rows still in the step.
@@ -128,6 +156,8 @@ class DecoderOps {
 
   // "cpu" or "cuda".
   virtual const char* name() const = 0;
+  // Whether its steps implement ArmSpeculation (speculative execution).
+  virtual bool supports_speculation() const { return false; }
   // InvalidArgument when one step of `tokens` rows exceeds what the backend
   // was sized for (checked before anything else about the step).
   virtual absl::Status CheckStepSize(int64_t /*tokens*/) const { return absl::OkStatus(); }

@@ -24,6 +24,7 @@ std::vector<AblationRowConfig> AblationConfigs(const EngineOptions& flags, doubl
   base.offload.eviction = "lru";
   base.calibration_profile.clear();
   base.offload.miss_policy = "fetch";  // VisMMOE's rows: commit needs a predictor, which base lacks
+  base.speculative_execution = false;  // VisMMOE's rows compute what the router chose
 
   EngineOptions compression = base;
   compression.compression.kind = "affinity";

@@ -64,6 +64,9 @@ ABSL_FLAG(int, commit_owa_min_correct, -1,
           "OWA trigger: at least this many router experts kept; -1 = ceil(k/2)");
 ABSL_FLAG(int, commit_owa_max_correct, -1,
           "OWA trigger: at most this many router experts kept; -1 = k - 1");
+ABSL_FLAG(bool, speculative_execution, false,
+          "compute the next MoE layer's predicted experts on the quasi-hidden state during copy "
+          "waits and keep them where the router agrees (lossy, paper 004; CPU backend)");
 ABSL_FLAG(double, keep_ratio, 0.5,
           "keep ratio beta of --token_compressor and of the compressing --ablation rows");
 ABSL_FLAG(std::string, prompt, "Describe a mixture of experts model in one sentence.",
@@ -219,6 +222,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
                                   "--commit_owa_alpha2"};
     VISMOE_RETURN_IF_ERROR(CheckCommitMissOptions(o.miss_policy, e.commit, names));
   }
+  e.speculative_execution = absl::GetFlag(FLAGS_speculative_execution);
 
   b.requests_path = absl::GetFlag(FLAGS_requests);
   b.prompt = absl::GetFlag(FLAGS_prompt);

@@ -190,6 +190,15 @@ nlohmann::json SummaryJson(const RunSummary& s, int64_t expert_bytes, double mea
       {"experts_committed_substitute", per_run(static_cast<double>(s.commit.committed_substitute))},
       {"commit_fetched", per_run(static_cast<double>(s.commit.fetched))},
       {"commit_owa_tokens", per_run(static_cast<double>(s.commit.owa_tokens))},
+      {"speculative_executed", per_run(static_cast<double>(s.speculative.executed))},
+      {"speculative_kept", per_run(static_cast<double>(s.speculative.kept))},
+      {"speculative_discarded", per_run(static_cast<double>(s.speculative.discarded))},
+      {"speculative_compute_seconds", s.PerRun(s.speculative.compute_seconds)},
+      {"speculative_kept_seconds", s.PerRun(s.speculative.kept_seconds)},
+      {"speculative_saved_seconds", s.PerRun(s.speculative.saved_seconds)},
+      {"speculative_bound_seconds", s.PerRun(s.speculative.bound_seconds)},
+      {"speculative_wait_seconds", s.PerRun(s.speculative.wait_seconds)},
+      {"speculative_overrun_seconds", s.PerRun(s.speculative.overrun_seconds)},
       {"per_request", s.per_request}};
 }
 

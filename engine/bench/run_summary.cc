@@ -60,6 +60,7 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
       s.completion_tokens += r->usage.completion_tokens;
       s.skipping.Add(r->expert_skipping);
       s.commit.Add(r->commit);
+      s.speculative.Add(r->speculative);
       s.visual_tokens_before += r->usage.visual_tokens_before;
       s.visual_tokens_after += r->usage.visual_tokens_after;
       s.per_request.push_back({{"run", run},
@@ -85,7 +86,9 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"bytes_not_copied", o.bytes_not_copied},
                                {"commit_uncertain_tokens", r->commit.uncertain_tokens},
                                {"experts_committed_router", r->commit.committed_router},
-                               {"experts_committed_substitute", r->commit.committed_substitute}});
+                               {"experts_committed_substitute", r->commit.committed_substitute},
+                               {"speculative_kept", r->speculative.kept},
+                               {"speculative_discarded", r->speculative.discarded}});
     }
   }
   if (phases != nullptr) s.phase_hits = Since(before, phases->Totals());

@@ -31,6 +31,7 @@ struct RunSummary {
   int64_t visual_tokens_after = 0;
   ExpertSkipCounts skipping;  // MoDES expert skipping, summed over every request
   CommitCounts commit;        // the commit miss policy, summed over every request
+  SpeculativeCounts speculative;  // speculative execution, summed over every request
   PhaseHitTotals phase_hits;  // cache lookups by phase (zero without a PhaseHitCounter)
   nlohmann::json per_request = nlohmann::json::array();
 

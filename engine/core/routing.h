@@ -33,9 +33,17 @@ struct RouterResult {
   // experts and weights then differ from the router's (a token with such a
   // slot may have all its weights changed). Empty = the router's routing.
   std::vector<uint8_t> committed;
+  // [n, top_k]: 1 where speculative execution (engine/core/speculative_execution.h)
+  // computed the slot's expert for the token ahead, on the predicted input:
+  // that output, times the slot's weight, is the slot's contribution, and
+  // the expert is not computed again for the token. Empty = none.
+  std::vector<uint8_t> speculative;
 
   bool IsSkipped(int64_t token, int slot) const {
     return !skipped.empty() && skipped[static_cast<size_t>(token * top_k + slot)] != 0;
+  }
+  bool IsSpeculative(int64_t token, int slot) const {
+    return !speculative.empty() && speculative[static_cast<size_t>(token * top_k + slot)] != 0;
   }
 };
 

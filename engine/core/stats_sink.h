@@ -48,6 +48,10 @@ class StatsSink {
   // expert (resident or in flight), `substitute` with a predicted expert in
   // place of a missing one (differing from the router).
   virtual void OnExpertsCommitted(uint64_t router, uint64_t substitute) = 0;
+  // (token, expert) pairs speculative execution computed ahead
+  // (engine/core/speculative_execution.h): `kept` entered the output (the
+  // router agreed), `discarded` did not.
+  virtual void OnSpeculativeExecutions(uint64_t kept, uint64_t discarded) = 0;
   // Current number of slab slots in `state` (gauge).
   virtual void SetSlotCount(SlotState state, int64_t count) = 0;
   // Device memory carved for a region: "resident", "pinned_prefix",
@@ -84,6 +88,7 @@ class NullStatsSink : public StatsSink {
   void OnPredictorTime(double) override {}
   void OnExpertsSkipped(TokenModality, uint64_t) override {}
   void OnExpertsCommitted(uint64_t, uint64_t) override {}
+  void OnSpeculativeExecutions(uint64_t, uint64_t) override {}
   void SetSlotCount(SlotState, int64_t) override {}
   void SetMemoryRegion(std::string_view, int64_t) override {}
   void OnSchedulerStep(int, int64_t) override {}

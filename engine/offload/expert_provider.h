@@ -109,6 +109,18 @@ class ExpertProvider {
   // The CPU backend reports every expert it computes (its device memory is
   // host memory), other backends those they compute on the host.
   virtual void OnHostExpertTime(int64_t /*tokens*/, double /*seconds*/) {}
+  // Speculative execution (engine/core/speculative_execution.h), typically
+  // while a layer waits on a copy: the weights of `expert` of a layer other
+  // than the running one (one ahead, not declared), pinned, when they are
+  // usable now -- resident with their copy complete. NotFound otherwise;
+  // never waits, starts a copy or counts a lookup. The default: NotFound
+  // (nothing is computed ahead).
+  virtual absl::StatusOr<ExpertWeights> AcquireIfResident(int /*layer*/, int /*expert*/) {
+    return absl::NotFoundError("this expert provider computes nothing ahead");
+  }
+  // Unpins what AcquireIfResident pinned, leaving the slab's state as it was.
+  // REQUIRES: a matching successful AcquireIfResident(layer, expert).
+  virtual void ReleaseResident(int /*layer*/, int /*expert*/) {}
   // True when the views Acquire() returns stay valid after Release(), for as
   // long as the provider lives (weights in memory it never recycles, such as
   // the mmapped checkpoint), so another component may keep them

@@ -128,6 +128,12 @@ class OffloadExpertProvider final : public ExpertProvider {
   // unknown); tests and logs.
   std::optional<double> HostSecondsEstimate(int64_t tokens) const;
   double CopySecondsEstimate() const;
+  // Speculative execution (offload_expert_provider_speculative.cc): a
+  // pinned-prefix expert, or a slab of another layer than the running one
+  // whose copy has completed, pinned without a lookup or a state change.
+  absl::StatusOr<ExpertWeights> AcquireIfResident(int layer, int expert) override;
+  // Unpins; waiting demand misses may then take the slab.
+  void ReleaseResident(int layer, int expert) override;
 
   // A new sequence starts: the predictor drops its per-request state.
   void BeginRequest();

@@ -150,6 +150,7 @@ void BatchLoop::Finish(Sequence* seq, absl::Status status) {
   if (seq->preload != nullptr) seq->preload->End();
   ReportSkipping(seq->result.expert_skipping);  // what ran, also when a step failed
   ReportCommit(seq->result.commit);
+  ReportSpeculation(seq->result.speculative);
   if (status.ok()) FillTimings(seq->start, seq->output.first_token(), &seq->result);
   seq->status = std::move(status);
   PublishGauges();     // before the caller wakes: its KV blocks are free
@@ -167,6 +168,11 @@ void BatchLoop::ReportSkipping(const ExpertSkipCounts& counts) {
 void BatchLoop::ReportCommit(const CommitCounts& counts) {
   if (stats_ == nullptr || counts.committed() == 0) return;
   stats_->OnExpertsCommitted(counts.committed_router, counts.committed_substitute);
+}
+
+void BatchLoop::ReportSpeculation(const SpeculativeCounts& counts) {
+  if (stats_ == nullptr || counts.executed == 0) return;
+  stats_->OnSpeculativeExecutions(counts.kept, counts.discarded);
 }
 
 void BatchLoop::PublishGauges() {

@@ -57,6 +57,8 @@ class BatchLoop {
   void ReportSkipping(const ExpertSkipCounts& counts);
   // A finished sequence's committed experts (commit miss policy), likewise.
   void ReportCommit(const CommitCounts& counts);
+  // A finished sequence's speculative executions, likewise.
+  void ReportSpeculation(const SpeculativeCounts& counts);
 
   StepScheduler* const scheduler_;
   ModelRunner* const runner_;

@@ -126,6 +126,9 @@ class LocalEngine final : public Engine {
   // needs prefetch predictions wherever experts are offloaded.
   absl::Status CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
                                        const std::string& name) const;
+  // Speculative execution's settings (the profile's default vectors), or a
+  // start-up error on a backend without it.
+  absl::Status SetUpSpeculation(const CalibrationProfile* profile);
 
   EngineOptions options_;
   ModelInfo info_;
@@ -149,6 +152,7 @@ class LocalEngine final : public Engine {
   int compress_layer_ = 0;                          // decoder layer token compression runs before
   std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
   std::optional<CommitCalibration> commit_calibration_;  // likewise
+  std::optional<SpeculativeExecution> speculative_;      // nullopt = off
   uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
   // Every sequence's KV rows: allocated once, at start-up (the memory plan's
   // KV region), handed out in blocks.
@@ -243,6 +247,7 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
                                     commit->owa_max_correct, "]")
                      : std::string("off"));
   }
+  VISMOE_RETURN_IF_ERROR(e->SetUpSpeculation(profile.has_value() ? &*profile : nullptr));
   e->FillInfo();
   e->StartLoop();
   return std::unique_ptr<Engine>(std::move(e));
@@ -490,6 +495,29 @@ absl::Status LocalEngine::CheckCommitHasPredictor(const std::optional<CommitMiss
       "mlp-lookahead"));
 }
 
+absl::Status LocalEngine::SetUpSpeculation(const CalibrationProfile* profile) {
+  if (!options_.speculative_execution) return absl::OkStatus();
+  if (!model_->supports_speculative_execution()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speculative_execution runs on the cpu backend only (in the decode thread's copy "
+        "waits); the ",
+        model_->backend(), " backend has no side stream for it yet"));
+  }
+  SpeculativeExecution s;
+  s.hidden_size = config_.text.hidden_size;
+  if (profile != nullptr) s.default_vectors = profile->default_vectors;
+  VISMOE_RETURN_IF_ERROR(
+      ValidateSpeculativeExecution(s, config_.text.num_hidden_layers, "calibration_profile"));
+  const bool offloaded = offload_ != nullptr && !offload_->plan().offloaded_layer_ids.empty();
+  spdlog::info(
+      "engine: speculative execution on (predicted input: quasi-hidden state, default "
+      "vectors {}){}",
+      s.default_vectors.empty() ? "zero: no calibration profile" : "from the profile",
+      offloaded ? "" : "; every expert is resident, so nothing is computed ahead");
+  speculative_ = std::move(s);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRequest>> LocalEngine::Prepare(
     const GenerateRequest& request) {
   const Clock::time_point start = Clock::now();
@@ -532,6 +560,7 @@ void LocalEngine::StartLoop() {
   parts.stats = options_.stats;
   parts.image_token_id = config_.image_token_id;
   parts.compress_layer = compress_layer_;
+  parts.speculative = speculative_.has_value() ? &*speculative_ : nullptr;
   runner_ = std::make_unique<ModelRunner>(std::move(parts));
   // A sequence that arrives at an idle engine starts the predictor afresh
   // and gets only its own counters, as a request running alone always did.

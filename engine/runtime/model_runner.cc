@@ -108,6 +108,8 @@ void ModelRunner::BuildInput(const ScheduledChunk& chunk) {
   s->input.skip_counts = &s->result.expert_skipping;
   s->input.commit = s->commit();
   s->input.commit_counts = &s->result.commit;
+  s->input.speculative = p_.speculative;
+  s->input.speculative_counts = &s->result.speculative;
   if (s->prefilling()) {
     BuildPrefillInput(s, chunk.rows);
     return;

@@ -37,6 +37,8 @@ struct RunnerParts {
   StatsSink* stats = nullptr;  // may be null
   int image_token_id = -1;
   int compress_layer = 0;  // decoder layer token compression runs before
+  // Speculative execution of every sequence's decode steps; null = off.
+  const SpeculativeExecution* speculative = nullptr;
 };
 
 // Splits a step's counters among its sequences in proportion to their rows

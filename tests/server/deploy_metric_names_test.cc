@@ -69,7 +69,8 @@ TEST(DeployMetricNamesTest, DashboardUsesOnlyExportedNames) {
         "vismoe_expert_bytes_h2d_total", "vismoe_transfer_stall_seconds_total",
         "vismoe_time_to_first_token_seconds_bucket", "vismoe_time_per_output_token_seconds_bucket",
         "vismoe_queue_depth", "vismoe_requests_total", "vismoe_gpu_memory_bytes",
-        "vismoe_slab_cache_slots", "vismoe_experts_committed_total"}) {
+        "vismoe_slab_cache_slots", "vismoe_experts_committed_total",
+        "vismoe_speculative_executions_total"}) {
     EXPECT_TRUE(used.count(n)) << "dashboard has no panel on " << n;
   }
 }

@@ -106,6 +106,7 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
                            "vismoe_experts_committed_total",
                            "vismoe_experts_host_computed_total",
                            "vismoe_expert_bytes_not_copied_total",
+                           "vismoe_speculative_executions_total",
                            "vismoe_requests_total",
                            "vismoe_expert_cache_hit_ratio",
                            "vismoe_prefetch_recall",
@@ -132,6 +133,8 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
   EXPECT_EQ(Value(text, "vismoe_experts_skipped_total", {{"modality", "image"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "router"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_speculative_executions_total", {{"kept", "true"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_speculative_executions_total", {{"kept", "false"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_preemptions_total"), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
@@ -192,6 +195,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   m->OnExpertsSkipped(TokenModality::kVisual, 2);
   m->OnExpertsCommitted(7, 5);
   m->OnExpertsCommitted(1, 0);
+  m->OnSpeculativeExecutions(6, 2);
+  m->OnSpeculativeExecutions(3, 0);
   m->OnCompressionTime(0.0004);
   m->OnPredictorTime(0.00002);
   m->OnPredictorTime(0.00003);
@@ -212,6 +217,8 @@ TEST(ServerMetricsTest, PrefetchTransferAndPolicyCounters) {
   EXPECT_EQ(Value(t, "vismoe_experts_skipped_total", {{"modality", "image"}}), 42);
   EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "router"}}), 8);
   EXPECT_EQ(Value(t, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 5);
+  EXPECT_EQ(Value(t, "vismoe_speculative_executions_total", {{"kept", "true"}}), 9);
+  EXPECT_EQ(Value(t, "vismoe_speculative_executions_total", {{"kept", "false"}}), 2);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_count"), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.0005"}}), 1);
   EXPECT_EQ(Value(t, "vismoe_compression_seconds_bucket", {{"le", "0.00025"}}), 0);

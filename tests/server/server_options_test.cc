@@ -182,6 +182,19 @@ TEST(ServerOptionsTest, MissPolicyFlags) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_threshold"));
 }
 
+TEST(ServerOptionsTest, SpeculativeExecutionFlag) {
+  ServerOptions o;
+  o.model = "/m";
+  EXPECT_FALSE(o.speculative_execution);  // lossy: off by default
+  ASSERT_TRUE(SetServerOption("speculative_execution", "true", &o).ok());
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_TRUE(o.speculative_execution);
+  EXPECT_THAT(o.DebugString(), HasSubstr("speculative_execution = true"));
+  const absl::Status bad = SetServerOption("speculative_execution", "maybe", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option speculative_execution"));
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("maybe"));
+}
+
 TEST(ServerOptionsTest, ExpertPredictorsAndCalibrationProfile) {
   ServerOptions o;
   o.model = "/m";

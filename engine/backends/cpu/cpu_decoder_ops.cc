@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/cpu/cpu_speculation.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/activations.h"
@@ -30,7 +31,8 @@ class CpuDecoderStep final : public DecoderStep {
         n_(static_cast<int64_t>(in.tokens.size())),
         h_(c_.hidden_size),
         visual_rows_(in.visual_rows.begin(), in.visual_rows.end()),
-        deepstack_(in.deepstack.begin(), in.deepstack.end()) {
+        deepstack_(in.deepstack.begin(), in.deepstack.end()),
+        spec_(c_, ops.weights(), ops.pool()) {
     for (const StepSequence& seq : in.sequences) {
       caches_.push_back(seq.cache);
       seq_rows_.push_back(seq.rows);
@@ -52,6 +54,10 @@ class CpuDecoderStep final : public DecoderStep {
   absl::Status AddDeepStack(int layer) override;
   absl::Status Logits(bool all_rows, std::vector<float>* logits) override;
   absl::StatusOr<const float*> HostRows(StepRows which) override;
+  absl::Status ArmSpeculation(const SpeculationPlan& plan) override;
+  const SpeculationRecord* Speculation(int target_layer) const override {
+    return spec_.Record(target_layer);
+  }
 
  private:
   void Embed(const StepInput& in);
@@ -68,6 +74,10 @@ class CpuDecoderStep final : public DecoderStep {
   absl::Status RunExpert(int layer, int e, bool on_host,
                          const std::vector<std::pair<int64_t, int>>& tok, const RouterResult& r,
                          ExpertProvider* experts, std::vector<float>* slot_out);
+  // Speculative execution: writes weight * the output computed ahead into
+  // slot (t, j)'s row of `slot_out`; false when there is none.
+  bool TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
+                       std::vector<float>* slot_out);
   // Sums the (token, slot) outputs per token in ascending expert order.
   void CombineSlots(const RouterResult& r, const std::vector<float>& slot_out);
 
@@ -82,6 +92,7 @@ class CpuDecoderStep final : public DecoderStep {
   RopeTable rope_;
   std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
   std::vector<const float*> deepstack_;
+  CpuSpeculation spec_;  // idle unless armed (speculative execution)
 };
 
 void CpuDecoderStep::Embed(const StepInput& in) {
@@ -108,6 +119,7 @@ absl::Status CpuDecoderStep::KeepRows(absl::Span<const int64_t> kept,
     std::copy_n(hs_.data() + kept[i] * h_, h_, new_hs.data() + i * h_);
   hs_ = std::move(new_hs);
   n_ = m;
+  spec_.Reset();  // armed rows are stale
   seq_rows_ = RowsAfterKeep(seq_rows_, kept);
   visual_rows_.assign(visual_rows.begin(), visual_rows.end());
   SetPositions(positions);
@@ -172,11 +184,17 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
   const int64_t h = h_;
   const int k = r.top_k;
   std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
+  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h);
   for (int64_t t = 0; t < n_; ++t) {
     for (int j = 0; j < k; ++j) {
       // A skipped slot's expert is not computed for the token; one skipped
       // by every token is not declared, so the provider never fetches it.
-      if (!r.IsSkipped(t, j)) routed[r.experts[t * k + j]].push_back({t, j});
+      // Likewise a slot whose output was computed ahead (speculation).
+      if (r.IsSkipped(t, j) ||
+          (r.IsSpeculative(t, j) && TakeSpeculative(layer, r, t, j, &slot_out))) {
+        continue;
+      }
+      routed[r.experts[t * k + j]].push_back({t, j});
     }
   }
   std::vector<int> active;
@@ -187,7 +205,6 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     tokens.push_back(static_cast<int64_t>(routed[e].size()));
   }
   VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, experts->BeginRoutedLayer(phase, layer, active, tokens));
-  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h);
   for (size_t i = 0; i < plan.order.size(); ++i) {
     const int e = plan.order[i];
     if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
@@ -223,15 +240,25 @@ absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
   for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs_.data() + i * h);
   // A host expert is read where the host store keeps it; the same kernels on
   // the same bytes as a slab, so the result is the same.
-  absl::StatusOr<ExpertWeights> weights =
-      on_host ? experts->HostWeights(layer, e) : experts->Acquire(layer, e);
+  absl::StatusOr<ExpertWeights> weights;
+  if (on_host) {
+    weights = experts->HostWeights(layer, e);
+  } else {
+    // A wait for a copy is where speculation computes the next layer's
+    // predicted experts.
+    const CpuSpeculation::Wait wait = spec_.BeforeAcquire(layer, e, experts, hs_.data());
+    weights = experts->Acquire(layer, e);
+    spec_.AfterAcquire(layer, wait);
+  }
   if (!weights.ok()) return weights.status();
   const auto start = std::chrono::steady_clock::now();
   ExpertForward(ops_.pool(), *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Every expert here runs on the host's kernels: each is a sample of the
   // host-compute cost model.
-  experts->OnHostExpertTime(
-      m, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  experts->OnHostExpertTime(m, seconds);
+  if (spec_.Timed(layer)) spec_.AddCompute(layer, seconds);  // t_compute of a target
   if (!on_host) experts->Release(layer, e);
   for (int64_t i = 0; i < m; ++i) {
     const int64_t t = tok[i].first;
@@ -241,6 +268,38 @@ absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
     const float* yr = ys_.data() + i * h;
     for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
   }
+  return absl::OkStatus();
+}
+
+bool CpuDecoderStep::TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
+                                     std::vector<float>* slot_out) {
+  const int k = r.top_k;
+  const int e = r.experts[t * k + j];
+  const float* spec = spec_.Output(layer, t, e);
+  if (spec == nullptr) return false;  // not computed ahead after all: compute it now
+  const SpeculatedPair* pair = spec_.Record(layer)->Find(t, e);
+  spec_.AddCompute(layer, pair->seconds);  // t_compute counts the kept outputs too
+  const float wt = r.weights[t * k + j];
+  float* o = slot_out->data() + (t * k + j) * h_;
+  for (int64_t d = 0; d < h_; ++d) o[d] = spec[d] * wt;
+  return true;
+}
+
+absl::Status CpuDecoderStep::ArmSpeculation(const SpeculationPlan& plan) {
+  const int layers = c_.num_hidden_layers;
+  if (plan.from_layer < 0 || plan.from_layer >= layers || plan.target_layer <= plan.from_layer ||
+      plan.target_layer >= layers || !c_.IsMoeLayer(plan.target_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat("ArmSpeculation: from layer ", plan.from_layer,
+                                                   " to layer ", plan.target_layer,
+                                                   " is not a later MoE layer"));
+  }
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (plan.rows[i] < 0 || plan.rows[i] >= n_ || (i > 0 && plan.rows[i] <= plan.rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("ArmSpeculation: row ", plan.rows[i],
+                                                     " out of [0, ", n_, ") or not ascending"));
+    }
+  }
+  spec_.Arm(plan);
   return absl::OkStatus();
 }
 

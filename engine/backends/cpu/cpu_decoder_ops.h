@@ -7,6 +7,8 @@
 // per token in ascending expert order afterwards -- the order transformers
 // accumulates in, independent of the order the provider hands experts out --
 // so every memory budget gives bit-identical logits.
+// Speculative execution (opt-in, lossy) runs in the forward thread's copy
+// waits: engine/backends/cpu/cpu_speculation.h.
 //
 // Thread safety: immutable after Create(); steps may run concurrently on
 // different KV caches (each step's kernels use the shared pool).
@@ -34,6 +36,7 @@ class CpuDecoderOps final : public DecoderOps {
                                                                ThreadPool* pool);
 
   const char* name() const override { return "cpu"; }
+  bool supports_speculation() const override { return true; }
   // Host fp32 rows; InvalidArgument for a bad shape.
   absl::StatusOr<std::unique_ptr<KvPool>> CreateKvPool(int64_t blocks,
                                                        int64_t block_tokens) const override;

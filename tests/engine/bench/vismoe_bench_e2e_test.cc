@@ -139,6 +139,35 @@ TEST(VismoeBenchE2eTest, ReportsOffloadFieldsConsistently) {
   EXPECT_EQ(r["visual_tokens_before"].get<int>(), 0) << "text-only request";
 }
 
+TEST(VismoeBenchE2eTest, SpeculativeExecutionReportsItsCountsAndTimes) {
+  // Copies at 20 MB/s: decode steps wait on them, and the waits compute ahead.
+  const BenchRun run =
+      RunBench("vismoe_bench_speculative",
+               {"--prefetch=router-lookahead", "--eviction=guarded", "--copy_bandwidth=20M",
+                "--max_new_tokens=16", "--speculative_execution"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& r = run.report;
+  ASSERT_TRUE(r.is_object()) << run.log;
+  for (const char* key :
+       {"speculative_executed", "speculative_kept", "speculative_discarded",
+        "speculative_compute_seconds", "speculative_kept_seconds", "speculative_saved_seconds",
+        "speculative_bound_seconds", "speculative_wait_seconds", "speculative_overrun_seconds"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+  }
+  const double executed = r["speculative_executed"].get<double>();
+  EXPECT_GT(executed, 0);
+  EXPECT_EQ(r["speculative_kept"].get<double>() + r["speculative_discarded"].get<double>(),
+            executed);
+  EXPECT_EQ(r["per_request"][0]["speculative_kept"].get<double>(),
+            r["speculative_kept"].get<double>());
+  EXPECT_GT(r["speculative_wait_seconds"].get<double>(), 0);
+  EXPECT_LE(r["speculative_saved_seconds"].get<double>(),
+            r["speculative_bound_seconds"].get<double>() * (1 + 1e-9));
+  EXPECT_LE(r["speculative_kept_seconds"].get<double>(),
+            r["speculative_compute_seconds"].get<double>());
+  EXPECT_NE(run.log.find("speculative execution on"), std::string::npos) << run.log;
+}
+
 TEST(VismoeBenchE2eTest, ImageRequestsReportVisualTokens) {
   // The JSONL names its image relative to its own folder.
   const std::string jsonl =
