@@ -73,7 +73,10 @@ struct EngineOptions {
   // sequence is admitted when the blocks of its prompt are free, grows a block
   // at a time while it decodes, and when no block is free the youngest running
   // sequence is preempted (its blocks freed, its tokens recomputed when it runs
-  // again; its output is unchanged). 0 = max_context_tokens (room for one
+  // again; on the exact path its output is unchanged; a lossy decode policy
+  // -- commit, speculative execution -- acts on decode steps only, so a
+  // preempted sequence's recomputed tokens run without it and later tokens
+  // may differ from an uninterrupted run). 0 = max_context_tokens (room for one
   // full-length sequence). Counts against the memory budget.
   int64_t kv_cache_tokens = 0;
   StatsSink* stats = nullptr;      // not owned; null = drop stats

@@ -147,8 +147,9 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   p->pinned_stride_ = pinned_format.bytes;
   VISMOE_ASSIGN_OR_RETURN(p->slabs_, p->arena_->Carve("slab_cache", slab_bytes));
   p->cache_ = std::make_unique<SlabCache>(plan.num_slabs, policy);
+  // Only layers whose experts are copied: the host layers' are never copied.
   p->preload_ = std::make_unique<PreloadSet>(plan.num_slabs, options.preload_share,
-                                             config.num_experts, plan.offloaded_layer_ids);
+                                             config.num_experts, on_device);
   p->predictor_ = std::move(predictor);
   p->transfer_ = std::make_unique<TransferEngine>(
       TransferEngine::Options{options.copy_bandwidth_bytes_per_s, false, device.copy});

@@ -67,6 +67,14 @@ void SequencePreload::Start() {
   provider_->Preload(owner(), Preferred());
 }
 
+void SequencePreload::Suspend() {
+  if (ended_) return;
+  if (started_) provider_->EndPreload(owner());
+  started_ = false;
+  std::fill(mass_.begin(), mass_.end(), 0.0);
+  std::fill(seen_.begin(), seen_.end(), 0);
+}
+
 void SequencePreload::End() {
   if (ended_) return;
   ended_ = true;

@@ -41,6 +41,11 @@ class SequencePreload final : public RouterObserver {
   // The prefill is done: preloads Preferred() for this sequence. Only the
   // first call acts, and only if some prefill row was observed.
   void Start();
+  // The sequence was preempted (its KV blocks given back, its prompt and
+  // tokens to be prefilled again): its experts lose their protection while
+  // it waits, and the mass starts over, so the rows it prefills again are not
+  // counted twice; Start after that prefill preloads again. No-op once ended.
+  void Suspend();
   // The sequence has ended: its experts lose their protection. Idempotent.
   void End();
 

@@ -98,8 +98,10 @@ void BatchLoop::Step() {
   }
   ScheduledStep scheduled = scheduler_->Schedule();
   for (auto& [seq, status] : scheduled.failed) Finish(seq, std::move(status));
-  if (stats_ != nullptr) {
-    for (size_t i = 0; i < scheduled.preempted.size(); ++i) stats_->OnPreemption();
+  for (Sequence* seq : scheduled.preempted) {
+    // A waiting sequence keeps no slabs for itself (sequence_preload.h).
+    if (seq->preload != nullptr) seq->preload->Suspend();
+    if (stats_ != nullptr) stats_->OnPreemption();
   }
   const std::vector<ScheduledChunk>& step = scheduled.chunks;
   if (step.empty()) {
@@ -139,8 +141,10 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
     return;
   }
   // It will decode: its preferred experts come in ahead of its first decode
-  // step (never for a sequence that ends with its first token).
-  if (first) runner_->StartPreload(seq);
+  // step (never for a sequence that ends with its first token), and again
+  // after a preempted sequence's prefill of its prompt and tokens (a no-op
+  // on every other step).
+  runner_->StartPreload(seq);
 }
 
 void BatchLoop::Finish(Sequence* seq, absl::Status status) {

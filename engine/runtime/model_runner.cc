@@ -184,6 +184,7 @@ void ModelRunner::InstallCompression(Sequence* s) {
 std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step) {
   std::vector<absl::Status> st(step.size());
   std::vector<DecoderBatchEntry> batch;
+  std::vector<char> ran(step.size(), 0);  // in the forward pass
   for (size_t i = 0; i < step.size(); ++i) {
     Sequence* s = step[i].seq;
     if (!s->started) {
@@ -194,6 +195,7 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
     if (!st[i].ok()) continue;
     BuildInput(step[i]);
     batch.push_back({&s->input, s->cache.get(), &s->logits});
+    ran[i] = 1;
   }
   if (batch.empty()) return st;
   const absl::Status fwd = p_.model->ForwardBatch(batch, p_.experts);
@@ -205,7 +207,7 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
     s->prefilled += step[i].rows;
     if (s->prefilled == s->prompt_tokens()) ReportCompression(s);
   }
-  ShareStats(step);
+  ShareStats(step, ran);
   return st;
 }
 
@@ -226,19 +228,20 @@ void ModelRunner::ReportCompression(Sequence* s) {
   p_.stats->OnCompressionTime(s->compression->seconds());
 }
 
-// Sequences whose setup failed did not run and get no share.
-void ModelRunner::ShareStats(absl::Span<const ScheduledChunk> step) {
+// Sequences whose setup or restart failed did not run and get no share; a
+// failed forward pass still moved what it moved, shared by those in it.
+void ModelRunner::ShareStats(absl::Span<const ScheduledChunk> step, const std::vector<char>& ran) {
   const OffloadStats total = p_.take_stats();
   std::vector<int64_t> rows;
-  std::vector<Sequence*> ran;
+  std::vector<Sequence*> seqs;
   for (size_t i = 0; i < step.size(); ++i) {
-    if (step[i].seq->started) {
+    if (ran[i]) {
       rows.push_back(step[i].rows);
-      ran.push_back(step[i].seq);
+      seqs.push_back(step[i].seq);
     }
   }
   const std::vector<OffloadStats> shares = SplitStats(total, rows);
-  for (size_t i = 0; i < ran.size(); ++i) ran[i]->result.offload.Add(shares[i]);
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->result.offload.Add(shares[i]);
 }
 
 }  // namespace vismoe

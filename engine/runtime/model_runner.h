@@ -73,7 +73,7 @@ class ModelRunner {
   void BuildPrefillInput(Sequence* seq, int64_t rows);
   void InstallCompression(Sequence* seq);
   // Every sequence that ran gets its share of the step's counters.
-  void ShareStats(absl::Span<const ScheduledChunk> step);
+  void ShareStats(absl::Span<const ScheduledChunk> step, const std::vector<char>& ran);
 
   RunnerParts p_;
 };

@@ -8,7 +8,10 @@
 // KV blocks back and keeps everything else (generated tokens, sampler, the
 // text already streamed, vision output). When it runs again it prefills its
 // prompt and then its generated tokens (`replay` of them) before it decodes
-// on, so its KV rows are recomputed, and bit-identical on the CPU backend.
+// on, so its KV rows are recomputed, and bit-identical on the CPU backend on
+// the exact path. The recomputation is a prefill: decode-only policies
+// (commit, speculative execution) do not act on it, so with them the rows,
+// and later tokens, may differ from those of an uninterrupted run.
 //
 // Thread safety: the Generate thread creates it, submits it and waits on
 // `done`; from Submit until done is notified only the engine's step thread

@@ -1,7 +1,7 @@
 // OffloadExpertProvider's per-sequence preload over synthetic experts: the
 // preferred experts are copied in and kept for the sequence (where plain LRU
-// would evict them), counted as issued and used; a one-slab cache still
-// progresses; nothing happens with every expert resident; sequences share the
+// would evict them), counted as issued and used, never for a host layer; a
+// one-slab cache still progresses; nothing happens with every expert resident; sequences share the
 // cache by quota and a preload never takes a Required, Speculative or another
 // sequence's protected slab; and random schedules with preloads starting and
 // ending between steps keep every invariant and byte count.
@@ -98,6 +98,30 @@ TEST(OffloadExpertProviderPreloadTest, PreferredExpertsAreCopiedInAndKept) {
     std::string why;
     EXPECT_TRUE(p->CheckInvariants(&why)) << why;
   }
+}
+
+// Static host layers (--host_moe_layers) are never copied, not even for a
+// sequence's preload: layer 2 computes on the host, so only layer 1's
+// preferred experts come in and are protected.
+TEST(OffloadExpertProviderPreloadTest, HostLayersAreNeverPreloaded) {
+  FakeExpertSource src(3, 6, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.preload_share = 1.0;
+  o.host_moe_layers = 1;  // layer 2; layer 0 pinned, layer 1 on the device
+  auto p = Make(src, src.Plan(/*pinned=*/1, /*slabs=*/4), o);
+  ASSERT_NE(p, nullptr);
+  p->Preload(1, {{0}, {0, 1}, {2, 3}});
+  EXPECT_EQ(p->ProtectedExperts(), 2);
+  const OffloadStats s = p->TakeRequestStats();
+  EXPECT_EQ(s.preload_issued, 2u);
+  EXPECT_EQ(s.bytes_h2d, 2u * p->format().bytes);
+  EXPECT_TRUE(Cached(*p, 1, 0));
+  EXPECT_TRUE(Cached(*p, 1, 1));
+  EXPECT_FALSE(Cached(*p, 2, 2));
+  EXPECT_FALSE(Cached(*p, 2, 3));
+  p->EndPreload(1);
+  std::string why;
+  EXPECT_TRUE(p->CheckInvariants(&why)) << why;
 }
 
 // A one-slab cache whose lone slab holds a protected expert: every demand

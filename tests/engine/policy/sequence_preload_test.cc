@@ -1,7 +1,8 @@
 // SequencePreload: the preferred experts of a layer are its top experts by
 // the softmax mass of the sequence's prefill rows (decode rows ignored; the
 // top-k ids when a backend gives no scores), handed to the provider once at
-// Start and released at End; no prefill seen, no preload.
+// Start and released at End (and at Suspend, for a preempted sequence, which
+// starts over); no prefill seen, no preload.
 #include "engine/policy/sequence_preload.h"
 
 #include <vector>
@@ -111,6 +112,35 @@ TEST_F(SequencePreloadTest, NoPrefillNoPreload) {
     EXPECT_EQ(provider_->ProtectedExperts(), 2);
   }
   EXPECT_EQ(provider_->ProtectedExperts(), 0);
+}
+
+// Preempted: the protection goes while the sequence waits, the mass starts
+// over (its prompt is prefilled again, not counted twice), and Start after
+// that prefill preloads again; once ended, Suspend does nothing.
+TEST_F(SequencePreloadTest, SuspendReleasesAndStartsOver) {
+  SequencePreload s(provider_.get(), 3, 4, 1);
+  s.OnRouting(Phase::kPrefill, 1, nullptr, Routing({{3.0f, 0.0f, 0.0f, 0.0f}}));
+  s.Suspend();  // preempted mid-prefill: nothing to release, the chunk is forgotten
+  EXPECT_FALSE(s.started());
+  EXPECT_EQ(s.Preferred(), (std::vector<std::vector<int>>{{}, {}, {}}));
+  s.OnRouting(Phase::kPrefill, 1, nullptr, Routing({{0.0f, 3.0f, 0.0f, 0.0f}}));
+  s.Start();
+  EXPECT_EQ(s.Preferred()[1], std::vector<int>{1});
+  EXPECT_EQ(provider_->ProtectedExperts(), 1);
+  (void)provider_->TakeRequestStats();
+  s.Suspend();  // preempted while decoding
+  EXPECT_FALSE(s.started());
+  EXPECT_EQ(provider_->ProtectedExperts(), 0);
+  s.OnRouting(Phase::kPrefill, 1, nullptr, Routing({{0.0f, 0.0f, 3.0f, 0.0f}}));
+  s.Start();
+  EXPECT_EQ(s.Preferred()[1], std::vector<int>{2}) << "only the second prefill's mass";
+  EXPECT_EQ(provider_->ProtectedExperts(), 1);
+  EXPECT_EQ(provider_->TakeRequestStats().preload_issued, 1u);
+  s.End();
+  EXPECT_EQ(provider_->ProtectedExperts(), 0);
+  s.Suspend();
+  s.Start();
+  EXPECT_EQ(provider_->ProtectedExperts(), 0) << "ended stays ended";
 }
 
 }  // namespace

@@ -435,5 +435,37 @@ TEST(BatchLoopTest, PreloadKeepsBatchedTokensUnderAnOffloadBudget) {
   EXPECT_EQ(again[1].token_ids, alone[2].token_ids);
 }
 
+// Preload with preemption: a KV pool of one context for up to 4 sequences
+// under an offload budget. A preempted sequence gives up its kept experts
+// while it waits and preloads again after its prompt and tokens are prefilled
+// again (SequencePreload::Suspend); its tokens are still its tokens alone.
+TEST(BatchLoopTest, PreemptedSequencesWithPreloadMatchTheirRunsAlone) {
+  std::vector<Job> jobs = Jobs();
+  for (Job& j : jobs) j.request.sampling.max_new_tokens += 80;  // outgrow their first blocks
+  EngineOptions o = BudgetOptions();
+  ASSERT_GT(o.gpu_memory_budget_bytes, 0);
+  o.max_running_sequences = 1;
+  auto alone_engine = Engine::Create(o);
+  ASSERT_TRUE(alone_engine.ok()) << alone_engine.status();
+  const std::vector<GenerateResult> alone = RunAlone(alone_engine->get(), jobs);
+
+  StepSink sink;
+  o.stats = &sink;
+  o.kv_cache_tokens = o.max_context_tokens;
+  o.max_running_sequences = 4;
+  o.max_step_tokens = 16;
+  o.offload.preload = "prefill-routing";
+  o.offload.preload_share = 1.0;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<absl::StatusOr<GenerateResult>> together = RunTogether(engine->get(), jobs);
+  ExpectSameAsAlone(jobs, alone, together);
+  EXPECT_GT(sink.preemptions(), 0) << "the pool never ran out: the test does not preempt";
+  EXPECT_EQ(sink.last_used(), 0) << "KV blocks still held after every request ended";
+  uint64_t issued = 0;
+  for (const auto& r : together) issued += r.ok() ? r->offload.preload_issued : 0;
+  EXPECT_GT(issued, 0u);
+}
+
 }  // namespace
 }  // namespace vismoe
