@@ -367,9 +367,11 @@ TEST(BatchLoopTest, BadLimitsAreClearErrors) {
 
 // BaseOptions under an offload budget: the first MoE layer pinned (the
 // affinity compressor reads its routing) and 6 slabs for the other three:
-// constant eviction.
-EngineOptions BudgetOptions() {
+// constant eviction. kv_cache_tokens > 0 replaces BaseOptions' KV pool (the
+// budget covers that pool).
+EngineOptions BudgetOptions(int64_t kv_cache_tokens = 0) {
   EngineOptions o = BaseOptions();
+  if (kv_cache_tokens > 0) o.kv_cache_tokens = kv_cache_tokens;
   auto config = ModelConfig::Load(o.model_path);
   auto ckpt = Checkpoint::Open(o.model_path);
   EXPECT_TRUE(config.ok() && ckpt.ok());
@@ -442,7 +444,7 @@ TEST(BatchLoopTest, PreloadKeepsBatchedTokensUnderAnOffloadBudget) {
 TEST(BatchLoopTest, PreemptedSequencesWithPreloadMatchTheirRunsAlone) {
   std::vector<Job> jobs = Jobs();
   for (Job& j : jobs) j.request.sampling.max_new_tokens += 80;  // outgrow their first blocks
-  EngineOptions o = BudgetOptions();
+  EngineOptions o = BudgetOptions(/*kv_cache_tokens=*/BaseOptions().max_context_tokens);
   ASSERT_GT(o.gpu_memory_budget_bytes, 0);
   o.max_running_sequences = 1;
   auto alone_engine = Engine::Create(o);
@@ -451,7 +453,6 @@ TEST(BatchLoopTest, PreemptedSequencesWithPreloadMatchTheirRunsAlone) {
 
   StepSink sink;
   o.stats = &sink;
-  o.kv_cache_tokens = o.max_context_tokens;
   o.max_running_sequences = 4;
   o.max_step_tokens = 16;
   o.offload.preload = "prefill-routing";
