@@ -68,12 +68,31 @@ class CpuDecoderStep final : public DecoderStep {
     for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
     return absl::OkStatus();
   }
+  using Routed = std::vector<std::pair<int64_t, int>>;  // an expert's (token, slot) pairs
+
+  // Computes the plan's experts in its order into their rows of `slot_out`:
+  // runs of ready experts side by side, the others one at a time.
+  absl::Status RunPlan(int layer, const LayerPlan& plan, const std::vector<Routed>& routed,
+                       const RouterResult& r, ExpertProvider* experts,
+                       std::vector<float>* slot_out);
+  // The end of the run of plan entries from `begin` that RunSideBySide takes
+  // (`begin` when there is none).
+  size_t ReadyRunEnd(int layer, const LayerPlan& plan, size_t begin,
+                     const std::vector<Routed>& routed, ExpertProvider* experts);
+  // Plan entries [begin, end): acquired (or their host weights fetched) on
+  // this thread, computed one per pool thread, released on this thread.
+  absl::Status RunSideBySide(int layer, const LayerPlan& plan, size_t begin, size_t end,
+                             const std::vector<Routed>& routed, const RouterResult& r,
+                             ExpertProvider* experts, std::vector<float>* slot_out);
   // Computes expert `e` (from HostWeights() when `on_host`, else acquired)
-  // over its routed (token, slot) pairs `tok`; writes weight * output into
-  // their rows of `slot_out`.
-  absl::Status RunExpert(int layer, int e, bool on_host,
-                         const std::vector<std::pair<int64_t, int>>& tok, const RouterResult& r,
-                         ExpertProvider* experts, std::vector<float>* slot_out);
+  // over its routed (token, slot) pairs `tok` with the pool splitting each
+  // kernel; writes weight * output into their rows of `slot_out`.
+  absl::Status RunExpert(int layer, int e, bool on_host, const Routed& tok,
+                         const RouterResult& r, ExpertProvider* experts,
+                         std::vector<float>* slot_out);
+  double ComputeExpert(ThreadPool* pool, const ExpertWeights& w, const Routed& tok,
+                       const RouterResult& r, std::vector<float>* xs, std::vector<float>* ys,
+                       std::vector<float>* slot_out) const;
   // Speculative execution: writes weight * the output computed ahead into
   // slot (t, j)'s row of `slot_out`; false when there is none.
   bool TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
@@ -181,10 +200,9 @@ absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult
 
 absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
                                      ExpertProvider* experts) {
-  const int64_t h = h_;
   const int k = r.top_k;
-  std::vector<std::vector<std::pair<int64_t, int>>> routed(c_.num_experts);  // (token, slot)
-  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h);
+  std::vector<Routed> routed(c_.num_experts);
+  std::vector<float> slot_out(static_cast<size_t>(n_) * k * h_);
   for (int64_t t = 0; t < n_; ++t) {
     for (int j = 0; j < k; ++j) {
       // A skipped slot's expert is not computed for the token; one skipped
@@ -205,20 +223,9 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
     tokens.push_back(static_cast<int64_t>(routed[e].size()));
   }
   VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, experts->BeginRoutedLayer(phase, layer, active, tokens));
-  for (size_t i = 0; i < plan.order.size(); ++i) {
-    const int e = plan.order[i];
-    if (e < 0 || e >= c_.num_experts || routed[e].empty()) {
-      experts->EndLayer(layer);
-      return absl::InternalError(
-          absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
-    }
-    const absl::Status st = RunExpert(layer, e, plan.OnHost(i), routed[e], r, experts, &slot_out);
-    if (!st.ok()) {
-      experts->EndLayer(layer);
-      return st;
-    }
-  }
+  const absl::Status st = RunPlan(layer, plan, routed, r, experts, &slot_out);
   experts->EndLayer(layer);
+  VISMOE_RETURN_IF_ERROR(st);
   if (plan.order.size() != active.size()) {
     return absl::InternalError(absl::StrCat("expert provider returned ", plan.order.size(),
                                             " experts for layer ", layer, ", expected ",
@@ -228,16 +235,92 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
   return absl::OkStatus();
 }
 
-absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
-                                       const std::vector<std::pair<int64_t, int>>& tok,
+absl::Status CpuDecoderStep::RunPlan(int layer, const LayerPlan& plan,
+                                     const std::vector<Routed>& routed, const RouterResult& r,
+                                     ExpertProvider* experts, std::vector<float>* slot_out) {
+  for (size_t i = 0; i < plan.order.size();) {
+    // (A run holds only declared experts: ReadyRunEnd stops at any other.)
+    if (const int e = plan.order[i]; e < 0 || e >= c_.num_experts || routed[e].empty()) {
+      return absl::InternalError(
+          absl::StrCat("expert provider returned undeclared expert ", e, " for layer ", layer));
+    }
+    const size_t end = ReadyRunEnd(layer, plan, i, routed, experts);
+    if (end - i >= 2) {
+      VISMOE_RETURN_IF_ERROR(RunSideBySide(layer, plan, i, end, routed, r, experts, slot_out));
+      i = end;
+      continue;
+    }
+    const int e = plan.order[i];
+    VISMOE_RETURN_IF_ERROR(RunExpert(layer, e, plan.OnHost(i), routed[e], r, experts, slot_out));
+    ++i;
+  }
+  return absl::OkStatus();
+}
+
+// Experts computed side by side: each on one thread (the kernels run inline),
+// so a decode step streams several experts' weights at once, one sequential
+// stream per core, with one hand-off per run instead of three per expert. Only
+// for experts usable without a wait (resident, landed, or on the host) and
+// with few rows each; prefill-sized experts split their kernels instead.
+size_t CpuDecoderStep::ReadyRunEnd(int layer, const LayerPlan& plan, size_t begin,
+                                   const std::vector<Routed>& routed, ExpertProvider* experts) {
+  constexpr size_t kMaxRowsSideBySide = 16;
+  ThreadPool* pool = ops_.pool();
+  if (pool == nullptr || pool->size() < 2) return begin;
+  size_t end = begin;
+  for (; end < plan.order.size(); ++end) {
+    const int e = plan.order[end];
+    if (e < 0 || e >= c_.num_experts || routed[e].empty() ||
+        routed[e].size() > kMaxRowsSideBySide ||
+        !(plan.OnHost(end) || experts->Ready(layer, e))) {
+      break;
+    }
+  }
+  return end;
+}
+
+absl::Status CpuDecoderStep::RunSideBySide(int layer, const LayerPlan& plan, size_t begin,
+                                           size_t end, const std::vector<Routed>& routed,
+                                           const RouterResult& r, ExpertProvider* experts,
+                                           std::vector<float>* slot_out) {
+  const size_t count = end - begin;
+  std::vector<ExpertWeights> weights;
+  weights.reserve(count);
+  auto release = [&] {  // every expert acquired so far (host experts are not pinned)
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (!plan.OnHost(begin + i)) experts->Release(layer, plan.order[begin + i]);
+    }
+  };
+  for (size_t i = begin; i < end; ++i) {
+    absl::StatusOr<ExpertWeights> w = plan.OnHost(i) ? experts->HostWeights(layer, plan.order[i])
+                                                     : experts->Acquire(layer, plan.order[i]);
+    if (!w.ok()) {
+      release();
+      return w.status();
+    }
+    weights.push_back(*std::move(w));
+  }
+  std::vector<double> seconds(count);
+  ParallelFor(ops_.pool(), static_cast<int64_t>(count), 1, [&](int64_t a, int64_t b) {
+    std::vector<float> xs, ys;
+    for (int64_t i = a; i < b; ++i) {
+      const Routed& tok = routed[plan.order[begin + i]];
+      seconds[i] = ComputeExpert(nullptr, weights[i], tok, r, &xs, &ys, slot_out);
+    }
+  });
+  release();
+  for (size_t i = 0; i < count; ++i) {
+    // The measured time is one thread's, as it will be when this runs alone.
+    experts->OnHostExpertTime(static_cast<int64_t>(routed[plan.order[begin + i]].size()),
+                              seconds[i]);
+    if (spec_.Timed(layer)) spec_.AddCompute(layer, seconds[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host, const Routed& tok,
                                        const RouterResult& r, ExpertProvider* experts,
                                        std::vector<float>* slot_out) {
-  const int64_t h = h_;
-  const int k = r.top_k;
-  const int64_t m = static_cast<int64_t>(tok.size());
-  xs_.resize(m * h);
-  ys_.resize(m * h);
-  for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs_.data() + i * h);
   // A host expert is read where the host store keeps it; the same kernels on
   // the same bytes as a slab, so the result is the same.
   absl::StatusOr<ExpertWeights> weights;
@@ -251,24 +334,40 @@ absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host,
     spec_.AfterAcquire(layer, wait);
   }
   if (!weights.ok()) return weights.status();
-  const auto start = std::chrono::steady_clock::now();
-  ExpertForward(ops_.pool(), *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = ComputeExpert(ops_.pool(), *weights, tok, r, &xs_, &ys_, slot_out);
   // Every expert here runs on the host's kernels: each is a sample of the
   // host-compute cost model.
-  experts->OnHostExpertTime(m, seconds);
+  experts->OnHostExpertTime(static_cast<int64_t>(tok.size()), seconds);
   if (spec_.Timed(layer)) spec_.AddCompute(layer, seconds);  // t_compute of a target
   if (!on_host) experts->Release(layer, e);
+  return absl::OkStatus();
+}
+
+// Gathers the expert's rows into xs, runs it into ys and writes
+// weight * output into its (token, slot) rows of slot_out (rows no other
+// expert writes). Returns the seconds the expert's kernels took.
+double CpuDecoderStep::ComputeExpert(ThreadPool* pool, const ExpertWeights& w, const Routed& tok,
+                                     const RouterResult& r, std::vector<float>* xs,
+                                     std::vector<float>* ys, std::vector<float>* slot_out) const {
+  const int64_t h = h_;
+  const int k = r.top_k;
+  const int64_t m = static_cast<int64_t>(tok.size());
+  xs->resize(m * h);
+  ys->resize(m * h);
+  for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs->data() + i * h);
+  const auto start = std::chrono::steady_clock::now();
+  ExpertForward(pool, w, xs->data(), m, h, c_.moe_intermediate_size, ys->data());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int64_t i = 0; i < m; ++i) {
     const int64_t t = tok[i].first;
     const int j = tok[i].second;
     const float wt = r.weights[t * k + j];
     float* o = slot_out->data() + (t * k + j) * h;
-    const float* yr = ys_.data() + i * h;
+    const float* yr = ys->data() + i * h;
     for (int64_t d = 0; d < h; ++d) o[d] = yr[d] * wt;
   }
-  return absl::OkStatus();
+  return seconds;
 }
 
 bool CpuDecoderStep::TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,

@@ -6,7 +6,12 @@
 // MoE: each (token, top-k slot) output is kept apart and the slots are summed
 // per token in ascending expert order afterwards -- the order transformers
 // accumulates in, independent of the order the provider hands experts out --
-// so every memory budget gives bit-identical logits.
+// so every memory budget gives bit-identical logits. Experts the provider
+// reports Ready() with at most 16 rows each (decode) run side by side, one per
+// pool thread with inline kernels: one weight stream per core and one hand-off
+// per run, instead of the pool splitting each of an expert's three products.
+// The kernels' per-output order does not depend on the split, so the bits do
+// not either; the provider is still called from the step's thread only.
 // Speculative execution (opt-in, lossy) runs in the forward thread's copy
 // waits: engine/backends/cpu/cpu_speculation.h.
 //
