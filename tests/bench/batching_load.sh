@@ -8,7 +8,9 @@
 # Env: MODEL (config dir), SYNTHETIC (1: --synthetic_weights; 0: the model's
 # own weights, e.g. tests/fixtures/vqa-qwen3-vl-moe), REQUESTS per run, NEW
 # tokens per request, BUDGET (0 = every expert resident), KV_TOKENS (the KV
-# pool, inside the budget), THREADS (engine threads).
+# pool, inside the budget), THREADS (engine threads), REQUEST_FILE (a
+# vismoe-load JSONL request set instead of the synthetic one, e.g. the trained
+# model's tests/fixtures/vqa-eval/calibration.jsonl).
 set -euo pipefail
 BUILD=${1:-build/release}
 OUT=${2:-/tmp/vismoe-batching-load}
@@ -19,8 +21,11 @@ BUDGET=${BUDGET:-192M}  # 128 MiB of it is qwen3-vl-mid's KV pool of 16,384 toke
 KV_TOKENS=${KV_TOKENS:-16384}
 SYNTHETIC=${SYNTHETIC:-1}
 THREADS=${THREADS:-2}
+REQUEST_FILE=${REQUEST_FILE:-}
 weights=()
 [[ $SYNTHETIC == 1 ]] && weights=(--synthetic_weights)
+request_set=(--synthetic)
+[[ -n $REQUEST_FILE ]] && request_set=(--request_file="$REQUEST_FILE")
 mkdir -p "$OUT"
 
 start_server() {  # $1 = workers, $2 = port
@@ -53,7 +58,7 @@ done
 for conc in 1 4 16 32; do
   for workers in 1 32; do
     report="$OUT/load-w${workers}-c${conc}.json"
-    "$BUILD/client/vismoe-load" --server="127.0.0.1:${PORT[$workers]}" --synthetic \
+    "$BUILD/client/vismoe-load" --server="127.0.0.1:${PORT[$workers]}" "${request_set[@]}" \
       --requests="$REQUESTS" --concurrency="$conc" --max_new_tokens="$NEW" \
       --json_report="$report" >/dev/null 2>&1
     python3 - "$report" "$workers" "$conc" <<'PY'
