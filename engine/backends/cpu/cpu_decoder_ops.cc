@@ -87,9 +87,8 @@ class CpuDecoderStep final : public DecoderStep {
   // Computes expert `e` (from HostWeights() when `on_host`, else acquired)
   // over its routed (token, slot) pairs `tok` with the pool splitting each
   // kernel; writes weight * output into their rows of `slot_out`.
-  absl::Status RunExpert(int layer, int e, bool on_host, const Routed& tok,
-                         const RouterResult& r, ExpertProvider* experts,
-                         std::vector<float>* slot_out);
+  absl::Status RunExpert(int layer, int e, bool on_host, const Routed& tok, const RouterResult& r,
+                         ExpertProvider* experts, std::vector<float>* slot_out);
   double ComputeExpert(ThreadPool* pool, const ExpertWeights& w, const Routed& tok,
                        const RouterResult& r, std::vector<float>* xs, std::vector<float>* ys,
                        std::vector<float>* slot_out) const;
@@ -104,7 +103,7 @@ class CpuDecoderStep final : public DecoderStep {
   const TextConfig& c_;
   std::vector<KvCache*> caches_;   // one per sequence
   std::vector<int64_t> seq_rows_;  // rows of each sequence in flight
-  int64_t n_;  // rows in flight; shrinks when tokens are compressed away
+  int64_t n_;                      // rows in flight; shrinks when tokens are compressed away
   const int64_t h_;
   std::vector<float> hs_, x_, y_;
   std::vector<float> xs_, ys_;  // one expert's gathered rows and outputs
@@ -271,8 +270,7 @@ size_t CpuDecoderStep::ReadyRunEnd(int layer, const LayerPlan& plan, size_t begi
   for (; end < plan.order.size(); ++end) {
     const int e = plan.order[end];
     if (e < 0 || e >= c_.num_experts || routed[e].empty() ||
-        routed[e].size() > kMaxRowsSideBySide ||
-        !(plan.OnHost(end) || experts->Ready(layer, e))) {
+        routed[e].size() > kMaxRowsSideBySide || !(plan.OnHost(end) || experts->Ready(layer, e))) {
       break;
     }
   }

@@ -248,7 +248,8 @@ VISMOE_AVX2 void PackPanel(const MatMulArgs& a, int64_t o, float* panel) {
   const char* w = static_cast<const char*>(a.w) + o * kSize<D>;
   for (int64_t i = 0; i < a.in; ++i, w += a.out * kSize<D>) {
 #pragma GCC unroll 4
-    for (int v = 0; v < kPanel / 8; ++v) _mm256_storeu_ps(panel + i * kPanel + 8 * v, Load8<D>(w, 8 * v));
+    for (int v = 0; v < kPanel / 8; ++v)
+      _mm256_storeu_ps(panel + i * kPanel + 8 * v, Load8<D>(w, 8 * v));
   }
 }
 

@@ -5,12 +5,13 @@
 // experts are ready, the layer's output is bit for bit the one-thread output,
 // every Acquire has its Release, and the provider is only ever called from
 // the thread running the step (its documented contract).
+#include "engine/backends/cpu/cpu_decoder_ops.h"
+
 #include <algorithm>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include "engine/backends/cpu/cpu_decoder_ops.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
