@@ -5,10 +5,17 @@
 #include <vector>
 
 #include "engine/ops/cpu/dot.h"
+#include "engine/ops/cpu/kernel_dispatch.h"
+#include "engine/ops/cpu/vector_kernels.h"
 
 namespace vismoe::cpu {
 
 namespace {
+
+// The portable path's primitives (vector_kernels.h has the AVX2 ones).
+void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
+}
 
 // The one implementation of both layouts: `row_at(j)` is the offset of key
 // j's row from k (and v), and everything else is the same code.
@@ -22,6 +29,9 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
   const int64_t q_stride = shape.q_row_stride > 0 ? shape.q_row_stride : int64_t{heads} * d;
   const int64_t out_stride = int64_t{heads} * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool avx2 = ActiveKernelPath() == KernelPath::kAvx2;
+  const auto dot = avx2 ? internal::DotAvx2 : Dot;
+  const auto axpy = avx2 ? internal::AxpyAvx2 : AxpyPortable;
 
   // Saliency is reduced per head (each head's rows run on one thread), then
   // summed over heads in a fixed order, so the result is deterministic.
@@ -34,7 +44,7 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
     const int64_t visible = causal ? std::min(nk, q_pos0 + i + 1) : nk;
     float mx = -INFINITY;
     for (int64_t j = 0; j < visible; ++j) {
-      p[j] = Dot(qi, k + row_at(j) + kv_off, d) * scale;
+      p[j] = dot(qi, k + row_at(j) + kv_off, d) * scale;
       mx = std::max(mx, p[j]);
     }
     float sum = 0;
@@ -47,8 +57,7 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
     std::fill(o, o + d, 0.0f);
     for (int64_t j = 0; j < visible; ++j) {
       p[j] *= inv;
-      const float* vj = v + row_at(j) + kv_off;
-      for (int t = 0; t < d; ++t) o[t] += p[j] * vj[t];
+      axpy(p[j], v + row_at(j) + kv_off, o, d);
     }
     if (key_saliency != nullptr) {
       float* hs = head_sal.data() + int64_t{h} * nk;

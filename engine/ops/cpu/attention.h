@@ -19,7 +19,11 @@
 //       as 0). Each query row's probabilities sum to 1, so the saliency sums to 1.
 //       VisMMOE's saliency-based token compression reads this.
 // Thread safety: reentrant; parallelises over heads and query rows on `pool`
-// (null runs inline). Deterministic for a given input.
+// (null runs inline). Deterministic for a given input: a query row's result
+// depends only on its inputs, never on the other rows or the thread split.
+// The dot products and the weighted sum of values use the kernel path's
+// primitives (vector_kernels.h): the AVX2 path fuses multiply-adds, so its
+// bits differ from the portable path's within fp32 rounding.
 #ifndef VISMOE_ENGINE_OPS_CPU_ATTENTION_H_
 #define VISMOE_ENGINE_OPS_CPU_ATTENTION_H_
 
