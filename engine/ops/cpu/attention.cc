@@ -12,11 +12,6 @@ namespace vismoe::cpu {
 
 namespace {
 
-// The portable path's primitives (vector_kernels.h has the AVX2 ones).
-void AxpyPortable(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
-}
-
 // The one implementation of both layouts: `row_at(j)` is the offset of key
 // j's row from k (and v), and everything else is the same code.
 template <typename RowAt>
@@ -31,7 +26,7 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool avx2 = ActiveKernelPath() == KernelPath::kAvx2;
   const auto dot = avx2 ? internal::DotAvx2 : Dot;
-  const auto axpy = avx2 ? internal::AxpyAvx2 : AxpyPortable;
+  const auto axpy = avx2 ? internal::AxpyAvx2 : Axpy;
 
   // Saliency is reduced per head (each head's rows run on one thread), then
   // summed over heads in a fixed order, so the result is deterministic.

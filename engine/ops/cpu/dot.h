@@ -1,4 +1,5 @@
-// The fp32 dot product every CPU reference kernel shares.
+// The fp32 dot product every CPU reference kernel shares, and the portable
+// y += alpha * x the attention's weighted sum of values uses.
 #ifndef VISMOE_ENGINE_OPS_CPU_DOT_H_
 #define VISMOE_ENGINE_OPS_CPU_DOT_H_
 
@@ -19,6 +20,11 @@ inline float Dot(const float* a, const float* b, int64_t n) {
   }
   for (; i < n; ++i) s0 += a[i] * b[i];
   return (s0 + s1) + (s2 + s3);
+}
+
+// y[t] += alpha * x[t] for t < n (two roundings per element).
+inline void Axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
 }
 
 }  // namespace vismoe::cpu

@@ -48,9 +48,7 @@ VISMOE_AVX2 void AxpyAvx2(float alpha, const float* x, float* y, int64_t n) {
 
 namespace vismoe::cpu::internal {
 float DotAvx2(const float* a, const float* b, int64_t n) { return Dot(a, b, n); }
-void AxpyAvx2(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
-}
+void AxpyAvx2(float alpha, const float* x, float* y, int64_t n) { Axpy(alpha, x, y, n); }
 }  // namespace vismoe::cpu::internal
 
 #endif

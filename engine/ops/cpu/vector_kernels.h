@@ -7,7 +7,7 @@
 //   accumulators, chunk c of eight into accumulator c % 2, (a0 + a1) reduced
 //   as matmul_kernels.h's lanes, then the tail (n % 8) added in order.
 //   Axpy: y[t] += alpha * x[t] for t < n, one rounding per element (AVX2,
-//   fma) or two (portable).
+//   fma) or two (portable: Axpy in dot.h).
 // Thread safety: pure functions of their arguments.
 #ifndef VISMOE_ENGINE_OPS_CPU_VECTOR_KERNELS_H_
 #define VISMOE_ENGINE_OPS_CPU_VECTOR_KERNELS_H_

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <random>
 #include <vector>
 
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu/kernel_dispatch.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_kernel_path.h"
 
 namespace vismoe::cpu {
 namespace {
@@ -25,14 +25,7 @@ struct Case {
   bool causal;
 };
 
-class ScopedPath {
- public:
-  explicit ScopedPath(KernelPath p) : old_(ForceKernelPathForTesting(p)) {}
-  ~ScopedPath() { ForceKernelPathForTesting(old_); }
-
- private:
-  std::optional<KernelPath> old_;
-};
+using ScopedPath = testing::ScopedKernelPath;
 
 std::vector<float> Random(size_t n, std::mt19937& rng) {
   std::uniform_real_distribution<float> d(-2.0f, 2.0f);

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,21 +17,14 @@
 #include "engine/ops/cpu/kernel_dispatch.h"
 #include "gtest/gtest.h"
 #include "tests/testing/reference_math.h"
+#include "tests/testing/scoped_kernel_path.h"
 
 namespace vismoe::cpu {
 namespace {
 
 using testing::Pattern;
 
-// Forces a kernel path for one scope.
-class ScopedPath {
- public:
-  explicit ScopedPath(KernelPath p) : old_(ForceKernelPathForTesting(p)) {}
-  ~ScopedPath() { ForceKernelPathForTesting(old_); }
-
- private:
-  std::optional<KernelPath> old_;
-};
+using ScopedPath = testing::ScopedKernelPath;
 
 // A weight tensor in `dtype` holding `values` (rounded to the dtype once; the
 // kernels then see those rounded values exactly).
@@ -105,7 +97,8 @@ void CheckCase(const Case& c, ThreadPool* pool, const std::string& what) {
       }
       const size_t at = t * c.out + o;
       const double tol = Bound(abs_sum, c.in + 1);
-      if (bad < 5 && !(std::fabs(fast[at] - ref[at]) <= tol && std::fabs(fast[at] - exact) <= tol)) {
+      if (bad < 5 &&
+          !(std::fabs(fast[at] - ref[at]) <= tol && std::fabs(fast[at] - exact) <= tol)) {
         ++bad;
         ADD_FAILURE() << what << " at t=" << t << " o=" << o << ": fast " << fast[at] << ", ref "
                       << ref[at] << ", exact " << exact << ", tol " << tol;
@@ -139,10 +132,9 @@ TEST(LinearTest, DecoderSizedShapesMatchTheReference) {
   for (KernelPath path : AvailableKernelPaths()) {
     ScopedPath scoped(path);
     for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-      for (const Case& c : {Case{1, 512, 768, false, false, dtype},
-                            Case{1, 384, 1024, true, false, dtype},
-                            Case{33, 256, 300, false, true, dtype},
-                            Case{33, 300, 256, true, false, dtype}}) {
+      for (const Case& c :
+           {Case{1, 512, 768, false, false, dtype}, Case{1, 384, 1024, true, false, dtype},
+            Case{33, 256, 300, false, true, dtype}, Case{33, 300, 256, true, false, dtype}}) {
         CheckCase(c, &pool, Name(c, path));
       }
     }
@@ -151,8 +143,8 @@ TEST(LinearTest, DecoderSizedShapesMatchTheReference) {
 
 // y for rows [begin, end) of x alone, computed with `pool`.
 std::vector<float> RunRows(bool transposed, const std::vector<float>& x, int64_t begin, int64_t end,
-                       int64_t in, const TensorView& w, const TensorView* bias,
-                       ThreadPool* pool) {
+                           int64_t in, const TensorView& w, const TensorView* bias,
+                           ThreadPool* pool) {
   const int64_t out = transposed ? w.dim(1) : w.dim(0);
   std::vector<float> y((end - begin) * out);
   if (transposed) {
@@ -181,13 +173,20 @@ TEST(LinearTest, ARowsBitsDependOnNeitherBatchNorPlaceNorThreads) {
           what_s << KernelPathName(path) << " " << DTypeName(dtype) << (transposed ? " T" : "")
                  << " in=" << in << " out=" << out;
           const std::string what = what_s.str();
-          for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 1}, {3, 4}, {10, 11}, {1, 3},
-                                    {2, 7}, {5, 10}, {0, 4}, {4, 9}}) {
+          for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 1},
+                                    {3, 4},
+                                    {10, 11},
+                                    {1, 3},
+                                    {2, 7},
+                                    {5, 10},
+                                    {0, 4},
+                                    {4, 9}}) {
             for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
-              const std::vector<float> part = RunRows(transposed, x, begin, end, in, w.view, bias, pool);
-              EXPECT_EQ(std::memcmp(part.data(), all.data() + begin * out,
-                                    part.size() * sizeof(float)),
-                        0)
+              const std::vector<float> part =
+                  RunRows(transposed, x, begin, end, in, w.view, bias, pool);
+              EXPECT_EQ(
+                  std::memcmp(part.data(), all.data() + begin * out, part.size() * sizeof(float)),
+                  0)
                   << what << ": rows [" << begin << ", " << end << ") alone differ from the batch";
             }
           }
@@ -222,8 +221,8 @@ TEST(LinearTest, EveryHalfBitPatternWidensExactly) {
           if (std::isnan(want) ? !std::isnan(y[h]) : y[h] != want) {
             ++bad;
             ADD_FAILURE() << KernelPathName(path) << " " << DTypeName(dtype)
-                          << (transposed ? " T" : "") << " 0x" << std::hex << h << ": got "
-                          << y[h] << ", want " << want;
+                          << (transposed ? " T" : "") << " 0x" << std::hex << h << ": got " << y[h]
+                          << ", want " << want;
           }
         }
       }
