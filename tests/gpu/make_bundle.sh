@@ -2,17 +2,24 @@
 # Collects what a GPU machine needs to run the `gpu` tests and the CUDA
 # benchmark into .gpu-bundle/ (git-ignored): the gpu test binaries,
 # vismoe-bench-lite (the benchmark without OpenCV) and every shared library
-# they load that is not part of the base system, CUDA's libcudart included.
-# cuBLAS is dlopen'ed at run time from the GPU machine's own CUDA/PyTorch
-# install (run_bundle.sh finds it). Name .gpu-bundle in the device tool's
-# `carry` and run tests/gpu/run_bundle.sh there (its header lists the parts).
+# they load that is not part of the base system, CUDA's libcudart included,
+# then packs it as .gpu-bundle.tgz: the tree plus the unpacked bundle no longer
+# fit the device tool's 64 MiB, the archive does. cuBLAS is dlopen'ed at run
+# time from the GPU machine's own CUDA/PyTorch install (run_bundle.sh finds
+# it). Name .gpu-bundle.tgz in the device tool's `carry` and run
+# tests/gpu/run_bundle.sh there (it unpacks the archive; its header lists the parts).
 #   tests/gpu/make_bundle.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/release}
 out=$root/.gpu-bundle
-grep -qx '/.gpu-bundle/' "$root/.gitignore" || { echo "add /.gpu-bundle/ to .gitignore" >&2; exit 1; }
+for ignored in /.gpu-bundle/ /.gpu-bundle.tgz; do
+  grep -qx "$ignored" "$root/.gitignore" || { echo "add $ignored to .gitignore" >&2; exit 1; }
+done
 tests=$(cd "$root/tests" && find . -name '*_gpu_test.cc' -printf '%f\n' | sed 's/\.cc$//' | sort)
+# Unit tests with a cuda parameter that skips without a device: every decoder
+# and vision op of the CUDA backend against the double-precision reference.
+tests="$tests backend_ops_test vision_ops_test"
 cmake --build "$build" --target vismoe-bench-lite $tests
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
@@ -26,4 +33,5 @@ for b in "${bins[@]}"; do
 done | sort -u | while read -r name path; do
   if ! [[ $name =~ $base ]]; then cp -L "$path" "$out/lib/$name"; fi
 done
-du -sh "$out"
+tar czf "$out.tgz" -C "$root" .gpu-bundle
+du -sh "$out" "$out.tgz"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, after make_bundle.sh
-# built .gpu-bundle here and the device tool carried it. One part per call,
+# built .gpu-bundle.tgz here and the device tool carried it. One part per call,
 # because one device command may run 10 minutes at most:
 #
-#   tests/gpu/run_bundle.sh tests                  every gpu test (gtest JSON)
+#   tests/gpu/run_bundle.sh tests                  every gpu test and the op tests
+#       with a cuda parameter (gtest JSON)
 #   tests/gpu/run_bundle.sh bench 24G [1 4]        the CUDA benchmark of the
 #       Qwen3-VL-30B-A3B-shaped synthetic model at one budget, per image count
 #   tests/gpu/run_bundle.sh accelerate 24GiB 1 [TOKENS]
@@ -26,6 +27,8 @@ case "$what" in
     ;;
 esac
 root=$(pwd)
+# make_bundle.sh ships the bundle packed; unpack it once.
+if [ ! -d .gpu-bundle ] && [ -f .gpu-bundle.tgz ]; then tar xzf .gpu-bundle.tgz; fi
 work=$(mktemp -d)
 tag=$what${1:+-$1}
 summary="$OUT/$tag-summary.txt"
@@ -47,7 +50,7 @@ rc=0
 
 case "$what" in
   tests)
-    for t in .gpu-bundle/bin/*_gpu_test; do
+    for t in .gpu-bundle/bin/*_test; do
       name=$(basename "$t")
       timeout "$limit" "$t" --gtest_output="json:$work/$name.json" >"$work/$name.log" 2>&1 || rc=1
       # Totals, then each failed test once (gtest lists failures twice).
