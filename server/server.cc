@@ -137,6 +137,7 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.copy_bandwidth_bytes_per_s = static_cast<double>(options_.copy_bandwidth);
   eo.offload.eviction = options_.eviction;
   eo.offload.miss_policy = options_.miss_policy;
+  eo.offload.host_experts = options_.host_experts;
   eo.offload.host_moe_layers = options_.host_moe_layers;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.offload.preload = options_.preload;

@@ -124,6 +124,10 @@ ABSL_FLAG(std::string, miss_policy, kDefaults.miss_policy,
           "flight: fetch (exact) | cpu (compute it on the host when the measured host time is "
           "below its copy time; exact) | commit (lossy, paper 003: uncertain tokens compute with "
           "predicted experts already there; needs --expert_predictor)");
+ABSL_FLAG(std::string, host_experts, kDefaults.host_experts,
+          "Where expert copies are read from: mapped (the mmapped checkpoint, no second host "
+          "copy) | packed (a packed copy, page-locked on CUDA) | auto (packed only where a "
+          "page-locked copy fits the host's available memory with room to spare)");
 ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
           "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
           "profile's");
@@ -374,6 +378,7 @@ const std::vector<OptionDef>& OptionDefs() {
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.preload_share); }},
       VISMOE_STRING_OPTION(miss_policy),
+      VISMOE_STRING_OPTION(host_experts),
       SkipThresholdOption("commit_threshold", &ServerOptions::commit_threshold),
       NumberOption(
           "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1, [](double x) { return x >= 0; },
@@ -569,6 +574,11 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("option miss_policy: unknown policy \"",
                                                    o->miss_policy, "\" (",
                                                    PolicyNames<MissPolicy>(", "), ")"));
+  }
+  if (!PolicyFromName<HostStoreMode>(o->host_experts).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("option host_experts: unknown mode \"",
+                                                   o->host_experts, "\" (",
+                                                   PolicyNames<HostStoreMode>(", "), ")"));
   }
   if (o->miss_policy == "commit" && o->calibration_profile.empty() && o->commit_threshold < 0) {
     return absl::InvalidArgumentError(

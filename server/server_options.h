@@ -99,6 +99,9 @@ struct ServerOptions {
   // ceil(top_k / 2) and top_k - 1). A request may override the policy, the
   // threshold and both alphas.
   std::string miss_policy = "fetch";
+  // Where expert copies are read from: auto | mapped | packed
+  // (engine/offload/host_store_mode.h; OffloadOptions::host_experts).
+  std::string host_experts = "auto";
   double commit_threshold = -1;
   double commit_owa_alpha1 = 0;
   double commit_owa_alpha2 = 1;

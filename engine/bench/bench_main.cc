@@ -93,10 +93,11 @@ int Main() {
                            {"token_compressor", b.engine.compression.kind},
                            {"keep_ratio", b.keep_ratio},
                            {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
-                           {"map_host_experts", b.engine.offload.map_host_experts},
+                           {"host_experts", b.engine.offload.host_experts},
                            {"miss_policy", b.engine.offload.miss_policy},
                            {"host_moe_layers", b.engine.offload.host_moe_layers},
-                           {"checkpoint_bytes", CheckpointBytes(b.engine.model_path)},
+                           {"checkpoint_bytes",
+                            CheckpointBytes(b.engine.model_path, b.engine.synthetic_weights)},
                            {"peak_rss_bytes", peak_rss},
                            {"startup_seconds", startup_seconds}};
   report.update(SummaryJson(*summary, expert_bytes, bw));

@@ -36,9 +36,10 @@ ABSL_FLAG(int, preload_experts, 0, "experts preloaded per offloaded layer; 0 = t
 ABSL_FLAG(double, preload_share, 0.5,
           "fraction of the slab cache, in (0, 1], all running sequences' preloaded experts may "
           "hold together");
-ABSL_FLAG(bool, map_host_experts, true,
-          "serve expert copies from the mmapped checkpoint (false: pack a second host copy of "
-          "every offloaded expert at start-up, as before); only where the backend allows it");
+ABSL_FLAG(std::string, host_experts, "auto",
+          "where expert copies are read from: mapped (the mmapped checkpoint, no second host "
+          "copy) | packed (a packed copy, page-locked on CUDA) | auto (packed only where a "
+          "page-locked copy fits the host's available memory with room to spare)");
 ABSL_FLAG(std::string, miss_policy, "fetch",
           "an offloaded expert miss: fetch (copy it in, wait) | cpu (compute it on the host when "
           "the measured host time is below its copy time; engine/policy/host_experts.md) | "
@@ -162,7 +163,8 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--lookahead_window=", o.lookahead_window, ": must be >= 1"));
   }
-  o.map_host_experts = absl::GetFlag(FLAGS_map_host_experts);
+  o.host_experts = absl::GetFlag(FLAGS_host_experts);
+  VISMOE_RETURN_IF_ERROR(CheckPolicy<HostStoreMode>("host_experts", o.host_experts));
   o.preload = absl::GetFlag(FLAGS_preload);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<PreloadKind>("preload", o.preload));
   o.preload_experts = absl::GetFlag(FLAGS_preload_experts);

@@ -83,7 +83,13 @@ double MeasureCopyBandwidth(const std::string& backend_name, double throttle, in
   return bw;
 }
 
-int64_t CheckpointBytes(const std::string& model_path) {
+int64_t CheckpointBytes(const std::string& model_path, bool synthetic_weights) {
+  if (synthetic_weights) {
+    auto config = ModelConfig::Load(model_path);
+    if (!config.ok()) return 0;
+    auto sizes = MeasureSynthetic(*config);  // no allocation
+    return sizes.ok() ? sizes->total_bytes : 0;
+  }
   std::error_code ec;
   int64_t total = 0;
   for (const auto& entry : std::filesystem::directory_iterator(model_path, ec)) {

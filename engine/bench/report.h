@@ -25,9 +25,10 @@ int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights);
 // Errors (no device) give 0.
 double MeasureCopyBandwidth(const std::string& backend_name, double throttle, int64_t block_bytes);
 
-// Bytes of the *.safetensors files in `model_path` (0 when there are none,
-// e.g. a config-only directory for --synthetic_weights).
-int64_t CheckpointBytes(const std::string& model_path);
+// Bytes of the *.safetensors files in `model_path` (0 when there are none);
+// with `synthetic_weights`, the bytes of the weights generated in memory from
+// its config.json instead, so peak RSS compares with the weights either way.
+int64_t CheckpointBytes(const std::string& model_path, bool synthetic_weights = false);
 
 // The process's peak resident set so far (getrusage), in bytes.
 int64_t PeakRssBytes();

@@ -43,6 +43,11 @@ constexpr Entry<MissPolicy> kMissPolicies[] = {
     {MissPolicy::kCommit, "commit", false},
     {MissPolicy::kCpu, "cpu", false},
 };
+constexpr Entry<HostStoreMode> kHostStoreModes[] = {
+    {HostStoreMode::kAuto, "auto", false},
+    {HostStoreMode::kMapped, "mapped", false},
+    {HostStoreMode::kPacked, "packed", false},
+};
 
 template <typename Kind>
 struct Table;
@@ -69,6 +74,10 @@ struct Table<PreloadKind> {
 template <>
 struct Table<MissPolicy> {
   static constexpr const auto& entries = kMissPolicies;
+};
+template <>
+struct Table<HostStoreMode> {
+  static constexpr const auto& entries = kHostStoreModes;
 };
 
 template <typename Kind>
@@ -105,6 +114,7 @@ const char* PolicyName(EvictionPolicy kind) { return NameOf(kind); }
 const char* PolicyName(SkipKind kind) { return NameOf(kind); }
 const char* PolicyName(PreloadKind kind) { return NameOf(kind); }
 const char* PolicyName(MissPolicy kind) { return NameOf(kind); }
+const char* PolicyName(HostStoreMode kind) { return NameOf(kind); }
 
 template std::optional<CompressorKind> PolicyFromName<CompressorKind>(absl::string_view);
 template std::optional<PredictorKind> PolicyFromName<PredictorKind>(absl::string_view);
@@ -118,5 +128,7 @@ template std::optional<PreloadKind> PolicyFromName<PreloadKind>(absl::string_vie
 template std::string PolicyNames<PreloadKind>(absl::string_view);
 template std::optional<MissPolicy> PolicyFromName<MissPolicy>(absl::string_view);
 template std::string PolicyNames<MissPolicy>(absl::string_view);
+template std::optional<HostStoreMode> PolicyFromName<HostStoreMode>(absl::string_view);
+template std::string PolicyNames<HostStoreMode>(absl::string_view);
 
 }  // namespace vismoe

@@ -9,6 +9,7 @@
 //   SkipKind        none | dual-threshold                      (MoDES expert skipping)
 //   PreloadKind     none | prefill-routing                     (MELINOE per-sequence preload)
 //   MissPolicy      fetch | commit | cpu                       (an offloaded expert's miss)
+//   HostStoreMode   auto | mapped | packed                     (where host experts are read from)
 //
 // Thread safety: constant tables and free functions.
 #ifndef VISMOE_ENGINE_CORE_POLICY_NAMES_H_
@@ -32,6 +33,10 @@ enum class PreloadKind { kNone, kPrefillRouting };
 // compute it on the host when that is measured to cost less than the copy
 // (engine/policy/host_experts.md; exact).
 enum class MissPolicy { kFetch, kCommit, kCpu };
+// Where the offload runtime reads host experts from: the mmapped checkpoint
+// (mapped: no second host copy) or a packed copy (page-locked on CUDA: full
+// copy bandwidth); auto picks (engine/offload/host_store_mode.h).
+enum class HostStoreMode { kAuto, kMapped, kPacked };
 
 // The kind named `name` (or one of its aliases); nullopt for an unknown name.
 template <typename Kind>
@@ -43,6 +48,7 @@ const char* PolicyName(EvictionPolicy kind);
 const char* PolicyName(SkipKind kind);
 const char* PolicyName(PreloadKind kind);
 const char* PolicyName(MissPolicy kind);
+const char* PolicyName(HostStoreMode kind);
 // Every canonical name of a kind, in table order, joined by `separator`:
 // PolicyNames<CompressorKind>(", ") == "none, random, saliency, affinity".
 template <typename Kind>

@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
     ExpertProvider& source, absl::Span<const int> layers, int num_experts,
     HostAllocator* allocator, std::optional<DType> dtype, bool map_if_possible) {
   std::unique_ptr<HostExpertStore> s(new HostExpertStore());
-  const bool may_map = map_if_possible && allocator == nullptr && source.views_outlive_release();
+  const bool may_map = map_if_possible && source.views_outlive_release();
   s->allocator_ = allocator != nullptr ? allocator : AlignedHostAllocator::Default();
   s->num_experts_ = num_experts;
   if (layers.empty() || num_experts <= 0) return s;

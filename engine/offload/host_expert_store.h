@@ -8,12 +8,13 @@
 // checkpoints' experts as bf16, converted once at start-up).
 // Memory comes from a HostAllocator so the CUDA backend can page-lock it
 // (cudaHostAlloc) while the CPU backend uses aligned heap memory.
-// Mapped mode (no second host copy): where the source's views outlive
-// Release() (the mmapped checkpoint), no conversion is asked for and no
-// page-locked allocator is given, the store keeps the source's views instead
-// of packing them, and a copy gathers an expert's two or three tensors
-// straight from the checkpoint into the destination block (Segments()). A
-// 30B checkpoint's experts would otherwise be held twice in host memory.
+// Mapped mode (no second host copy): where the owner asks for it
+// (engine/offload/host_store_mode.h), the source's views outlive Release()
+// (the mmapped checkpoint) and no conversion is needed, the store keeps the
+// source's views instead of packing them, and a copy gathers an expert's two
+// or three tensors straight from the checkpoint into the destination block
+// (Segments()). A 30B checkpoint's experts would otherwise be held twice in
+// host memory.
 // Thread safety: immutable after Create(); reads from any thread.
 // Ownership: owns its block (packed mode); the allocator must outlive the
 // store; in mapped mode the source must outlive it.
@@ -83,8 +84,8 @@ class HostExpertStore {
   // `allocator` null = AlignedHostAllocator::Default().
   // `dtype`: the dtype experts are packed in (unset = the checkpoint's).
   // `map_if_possible`: keep the source's views instead (mapped mode) when
-  // `allocator` is null, `dtype` is unset or the source's, and
-  // source.views_outlive_release().
+  // `dtype` is unset or the source's and source.views_outlive_release();
+  // `allocator` then allocates nothing.
   static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(
       ExpertProvider& source, absl::Span<const int> layers, int num_experts,
       HostAllocator* allocator, std::optional<DType> dtype = std::nullopt,

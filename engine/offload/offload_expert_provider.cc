@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
+#include "engine/offload/host_store_mode.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe {
@@ -75,6 +76,12 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
         absl::StrCat("history decay must be in (0, 1], got ", options.history_decay));
   }
   VISMOE_RETURN_IF_ERROR(CheckPreloadOptions(options));
+  const std::optional<HostStoreMode> mode = PolicyFromName<HostStoreMode>(options.host_experts);
+  if (!mode.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("host experts must be one of ",
+                                                   PolicyNames<HostStoreMode>(", "), "; got '",
+                                                   options.host_experts, "'"));
+  }
   std::unique_ptr<OffloadExpertProvider> p(new OffloadExpertProvider());
   p->plan_ = plan;
   p->options_ = options;
@@ -103,14 +110,19 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
   // at a time through a short-lived store and copied into the arena, so host
   // memory never holds a second copy of every prefix layer at once (a 30B
   // synthetic checkpoint already fills half the host).
+  const int64_t packed_bytes = plan.expert_bytes * config.num_experts *
+                               static_cast<int64_t>(plan.offloaded_layer_ids.size());
+  const bool map = MapHostExperts(*mode, device.host_allocator != nullptr, packed_bytes,
+                                  device.host_memory_available);
   VISMOE_ASSIGN_OR_RETURN(
       p->store_, HostExpertStore::Create(source, plan.offloaded_layer_ids, config.num_experts,
-                                         device.host_allocator, device.expert_dtype,
-                                         options.map_host_experts));
+                                         device.host_allocator, device.expert_dtype, map));
   const std::vector<int>& prefix_layers = plan.pinned_layer_ids;
+  // A prefix layer's store lives only while it is uploaded: mapping it saves a
+  // temporary copy unless packing was asked for.
   auto pack_layer = [&](int layer) {
     return HostExpertStore::Create(source, {layer}, config.num_experts, nullptr,
-                                   device.expert_dtype, options.map_host_experts);
+                                   device.expert_dtype, *mode != HostStoreMode::kPacked);
   };
   std::unique_ptr<HostExpertStore> one;  // the prefix layer being uploaded
   ExpertFormat pinned_format;
@@ -166,8 +178,11 @@ absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> OffloadExpertProvider::Cr
       "{}, {} MoE layers on the host",
       plan.DebugString(), EvictionPolicyName(policy),
       p->predictor_ != nullptr ? p->predictor_->name() : "none", options.copy_bandwidth_bytes_per_s,
-      p->store_->mapped() ? std::string("served from the checkpoint (no second copy)")
-                          : absl::StrCat("packed (", p->store_->total_bytes(), " bytes)"),
+      p->store_->mapped()
+          ? absl::StrCat("served from the checkpoint (no second copy; host_experts ",
+                         options.host_experts, ")")
+          : absl::StrCat("packed (", p->store_->total_bytes(), " bytes; host_experts ",
+                         options.host_experts, ")"),
       PolicyName(p->miss_policy_), options.host_moe_layers);
   return p;
 }

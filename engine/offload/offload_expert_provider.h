@@ -86,6 +86,9 @@ struct OffloadDevice {
   // backend runs bf16 experts whatever the checkpoint holds); unset = the
   // checkpoint's.
   std::optional<DType> expert_dtype;
+  // The host's available memory in bytes (HostMemoryAvailable()), for
+  // host_experts=auto; 0 = unknown.
+  int64_t host_memory_available = 0;
 };
 
 class OffloadExpertProvider final : public ExpertProvider {
@@ -93,11 +96,11 @@ class OffloadExpertProvider final : public ExpertProvider {
   // Packs the experts of `plan`'s layers from `source` (used only during
   // Create) into the pinned prefix and the host store, carves the arena and
   // starts the copy thread. `predictor` null = no prefetch (and guarded
-  // eviction falls back to last use). With options.map_host_experts, a
-  // source whose views outlive Release() (the checkpoint's) and no
-  // device.host_allocator, the store keeps the source's views instead of a
-  // packed copy: REQUIRES then that the memory behind them (the checkpoint)
-  // outlives the provider.
+  // eviction falls back to last use). Where options.host_experts maps
+  // (MapHostExperts) and the source's views outlive Release() (the
+  // checkpoint's), the store keeps the source's views instead of a packed
+  // copy: REQUIRES then that the memory behind them (the checkpoint) outlives
+  // the provider.
   static absl::StatusOr<std::unique_ptr<OffloadExpertProvider>> Create(
       ExpertProvider& source, const TextConfig& config, const MemoryPlan& plan,
       const OffloadOptions& options, StatsSink* stats,
@@ -148,6 +151,10 @@ class OffloadExpertProvider final : public ExpertProvider {
   void SetExpertPriority(int layer, int expert, double priority);
   const MemoryPlan& plan() const { return plan_; }
   const ExpertFormat& format() const { return store_->format(); }
+  // True when copies read the checkpoint (no packed host copy was made).
+  bool host_experts_mapped() const { return store_->mapped(); }
+  // Host bytes of the packed copy (0 when mapped).
+  size_t host_store_bytes() const { return store_->total_bytes(); }
   // Copy engine statistics (bytes, busy time) for bandwidth measurement.
   TransferEngine::Stats transfer_stats() const { return transfer_->stats(); }
   // Blocks until no copy is queued or running (tests, benchmarks).

@@ -19,10 +19,11 @@ struct OffloadOptions {
   int lookahead_window = 5;    // W: MoE layers a lookahead predictor scores ahead
   double history_decay = 0.8;             // history predictor decay per step
   int64_t activation_bytes = 0;           // reserved in the plan for activations
-  // Serve expert copies straight from the mmapped checkpoint instead of a
-  // packed second host copy, where the backend allows it (CPU backend; the
-  // CUDA backend packs into page-locked memory). See HostExpertStore.
-  bool map_host_experts = true;
+  // Where expert copies are read from (engine/offload/host_store_mode.h):
+  // "mapped" straight from the mmapped checkpoint (no second host copy),
+  // "packed" from a packed copy (page-locked on CUDA), "auto" packs only a
+  // page-locked copy that fits the host's available memory with room to spare.
+  std::string host_experts = "auto";
   // Per-sequence preload (MELINOE; engine/policy/preload.md): "none" |
   // "prefill-routing" (after a sequence's prefill, its top preload_experts
   // experts per offloaded layer by prefill routing mass are copied in and kept

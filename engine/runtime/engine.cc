@@ -31,6 +31,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/synthetic_weights.h"
 #include "engine/model/tokenizer.h"
+#include "engine/offload/host_store_mode.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/preload_set.h"
@@ -340,7 +341,7 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   VISMOE_ASSIGN_OR_RETURN(MemoryPlan plan, MakeMemoryPlan(sizes, po));
   const OffloadDevice device{device_parts_.host_allocator.get(),
                              device_parts_.device_allocator.get(), device_parts_.copy.get(),
-                             device_parts_.expert_dtype};
+                             device_parts_.expert_dtype, HostMemoryAvailable()};
   VISMOE_ASSIGN_OR_RETURN(
       offload_, OffloadExpertProvider::Create(*experts_, config_.text, plan, options_.offload,
                                               options_.stats, std::move(predictor), device));

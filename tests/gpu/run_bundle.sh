@@ -7,6 +7,7 @@
 #       with a cuda parameter (gtest JSON)
 #   tests/gpu/run_bundle.sh bench 24G [1 4]        the CUDA benchmark of the
 #       Qwen3-VL-30B-A3B-shaped synthetic model at one budget, per image count
+#       (VISMOE_HOST_EXPERTS=mapped|packed: --host_experts; default auto)
 #   tests/gpu/run_bundle.sh accelerate 24GiB 1 [TOKENS]
 #       the transformers + accelerate baseline (tests/bench/accelerate_baseline.py)
 #
@@ -66,9 +67,10 @@ case "$what" in
     [ $# -gt 0 ] || set -- 1 4
     model=tests/fixtures/synthetic/qwen3-vl-30b-a3b
     for images in "$@"; do
-      run="bench-$budget-${images}img"
+      run="bench-$budget-${images}img${VISMOE_HOST_EXPERTS:+-$VISMOE_HOST_EXPERTS}"
       timeout "$limit" .gpu-bundle/bin/vismoe-bench-lite --model="$model" --synthetic_weights \
         --backend=cuda --budget="$budget" --synthetic_images="$images" --max_new_tokens=128 \
+        ${VISMOE_HOST_EXPERTS:+--host_experts=$VISMOE_HOST_EXPERTS} \
         --prefetch=router-lookahead --eviction=guarded --max_context_tokens=8192 \
         --prompt="Describe the images in detail." \
         --json_out="$work/$run.json" >/dev/null 2>"$work/$run.log" || rc=1

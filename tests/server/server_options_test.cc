@@ -90,6 +90,9 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.miss_policy = "commit";  // no threshold and no profile
   fails(o, "\"commit\" needs commit_threshold");
   o = base;
+  o.host_experts = "pinned";
+  fails(o, "option host_experts: unknown mode \"pinned\" (auto, mapped, packed)");
+  o = base;
   o.host_moe_layers = -2;
   fails(o, "option host_moe_layers must be >= 0, got -2");
   o = base;
@@ -128,6 +131,9 @@ TEST(ServerOptionsTest, HostExecutionOptions) {
   EXPECT_EQ(o.miss_policy, "cpu");
   EXPECT_EQ(o.host_moe_layers, 2);
   EXPECT_THAT(o.DebugString(), HasSubstr("miss_policy = cpu"));
+  EXPECT_EQ(o.host_experts, "auto");
+  ASSERT_TRUE(SetServerOption("host_experts", "mapped", &o).ok());
+  EXPECT_THAT(o.DebugString(), HasSubstr("host_experts = mapped"));
   absl::Status bad = SetServerOption("host_moe_layers", "two", &o);
   EXPECT_THAT(std::string(bad.message()),
               HasSubstr("option host_moe_layers: invalid value \"two\": expected an integer"));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -325,6 +326,15 @@ TEST(VismoeBenchE2eTest, SyntheticWeightsRunOnAConfigOnlyDirectory) {
   EXPECT_EQ(r["per_request"][0]["completion_tokens"].get<int>(), 4);
   EXPECT_TRUE(r["micro"].is_array());
   EXPECT_NE(run.log.find("synthetic weights:"), std::string::npos) << "the allocation line";
+  // checkpoint_bytes: the generated weights' bytes, as the allocation line says.
+  const std::string bytes = absl::StrCat(r["checkpoint_bytes"].get<int64_t>(), " bytes");
+  EXPECT_GT(r["checkpoint_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(run.log.find("tensors, " + bytes), std::string::npos) << bytes << "\n" << run.log;
+  // host_experts=auto on the CPU backend: copies read the generated weights.
+  EXPECT_EQ(r["host_experts"].get<std::string>(), "auto");
+  EXPECT_NE(run.log.find("served from the checkpoint (no second copy; host_experts auto)"),
+            std::string::npos)
+      << run.log;
 }
 
 TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
@@ -414,7 +424,8 @@ TEST(VismoeBenchE2eTest, HostExecutionIsReported) {
 }
 
 TEST(VismoeBenchE2eTest, BadFlagsExitTwoNamingTheFlag) {
-  for (const char* flag : {"--backend=tpu", "--synthetic_images=-1", "--synthetic_image_size=8"}) {
+  for (const char* flag : {"--backend=tpu", "--synthetic_images=-1", "--synthetic_image_size=8",
+                           "--host_experts=pinned"}) {
     const BenchRun bad = RunBench("vismoe_bench_bad_flag", {flag});
     EXPECT_EQ(bad.rc, 2) << bad.log;
     EXPECT_NE(bad.log.find(flag), std::string::npos) << bad.log;

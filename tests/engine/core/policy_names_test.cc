@@ -27,6 +27,8 @@ TEST(PolicyNamesTest, EveryKindRoundTrips) {
   ExpectRoundTrip<SkipKind>({SkipKind::kNone, SkipKind::kDualThreshold});
   ExpectRoundTrip<PreloadKind>({PreloadKind::kNone, PreloadKind::kPrefillRouting});
   ExpectRoundTrip<MissPolicy>({MissPolicy::kFetch, MissPolicy::kCommit, MissPolicy::kCpu});
+  ExpectRoundTrip<HostStoreMode>(
+      {HostStoreMode::kAuto, HostStoreMode::kMapped, HostStoreMode::kPacked});
 }
 
 TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
@@ -36,6 +38,7 @@ TEST(PolicyNamesTest, ListsAreTheDocumentedNames) {
   EXPECT_EQ(PolicyNames<SkipKind>(", "), "none, dual-threshold");
   EXPECT_EQ(PolicyNames<PreloadKind>(", "), "none, prefill-routing");
   EXPECT_EQ(PolicyNames<MissPolicy>(", "), "fetch, commit, cpu");
+  EXPECT_EQ(PolicyNames<HostStoreMode>(", "), "auto, mapped, packed");
 }
 
 TEST(PolicyNamesTest, AliasIsAcceptedButNotPrinted) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "engine/policy/history_expert_predictor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/offload/counting_host_allocator.h"
 #include "tests/engine/offload/fake_expert_source.h"
 #include "tests/engine/offload/flaky_copy_backend.h"
 
@@ -162,7 +164,7 @@ TEST(OffloadExpertProviderTest, MappedStoreServesTheSameExperts) {
     OffloadDevice device;
     device.copy = &backend;
     OffloadOptions o;
-    o.map_host_experts = map;
+    o.host_experts = map ? "mapped" : "packed";
     auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr,
                                                  nullptr, device);
     ASSERT_TRUE(created.ok()) << created.status();
@@ -189,6 +191,64 @@ TEST(OffloadExpertProviderTest, MappedStoreServesTheSameExperts) {
   EXPECT_EQ(stats[1].bytes_h2d, stats[0].bytes_h2d);
   EXPECT_EQ(stats[1].cache_hits, stats[0].cache_hits);
   EXPECT_EQ(stats[1].cache_queries, stats[0].cache_queries);
+}
+
+// host_experts: auto packs a page-locked copy only where it fits the host's
+// available memory with room to spare (unknown memory: packs, as before);
+// mapped and packed force a side; a dtype conversion packs whatever the mode.
+// Either way the same experts come out.
+TEST(OffloadExpertProviderTest, HostExpertsModeChoosesMappedOrPacked) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  struct Case {
+    const char* mode;
+    int64_t available;
+    std::optional<DType> dtype;
+    bool mapped;
+  };
+  for (const Case& c : {Case{"auto", 1024 * kGiB, std::nullopt, false},
+                        Case{"auto", 2 * kGiB, std::nullopt, true},
+                        Case{"auto", 0, std::nullopt, false},
+                        Case{"mapped", 1024 * kGiB, std::nullopt, true},
+                        Case{"packed", 2 * kGiB, std::nullopt, false},
+                        Case{"mapped", 2 * kGiB, DType::kBF16, false}}) {
+    SCOPED_TRACE(::testing::Message() << c.mode << " available " << c.available
+                                      << (c.dtype ? " converted" : ""));
+    FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+    src.stable_views = true;
+    testing::CountingHostAllocator page_locked;
+    OffloadDevice device;
+    device.host_allocator = &page_locked;
+    device.host_memory_available = c.available;
+    device.expert_dtype = c.dtype;
+    OffloadOptions o;
+    o.host_experts = c.mode;
+    auto created = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), o, nullptr,
+                                                 nullptr, device);
+    ASSERT_TRUE(created.ok()) << created.status();
+    OffloadExpertProvider& p = **created;
+    EXPECT_EQ(p.host_experts_mapped(), c.mapped);
+    EXPECT_EQ(page_locked.bytes_total, p.host_store_bytes());
+    EXPECT_EQ(p.host_store_bytes() > 0, !c.mapped);
+    for (int layer : {1, 2}) {
+      auto order = p.BeginLayer(Phase::kDecode, layer, std::vector<int>{0, 3});
+      ASSERT_TRUE(order.ok()) << order.status();
+      for (int e : *order) {
+        auto w = p.Acquire(layer, e);
+        ASSERT_TRUE(w.ok()) << w.status();
+        EXPECT_TRUE(src.Holds(*w, layer, e)) << layer << "/" << e;
+        p.Release(layer, e);
+      }
+      p.EndLayer(layer);
+    }
+  }
+  OffloadOptions bad;
+  bad.host_experts = "pinned";
+  FakeExpertSource src(3, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  auto refused = OffloadExpertProvider::Create(src, src.Config(2), src.Plan(1, 2), bad, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("host experts must be one of auto, mapped, packed; got 'pinned'"));
 }
 
 // A source whose layer 1 reports its experts with other shapes (same bytes).
@@ -814,7 +874,7 @@ TEST(OffloadExpertProviderTest, RandomSchedulesWithHostExecutionKeepInvariants) 
     o.prefetch = rng() % 2 ? "history" : "none";
     o.miss_policy = rng() % 4 ? "cpu" : "fetch";
     o.host_moe_layers = static_cast<int>(rng() % (kLayers - pinned + 1));
-    o.map_host_experts = rng() % 2;
+    o.host_experts = rng() % 2 ? "mapped" : "packed";
     o.copy_bandwidth_bytes_per_s = 1e9;
     HistoryExpertPredictor* hist = nullptr;
     auto p = Make(src, 3, src.Plan(pinned, 1 + static_cast<int>(rng() % 6)), o, nullptr, &hist);

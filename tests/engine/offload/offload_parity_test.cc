@@ -80,7 +80,7 @@ TEST(OffloadParityTest, EveryBudgetMatchesResidentBitForBit) {
     OffloadOptions oo;
     oo.eviction = v.eviction;
     oo.prefetch = v.prefetch;
-    oo.map_host_experts = !v.packed;
+    oo.host_experts = v.packed ? "packed" : "mapped";
     auto offload = OffloadExpertProvider::Create(**resident, config->text, *plan, oo, nullptr);
     ASSERT_TRUE(offload.ok()) << offload.status();
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -217,7 +217,7 @@ TEST(OffloadParityTest, HostExecutionMatchesResidentBitForBit) {
     oo.host_moe_layers = v.host_layers;
     oo.copy_bandwidth_bytes_per_s = 5e6;
     oo.prefetch = "history";
-    oo.map_host_experts = !v.packed;
+    oo.host_experts = v.packed ? "packed" : "mapped";
     auto offload = OffloadExpertProvider::Create(**resident, config->text, *plan, oo, nullptr);
     ASSERT_TRUE(offload.ok()) << offload.status();
     for (size_t i = 0; i < cases.size(); ++i) {

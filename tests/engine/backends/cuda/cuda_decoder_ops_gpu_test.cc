@@ -160,14 +160,22 @@ TEST_F(CudaDecoderTest, TextCasesMatchTheCpuReferenceForEveryPlacement) {
   const nlohmann::json cases = vismoe::testing::TextCases();
   ASSERT_TRUE(cases.is_array() && !cases.empty());
   const int vocab = config_.text.vocab_size;
+  // host_experts: packed copies come from page-locked memory, mapped ones
+  // from the checkpoint's pageable pages (bf16 fixture: nothing to convert).
   struct Variant {
     int pinned, slabs;
+    std::string host_experts;
   };
-  for (const Variant& v :
-       {Variant{NumMoeLayers(), 0}, Variant{0, 1}, Variant{1, 3}, Variant{0, -1}}) {
-    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs);
-    auto device = DeviceProvider(v.pinned, v.slabs, "none");
+  for (const Variant& v : {Variant{NumMoeLayers(), 0, "packed"}, Variant{0, 1, "packed"},
+                           Variant{1, 3, "packed"}, Variant{0, -1, "packed"},
+                           Variant{0, 1, "mapped"}, Variant{1, 3, "mapped"}}) {
+    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs << " "
+                                      << v.host_experts);
+    OffloadOptions oo;
+    oo.host_experts = v.host_experts;
+    auto device = DeviceProvider(v.pinned, v.slabs, "none", oo);
     ASSERT_NE(device, nullptr);
+    EXPECT_EQ(device->host_experts_mapped(), v.host_experts == "mapped");
     for (const auto& c : cases) {
       const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
       std::vector<int> cpu_tokens, gpu_tokens;
