@@ -24,7 +24,7 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
   const int64_t q_stride = shape.q_row_stride > 0 ? shape.q_row_stride : int64_t{heads} * d;
   const int64_t out_stride = int64_t{heads} * d;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const bool avx2 = ActiveKernelPath() == KernelPath::kAvx2;
+  const bool avx2 = ActiveKernelPath() >= KernelPath::kAvx2;  // AVX-512 too: the AVX2 ones
   const auto dot = avx2 ? internal::DotAvx2 : Dot;
   const auto axpy = avx2 ? internal::AxpyAvx2 : Axpy;
 

@@ -1,5 +1,6 @@
 #include "engine/ops/cpu/kernel_dispatch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
@@ -33,13 +34,30 @@ bool HasAvx2() {
 #endif
 }
 
-// VISMOE_CPU_KERNEL_PATH=portable makes a whole process (a parity test, the
-// server) run the portable path on a machine that has AVX2, so every path's
-// end-to-end exactness can be checked on one machine.
+bool HasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // Likewise for the ZMM and opmask state.
+  __builtin_cpu_init();
+  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+// The best path the hardware runs, capped by VISMOE_CPU_KERNEL_PATH (an
+// unknown value caps nothing), so every path's end-to-end exactness can be
+// checked on one machine.
 KernelPath Detect() {
+  KernelPath best = HasAvx512() ? KernelPath::kAvx512
+                    : HasAvx2() ? KernelPath::kAvx2
+                                : KernelPath::kPortable;
   const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
-  if (env != nullptr && std::string_view(env) == "portable") return KernelPath::kPortable;
-  return HasAvx2() ? KernelPath::kAvx2 : KernelPath::kPortable;
+  if (env == nullptr) return best;
+  for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvx512}) {
+    if (std::string_view(env) == KernelPathName(p)) return std::min(best, p);
+  }
+  return best;
 }
 
 }  // namespace
@@ -50,6 +68,8 @@ std::string_view KernelPathName(KernelPath p) {
       return "portable";
     case KernelPath::kAvx2:
       return "avx2";
+    case KernelPath::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -65,17 +85,17 @@ KernelPath ActiveKernelPath() {
 }
 
 std::vector<KernelPath> AvailableKernelPaths() {
-  std::vector<KernelPath> paths{KernelPath::kPortable};
-  if (DetectedKernelPath() == KernelPath::kAvx2) paths.push_back(KernelPath::kAvx2);
+  std::vector<KernelPath> paths;
+  for (KernelPath p : {KernelPath::kPortable, KernelPath::kAvx2, KernelPath::kAvx512}) {
+    if (p <= DetectedKernelPath()) paths.push_back(p);
+  }
   return paths;
 }
 
 std::optional<KernelPath> ForceKernelPathForTesting(std::optional<KernelPath> path) {
   int value = -1;
   if (path.has_value()) {
-    const bool runnable =
-        *path == KernelPath::kPortable || DetectedKernelPath() == KernelPath::kAvx2;
-    value = runnable ? static_cast<int>(*path) : -1;
+    value = *path <= DetectedKernelPath() ? static_cast<int>(*path) : -1;
   }
   const int old = g_forced.exchange(value);
   if (old < 0) return std::nullopt;

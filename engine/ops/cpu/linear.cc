@@ -26,8 +26,10 @@ void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const Tenso
     ToFloat(bias->dtype, bias->data, out, b.data());
   }
   const internal::MatMulArgs a{x, n, in, w.data, w.dtype, out, b.empty() ? nullptr : b.data(), y};
-  const auto kernel = ActiveKernelPath() == KernelPath::kAvx2 ? internal::LinearRowsAvx2
-                                                              : internal::LinearRowsPortable;
+  const KernelPath path = ActiveKernelPath();
+  const auto kernel = path == KernelPath::kAvx512 ? internal::LinearRowsAvx512
+                      : path == KernelPath::kAvx2 ? internal::LinearRowsAvx2
+                                                  : internal::LinearRowsPortable;
   ParallelFor(pool, out, kMinRowsPerChunk, [&](int64_t o0, int64_t o1) { kernel(a, o0, o1); });
 }
 
@@ -35,7 +37,8 @@ void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
   const internal::MatMulArgs a{x, n, in, w_t.data, w_t.dtype, out, nullptr, y};
-  const auto kernel = ActiveKernelPath() == KernelPath::kAvx2 ? internal::LinearColsAvx2
+  // The AVX-512 path runs the AVX2 cols kernels (matmul_kernels.h).
+  const auto kernel = ActiveKernelPath() >= KernelPath::kAvx2 ? internal::LinearColsAvx2
                                                               : internal::LinearColsPortable;
   const int64_t units = (out + kColsPerUnit - 1) / kColsPerUnit;
   ParallelFor(pool, units, 1, [&](int64_t u0, int64_t u1) {

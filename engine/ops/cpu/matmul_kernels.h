@@ -11,10 +11,13 @@
 //   Rows kernels (weights [out, in]): eight lanes; lane l sums x[i] * w[i] for
 //   i = l (mod 8) in increasing i (the last partial chunk zero-padded), then the
 //   lanes are reduced as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then + bias.
-//   Cols kernels (weights [in, out]): one chain per output, i = 0..in-1 in order.
-// The AVX2 path fuses each multiply-add (FMA, one rounding); the portable path
-// rounds the product and the sum separately, so the two paths agree within
-// fp32 summation error, not bit for bit.
+//   The AVX-512 rows kernels use sixteen lanes (i = l mod 16), add lane l+8
+//   into lane l, then reduce those eight as above.
+//   Cols kernels (weights [in, out]): one chain per output, i = 0..in-1 in order
+//   (the AVX-512 path runs the AVX2 cols kernels).
+// The AVX2 and AVX-512 paths fuse each multiply-add (FMA, one rounding); the
+// portable path rounds the product and the sum separately. Paths agree within
+// fp32 summation error, not bit for bit; within one path the order is fixed.
 // Thread safety: pure functions of their arguments; callers give concurrent
 // calls disjoint [o0, o1) ranges.
 #ifndef VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_
@@ -40,6 +43,7 @@ struct MatMulArgs {
 // y[t, o] for every t and o in [o0, o1), weights [out, in].
 void LinearRowsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);
 void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
+void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1);
 
 // y[t, o] for every t and o in [o0, o1), weights [in, out] (read in place).
 void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);

@@ -1,10 +1,11 @@
 // cpu::Linear and cpu::LinearTransposed on every kernel path this machine can
-// run (the portable one always, AVX2 where present) against the fp32 reference
+// run (the portable one always, AVX2 and AVX-512 where present) against the fp32 reference
 // and a double-precision sum, over odd shapes and every weight dtype; and the
 // property batched decode relies on: an output row's bits do not depend on how
 // many rows share the call, where the row sits, or how many threads split it.
 #include "engine/ops/cpu/linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -239,14 +240,46 @@ TEST(KernelDispatchTest, ForcingAPathAndReturningToTheDetectedOne) {
   EXPECT_EQ(ActiveKernelPath(), KernelPath::kPortable);
   EXPECT_EQ(ForceKernelPathForTesting(std::nullopt), KernelPath::kPortable);
   EXPECT_EQ(ActiveKernelPath(), detected);
+  if (detected != KernelPath::kAvx512) {  // a path past the detected one is ignored
+    EXPECT_EQ(ForceKernelPathForTesting(KernelPath::kAvx512), std::nullopt);
+    EXPECT_EQ(ActiveKernelPath(), detected);
+  }
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
+  const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl");
   const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
-  const bool portable_forced = env != nullptr && std::string(env) == "portable";
-  EXPECT_EQ(detected == KernelPath::kAvx2, avx2 && !portable_forced);
+  const std::string cap = env != nullptr ? env : "";
+  const KernelPath hardware = avx512 ? KernelPath::kAvx512
+                              : avx2 ? KernelPath::kAvx2
+                                     : KernelPath::kPortable;
+  const KernelPath want = cap == "portable" ? KernelPath::kPortable
+                          : cap == "avx2"   ? std::min(hardware, KernelPath::kAvx2)
+                                            : hardware;
+  EXPECT_EQ(detected, want) << "VISMOE_CPU_KERNEL_PATH=" << cap;
 #endif
+}
+
+// The AVX-512 rows kernels only run where the CPU has AVX-512 (the tests above
+// cover them through AvailableKernelPaths()); elsewhere this says so.
+TEST(KernelDispatchTest, Avx512PathRunsWhereTheCpuHasIt) {
+  if (DetectedKernelPath() != KernelPath::kAvx512) {
+    GTEST_SKIP() << "this CPU (or VISMOE_CPU_KERNEL_PATH) gives no AVX-512 path: its kernels "
+                    "are not checked here";
+  }
+  ScopedPath scoped(KernelPath::kAvx512);
+  EXPECT_EQ(ActiveKernelPath(), KernelPath::kAvx512);
+  // Sixteen lanes: a row of 17 products, each exact, sums to the same value
+  // whatever the lane order, and matches the AVX2 path's.
+  std::vector<float> x(17, 0.5f);
+  const Weights w = MakeWeights(DType::kBF16, std::vector<float>(17 * 2, 2.0f), {2, 17});
+  std::vector<float> y(2);
+  Linear(nullptr, x.data(), 1, 17, w.view, nullptr, y.data());
+  EXPECT_EQ(y[0], 17.0f);
+  EXPECT_EQ(y[1], 17.0f);
 }
 
 }  // namespace

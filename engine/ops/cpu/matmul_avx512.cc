@@ -1,0 +1,248 @@
+// The AVX-512 path of the rows kernels (weights [out, in]): the AVX2 path's
+// structure (matmul_avx2.cc) on 16-wide ZMM registers. Decode's matrix-vector
+// product is one FMA chain per weight row, latency-bound wherever the row
+// comes from cache; sixteen lanes per chain halve the steps, so one thread
+// decodes faster, and prefill's 4 x 3 tiles do half the loop trips. Weights go
+// straight into ZMM registers (BF16: zero-extend and shift; F16: vcvtph2ps).
+// The cols kernels (weights [in, out]) keep one chain per output whatever the
+// vector width, so this path runs the AVX2 ones (the same bits). Every
+// function carries the target attribute (see matmul_avx2.cc for why).
+// Accumulation order: see matmul_kernels.h (sixteen lanes here).
+#include <algorithm>
+#include <cstring>
+
+#include "engine/ops/cpu/matmul_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() (a self-initialised
+// register) as the unused merge source, which -Wuninitialized flags once they
+// are inlined (GCC bug 105593, fixed in GCC 13): not a bug here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#define VISMOE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+namespace vismoe::cpu::internal {
+namespace {
+
+// Sixteen weights of dtype D starting at element i of p, widened exactly.
+template <DType D>
+VISMOE_AVX512 inline __m512 Load16(const void* p, int64_t i) {
+  if constexpr (D == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (D == DType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <DType D>
+constexpr size_t kSize = D == DType::kF32 ? 4 : 2;
+
+// Eight weights, as matmul_avx2.cc's Load8 (for the two-half prefill tiles).
+template <DType D>
+VISMOE_AVX512 inline __m256 Load8(const void* p, int64_t i) {
+  if constexpr (D == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+    if constexpr (D == DType::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// The eight-lane order of matmul_kernels.h over m_l = lanes l and l+8.
+VISMOE_AVX512 inline float Hsum8(__m256 m) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// Lanes l and l+8 first, then the eight sums in the AVX2 path's order:
+// ((m0+m4)+(m2+m6)) + ((m1+m5)+(m3+m7)) with m_l = l_l + l_(l+8).
+VISMOE_AVX512 inline float Hsum16(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return Hsum8(_mm256_add_ps(lo, hi));
+}
+
+// y[t0+r, o+j] (r < MB, j < NB): MB*NB accumulators over the full chunks of
+// sixteen, then the tail chunk through zero-padded copies.
+template <DType D, int MB, int NB>
+VISMOE_AVX512 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
+  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
+  const size_t wstride = a.in * kSize<D>;
+  const float* x = a.x + t0 * a.in;
+  __m512 acc[MB][NB];
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int64_t in = a.in;  // a local: GCC then keeps acc in registers
+  const int64_t full = in & ~int64_t{15};
+  for (int64_t i = 0; i < full; i += 16) {
+    __m512 wv[NB];
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) wv[j] = Load16<D>(w + j * wstride, i);
+#pragma GCC unroll 16
+    for (int r = 0; r < MB; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * in + i);
+#pragma GCC unroll 16
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_fmadd_ps(xv, wv[j], acc[r][j]);
+    }
+  }
+  if (const int64_t rest = in - full; rest > 0) {
+    alignas(64) float xp[16];
+    alignas(64) char wp[16 * 4];
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      std::memset(wp, 0, sizeof(wp));
+      std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
+      const __m512 wv = Load16<D>(wp, 0);
+#pragma GCC unroll 16
+      for (int r = 0; r < MB; ++r) {
+        std::memset(xp, 0, sizeof(xp));
+        std::memcpy(xp, x + r * in + full, rest * sizeof(float));
+        acc[r][j] = _mm512_fmadd_ps(_mm512_load_ps(xp), wv, acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      const float b = a.bias == nullptr ? 0.0f : a.bias[o + j];
+      a.y[(t0 + r) * a.out + o + j] = Hsum16(acc[r][j]) + b;
+    }
+  }
+}
+
+// Prefill tiles: the same sixteen lanes as RowTile, held as two eight-lane
+// halves (lanes 0-7 and 8-15) in YMM registers, 2*MB*NB accumulators in the 32
+// that AVX-512 VL gives. Every lane sees the same FMAs in the same order as in
+// a ZMM register, and lo + hi is Hsum16's first step, so each output is
+// bit-identical to RowTile's; on Zen 4 (ZMM ops split in two halves, one
+// 512-bit load per cycle) this ran at 1.4x RowTile<4, 3>'s GFLOP/s.
+template <DType D, int MB, int NB>
+VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
+  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
+  const size_t wstride = a.in * kSize<D>;
+  const float* x = a.x + t0 * a.in;
+  __m256 lo[MB][NB], hi[MB][NB];
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r)
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
+  const int64_t in = a.in;
+  const int64_t full = in & ~int64_t{15};
+  for (int64_t i = 0; i < full; i += 16) {
+    __m256 wl[NB], wh[NB];
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      wl[j] = Load8<D>(w + j * wstride, i);
+      wh[j] = Load8<D>(w + j * wstride, i + 8);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MB; ++r) {
+      const __m256 xl = _mm256_loadu_ps(x + r * in + i);
+      const __m256 xh = _mm256_loadu_ps(x + r * in + i + 8);
+#pragma GCC unroll 16
+      for (int j = 0; j < NB; ++j) {
+        lo[r][j] = _mm256_fmadd_ps(xl, wl[j], lo[r][j]);
+        hi[r][j] = _mm256_fmadd_ps(xh, wh[j], hi[r][j]);
+      }
+    }
+  }
+  if (const int64_t rest = in - full; rest > 0) {
+    alignas(64) float xp[16];
+    alignas(64) char wp[16 * 4];
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      std::memset(wp, 0, sizeof(wp));
+      std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
+      const __m256 wvl = Load8<D>(wp, 0), wvh = Load8<D>(wp, 8);
+#pragma GCC unroll 16
+      for (int r = 0; r < MB; ++r) {
+        std::memset(xp, 0, sizeof(xp));
+        std::memcpy(xp, x + r * in + full, rest * sizeof(float));
+        lo[r][j] = _mm256_fmadd_ps(_mm256_load_ps(xp), wvl, lo[r][j]);
+        hi[r][j] = _mm256_fmadd_ps(_mm256_load_ps(xp + 8), wvh, hi[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MB; ++r) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      const float b = a.bias == nullptr ? 0.0f : a.bias[o + j];
+      a.y[(t0 + r) * a.out + o + j] = Hsum8(_mm256_add_ps(lo[r][j], hi[r][j])) + b;
+    }
+  }
+}
+
+// As matmul_avx2.cc's RowStrip: decode streams one weight row at a time in
+// ZMM registers, prefill runs 4 x 3 tiles of YMM halves.
+template <DType D, int MB>
+VISMOE_AVX512 void RowStrip(const MatMulArgs& a, int64_t t0, int64_t o0, int64_t o1) {
+  if constexpr (MB == 1) {
+    for (int64_t o = o0; o < o1; ++o) RowTile<D, 1, 1>(a, t0, o);
+  } else {
+    int64_t o = o0;
+    for (; o + 3 <= o1; o += 3) HalfTile<D, MB, 3>(a, t0, o);
+    for (; o < o1; ++o) HalfTile<D, MB, 1>(a, t0, o);
+  }
+}
+
+template <DType D>
+VISMOE_AVX512 void Rows(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  constexpr int64_t kRowBlock = 12;
+  for (int64_t ob = o0; ob < o1; ob += kRowBlock) {
+    const int64_t oe = std::min(ob + kRowBlock, o1);
+    int64_t t = 0;
+    for (; t + 4 <= a.n; t += 4) RowStrip<D, 4>(a, t, ob, oe);
+    switch (a.n - t) {
+      case 3:
+        RowStrip<D, 3>(a, t, ob, oe);
+        break;
+      case 2:
+        RowStrip<D, 2>(a, t, ob, oe);
+        break;
+      case 1:
+        RowStrip<D, 1>(a, t, ob, oe);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  switch (a.dtype) {
+    case DType::kF32:
+      return Rows<DType::kF32>(a, o0, o1);
+    case DType::kBF16:
+      return Rows<DType::kBF16>(a, o0, o1);
+    case DType::kF16:
+      return Rows<DType::kF16>(a, o0, o1);
+  }
+}
+
+}  // namespace vismoe::cpu::internal
+
+#else  // not x86: DetectedKernelPath() never picks kAvx512.
+
+namespace vismoe::cpu::internal {
+void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1) {
+  LinearRowsPortable(a, o0, o1);
+}
+}  // namespace vismoe::cpu::internal
+
+#endif
