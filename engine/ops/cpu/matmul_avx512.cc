@@ -23,6 +23,8 @@
 #endif
 #include <immintrin.h>
 
+#include "engine/ops/cpu/avx2_helpers.h"
+
 #define VISMOE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 namespace vismoe::cpu::internal {
@@ -41,35 +43,12 @@ VISMOE_AVX512 inline __m512 Load16(const void* p, int64_t i) {
   }
 }
 
-template <DType D>
-constexpr size_t kSize = D == DType::kF32 ? 4 : 2;
-
-// Eight weights, as matmul_avx2.cc's Load8 (for the two-half prefill tiles).
-template <DType D>
-VISMOE_AVX512 inline __m256 Load8(const void* p, int64_t i) {
-  if constexpr (D == DType::kF32) {
-    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-  } else {
-    const __m128i h =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
-    if constexpr (D == DType::kF16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-}
-
-// The eight-lane order of matmul_kernels.h over m_l = lanes l and l+8.
-VISMOE_AVX512 inline float Hsum8(__m256 m) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
 // Lanes l and l+8 first, then the eight sums in the AVX2 path's order:
 // ((m0+m4)+(m2+m6)) + ((m1+m5)+(m3+m7)) with m_l = l_l + l_(l+8).
 VISMOE_AVX512 inline float Hsum16(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return Hsum8(_mm256_add_ps(lo, hi));
+  return Hsum(_mm256_add_ps(lo, hi));
 }
 
 // y[t0+r, o+j] (r < MB, j < NB): MB*NB accumulators over the full chunks of
@@ -181,7 +160,7 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
       const float b = a.bias == nullptr ? 0.0f : a.bias[o + j];
-      a.y[(t0 + r) * a.out + o + j] = Hsum8(_mm256_add_ps(lo[r][j], hi[r][j])) + b;
+      a.y[(t0 + r) * a.out + o + j] = Hsum(_mm256_add_ps(lo[r][j], hi[r][j])) + b;
     }
   }
 }
