@@ -49,18 +49,27 @@ fetch_llama() {
   LLAMA_COMMIT=$(git -C "$LLAMA" rev-parse HEAD 2>/dev/null || echo unknown)
 }
 
-# GGML_NATIVE=ON: -march=native (AVX2/FMA/F16C on the machines here); OpenMP threads; no curl,
-# server or tests. Our build needs no -march: it picks AVX2 at run time.
+# GGML_NATIVE=ON: -march=native (the machine's AVX2 / AVX-512); OpenMP threads; no curl, server
+# or tests. A build made on another CPU is redone (cpu.txt: model and SIMD flags), so a host
+# change cannot leave llama.cpp on the old machine's instructions. Our build needs no -march: it
+# picks its kernels at run time.
 LLAMA_CMAKE_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF
                    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF)
 build_llama() {  # only the tools the rows need: llama-mtmd-cli (libmtmd) is the longer build
-  local targets=(llama-bench) missing=() t
+  local targets=(llama-bench) missing=() t cpu
   [[ " $ROWS" == *" vl-"* ]] && targets+=(llama-mtmd-cli)
+  cpu=$(grep -m1 '^model name' /proc/cpuinfo; grep -m1 '^model\s' /proc/cpuinfo
+        grep -m1 -o -w -E 'avx2|avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
+  if [[ -d "$WORK/llama-build" && "$(cat "$WORK/llama-build/cpu.txt" 2>/dev/null)" != "$cpu" ]]; then
+    log "llama.cpp was built on another CPU (or before cpu.txt): building it again"
+    rm -rf "$WORK/llama-build"
+  fi
   for t in "${targets[@]}"; do [[ -x "$WORK/llama-build/bin/$t" ]] || missing+=("$t"); done
   if ((${#missing[@]})); then
     log "building ${missing[*]} of llama.cpp ${LLAMA_COMMIT:0:12}: ${LLAMA_CMAKE_FLAGS[*]}"
     nice -n 10 cmake -S "$LLAMA" -B "$WORK/llama-build" "${LLAMA_CMAKE_FLAGS[@]}" >/dev/null
     nice -n 10 cmake --build "$WORK/llama-build" -j2 --target "${missing[@]}"
+    echo "$cpu" >"$WORK/llama-build/cpu.txt"
   fi
 }
 
