@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # README command 1: build, start vismoe-server on the bundled trained Qwen3-VL-MoE benchmark model
-# (tests/fixtures/vqa-qwen3-vl-moe: 6 MoE layers, 32 experts top-4, trained on 128x128 pictures of
-# shapes and printed words; CPU backend unless a GPU is usable), send one of its eval pictures
+# (tests/fixtures/vqa-direct-qwen3-vl-moe: 6 MoE layers, 32 experts top-4, trained on 128x128 pictures
+# of shapes and printed words by tests/fixtures/vqa/train_direct.sh; CPU backend unless a GPU is usable), send one of its eval pictures
 # (tests/fixtures/vqa-eval/img/0000.png, made by tests/fixtures/vqa/make_vqa_data.py: a yellow
 # triangle and a red cross) with an eval question in the eval's prompt format through the bundled
 # client, print the streamed answer ("a yellow triangle and a red cross") and the request's stats,
 # then stop the server. The server runs under a device-memory budget that holds one pinned MoE
 # layer and a 25-slab expert cache (of the 160 slabs of the 5 offloaded layers), with a throttled
 # copy engine, so the stats show real cache misses, prefetch, Hot Recall and bytes moved. It runs
-# the exact path (no token compression): on this model every compressor costs 12.9+ points of
-# accuracy (engine/policy/README.md, "Token compression on the trained VQA model"); add e.g.
-# --token_compressor=random --keep_ratio=0.75 to model_args to see pruning.
+# the exact path (no token compression): on this model the compressors cost 0.8 to 28 points of
+# accuracy (engine/policy/README.md, "Measured on the single-run VQA model"); add e.g.
+# --token_compressor=saliency --keep_ratio=0.75 to model_args to see pruning.
 #   deploy/demo.sh                      uses build/release
 #   VISMOE_MODEL=/path/to/checkpoint deploy/demo.sh
 set -euo pipefail
@@ -23,7 +23,7 @@ cmake --build --preset release -j "$(nproc)" --target vismoe-server vismoe-cli
 
 port="${VISMOE_DEMO_PORT:-50051}"
 metrics_port="${VISMOE_DEMO_METRICS_PORT:-9464}"
-model_args=(--model=tests/fixtures/vqa-qwen3-vl-moe --gpu_memory_budget=12MB
+model_args=(--model=tests/fixtures/vqa-direct-qwen3-vl-moe --gpu_memory_budget=12MB
   --max_context_tokens=1024 --pinned_layers=1 --copy_bandwidth=200MB)
 if [[ -n "${VISMOE_MODEL:-}" ]]; then model_args=(--model="$VISMOE_MODEL"); fi
 log="$(mktemp -t vismoe-demo.XXXXXX.log)"

@@ -1,6 +1,7 @@
-// Label parity: the trained benchmark model (tests/fixtures/vqa-qwen3-vl-moe)
-// on the exact path gives, answer for answer and token for token, what
-// transformers gave for the same eval questions (recorded by
+// Label parity: each trained benchmark model (tests/fixtures/vqa-qwen3-vl-moe,
+// and the single-run recipe's tests/fixtures/vqa-direct-qwen3-vl-moe) on the
+// exact path gives, answer for answer and token for token, what transformers
+// gave for the same eval questions (recorded by
 // tests/fixtures/vqa/record_answers.py). Prompts are built the way vismoe-eval
 // builds them (client/eval_set.h: image first, then the question and its
 // instruction), greedy, 16 new tokens.
@@ -38,18 +39,27 @@ GenerateRequest ToRequest(const client::EvalItem& item) {
   return r;
 }
 
-TEST(VqaModelParityTest, AnswersEqualTheRecordedTransformersAnswers) {
+struct TrainedModel {
+  const char* name;
+  const char* model_dir;  // under tests/fixtures
+  const char* answers;    // transformers' recorded answers, under tests/fixtures/vqa-eval
+};
+
+class VqaModelParityTest : public ::testing::TestWithParam<TrainedModel> {};
+
+TEST_P(VqaModelParityTest, AnswersEqualTheRecordedTransformersAnswers) {
   const std::string eval_dir = testing::FixturesDir() + "/vqa-eval";
   auto items = client::LoadEvalSet(eval_dir + "/eval.jsonl");
   ASSERT_TRUE(items.ok()) << items.status();
   ASSERT_GE(items->size(), static_cast<size_t>(kQuestions));
-  std::ifstream in(eval_dir + "/transformers_answers.jsonl");
+  std::ifstream in(eval_dir + "/" + GetParam().answers);
+  ASSERT_TRUE(in.is_open()) << GetParam().answers;
   std::vector<nlohmann::json> recorded;
   for (std::string line; std::getline(in, line);) recorded.push_back(nlohmann::json::parse(line));
   ASSERT_GE(recorded.size(), static_cast<size_t>(kQuestions));
 
   EngineOptions o;
-  o.model_path = testing::FixturesDir() + "/vqa-qwen3-vl-moe";
+  o.model_path = testing::FixturesDir() + "/" + GetParam().model_dir;
   o.backend = "cpu";
   o.max_context_tokens = 512;
   auto engine = Engine::Create(o);
@@ -70,6 +80,13 @@ TEST(VqaModelParityTest, AnswersEqualTheRecordedTransformersAnswers) {
   }
   EXPECT_GE(images, kQuestions / 2);  // mostly image questions
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    TrainedModels, VqaModelParityTest,
+    ::testing::Values(TrainedModel{"Recorded", "vqa-qwen3-vl-moe", "transformers_answers.jsonl"},
+                      TrainedModel{"Direct", "vqa-direct-qwen3-vl-moe",
+                                   "direct/transformers_answers.jsonl"}),
+    [](const ::testing::TestParamInfo<TrainedModel>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace vismoe

@@ -235,6 +235,19 @@ TEST(Qwen3VlMoeParityTest, VqaModelMultimodalCasesMatchTransformers) {
                        testing::FixturesDir() + "/vqa-eval/golden", /*near_ties=*/true);
 }
 
+// The same for the single-run recipe's model (tests/fixtures/vqa/README.md,
+// "A single-run recipe"), goldens in vqa-eval/direct/golden.
+TEST(Qwen3VlMoeParityTest, VqaDirectModelTextCasesMatchTransformers) {
+  const std::string gold = testing::FixturesDir() + "/vqa-eval/direct/golden";
+  CheckCases(testing::FixturesDir() + "/vqa-direct-qwen3-vl-moe", gold + "/text_cases.json",
+             gold + "/text_logits.safetensors", /*near_ties=*/true);
+}
+
+TEST(Qwen3VlMoeParityTest, VqaDirectModelMultimodalCasesMatchTransformers) {
+  CheckMultimodalCases(testing::FixturesDir() + "/vqa-direct-qwen3-vl-moe",
+                       testing::FixturesDir() + "/vqa-eval/direct/golden", /*near_ties=*/true);
+}
+
 TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
   const std::string dir = testing::FixturesDir() + "/tiny-qwen3-moe";
   if (!std::filesystem::exists(dir + "/config.json")) {
