@@ -6,6 +6,7 @@
 // builds them (client/eval_set.h: image first, then the question and its
 // instruction), greedy, 16 new tokens.
 #include <fstream>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct TrainedModel {
   const char* model_dir;  // under tests/fixtures
   const char* answers;    // transformers' recorded answers, under tests/fixtures/vqa-eval
 };
+
+void PrintTo(const TrainedModel& m, std::ostream* os) { *os << m.model_dir; }
 
 class VqaModelParityTest : public ::testing::TestWithParam<TrainedModel> {};
 
