@@ -84,12 +84,14 @@ TEST_P(VqaModelParityTest, AnswersEqualTheRecordedTransformersAnswers) {
   EXPECT_GE(images, kQuestions / 2);  // mostly image questions
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TrainedModels, VqaModelParityTest,
-    ::testing::Values(TrainedModel{"Recorded", "vqa-qwen3-vl-moe", "transformers_answers.jsonl"},
-                      TrainedModel{"Direct", "vqa-direct-qwen3-vl-moe",
-                                   "direct/transformers_answers.jsonl"}),
-    [](const ::testing::TestParamInfo<TrainedModel>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(TrainedModels, VqaModelParityTest,
+                         ::testing::Values(TrainedModel{"Recorded", "vqa-qwen3-vl-moe",
+                                                        "transformers_answers.jsonl"},
+                                           TrainedModel{"Direct", "vqa-direct-qwen3-vl-moe",
+                                                        "direct/transformers_answers.jsonl"}),
+                         [](const ::testing::TestParamInfo<TrainedModel>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace vismoe

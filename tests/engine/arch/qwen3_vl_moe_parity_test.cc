@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -221,32 +222,38 @@ TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
   CheckMultimodalCases(testing::TinyModelDir(), testing::FixturesDir() + "/golden");
 }
 
-// The trained VQA benchmark model (tests/fixtures/vqa-qwen3-vl-moe) on its
-// goldens: caption / position / read prompts with their eval pictures, and an
-// arithmetic one; greedy near-ties allowed (ExpectGreedyPath).
-TEST(Qwen3VlMoeParityTest, VqaModelTextCasesMatchTransformers) {
-  const std::string gold = testing::FixturesDir() + "/vqa-eval/golden";
-  CheckCases(testing::FixturesDir() + "/vqa-qwen3-vl-moe", gold + "/text_cases.json",
-             gold + "/text_logits.safetensors", /*near_ties=*/true);
+// The trained VQA benchmark models (tests/fixtures/vqa-qwen3-vl-moe and the
+// single-run recipe's vqa-direct-qwen3-vl-moe) on their goldens: caption /
+// position / read prompts with their eval pictures, and an arithmetic one;
+// greedy near-ties allowed (ExpectGreedyPath).
+struct VqaGoldens {
+  const char* name;
+  const char* model_dir;   // under tests/fixtures
+  const char* golden_dir;  // under tests/fixtures/vqa-eval
+};
+
+void PrintTo(const VqaGoldens& g, std::ostream* os) { *os << g.model_dir; }
+
+class VqaModelGoldenTest : public ::testing::TestWithParam<VqaGoldens> {
+ protected:
+  std::string Model() const { return testing::FixturesDir() + "/" + GetParam().model_dir; }
+  std::string Gold() const { return testing::FixturesDir() + "/vqa-eval/" + GetParam().golden_dir; }
+};
+
+TEST_P(VqaModelGoldenTest, TextCasesMatchTransformers) {
+  CheckCases(Model(), Gold() + "/text_cases.json", Gold() + "/text_logits.safetensors",
+             /*near_ties=*/true);
 }
 
-TEST(Qwen3VlMoeParityTest, VqaModelMultimodalCasesMatchTransformers) {
-  CheckMultimodalCases(testing::FixturesDir() + "/vqa-qwen3-vl-moe",
-                       testing::FixturesDir() + "/vqa-eval/golden", /*near_ties=*/true);
+TEST_P(VqaModelGoldenTest, MultimodalCasesMatchTransformers) {
+  CheckMultimodalCases(Model(), Gold(), /*near_ties=*/true);
 }
 
-// The same for the single-run recipe's model (tests/fixtures/vqa/README.md,
-// "A single-run recipe"), goldens in vqa-eval/direct/golden.
-TEST(Qwen3VlMoeParityTest, VqaDirectModelTextCasesMatchTransformers) {
-  const std::string gold = testing::FixturesDir() + "/vqa-eval/direct/golden";
-  CheckCases(testing::FixturesDir() + "/vqa-direct-qwen3-vl-moe", gold + "/text_cases.json",
-             gold + "/text_logits.safetensors", /*near_ties=*/true);
-}
-
-TEST(Qwen3VlMoeParityTest, VqaDirectModelMultimodalCasesMatchTransformers) {
-  CheckMultimodalCases(testing::FixturesDir() + "/vqa-direct-qwen3-vl-moe",
-                       testing::FixturesDir() + "/vqa-eval/direct/golden", /*near_ties=*/true);
-}
+INSTANTIATE_TEST_SUITE_P(
+    TrainedModels, VqaModelGoldenTest,
+    ::testing::Values(VqaGoldens{"Recorded", "vqa-qwen3-vl-moe", "golden"},
+                      VqaGoldens{"Direct", "vqa-direct-qwen3-vl-moe", "direct/golden"}),
+    [](const ::testing::TestParamInfo<VqaGoldens>& info) { return std::string(info.param.name); });
 
 TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
   const std::string dir = testing::FixturesDir() + "/tiny-qwen3-moe";
