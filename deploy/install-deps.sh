@@ -18,6 +18,8 @@ BUILD_PKGS=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libabsl-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev libwebp-dev
+  # vismoe-bench-lite (the GPU bundle's benchmark) reads PNG files without OpenCV.
+  libpng-dev
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev

@@ -79,7 +79,11 @@ struct EngineOptions {
   // may differ from an uninterrupted run). 0 = max_context_tokens (room for one
   // full-length sequence). Counts against the memory budget.
   int64_t kv_cache_tokens = 0;
-  StatsSink* stats = nullptr;      // not owned; null = drop stats
+  StatsSink* stats = nullptr;  // not owned; null = drop stats
+  // A device backend times each op family of every forward step with device
+  // events and reports it to `stats` (StatsSink::OnDeviceStep): profiling;
+  // the events cost the host a little time per op.
+  bool device_op_timing = false;
   // Seeded random BF16 weights of the config's exact shapes instead of the
   // safetensors (engine/model/synthetic_weights.h): model_path then needs only
   // config.json, the tokenizer files, generation_config.json and (with vision)

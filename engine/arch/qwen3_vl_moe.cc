@@ -1,6 +1,7 @@
 #include "engine/arch/qwen3_vl_moe.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,9 @@ struct Qwen3VlMoeModel::Batch {
   std::vector<float> visual;  // the concatenated visual rows, when several entries have them
   std::vector<const float*> deepstack;
   std::vector<std::vector<float>> deepstack_rows;  // likewise, per DeepStack layer
+  // MoE layers run with DeviceMoe whose routing the host has not seen yet,
+  // in the order they ran.
+  std::deque<int> deferred;
   // The rows in flight, rebuilt from `seqs` by Gather().
   int64_t n = 0;
   std::vector<int64_t> positions;    // [3][n]
@@ -221,7 +225,16 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
   return absl::OkStatus();
 }
 
-absl::Status Qwen3VlMoeModel::Compress(int layer, Batch& b, DecoderStep& step) const {
+absl::Status Qwen3VlMoeModel::Compress(int layer, Batch& b, DecoderStep& step,
+                                       ExpertProvider* experts) const {
+  bool compresses = false;
+  for (const DecoderBatchEntry& e : b.entries) {
+    compresses =
+        compresses || (e.input->select_kept_rows && e.input->compress_before_layer == layer);
+  }
+  if (!compresses) return absl::OkStatus();
+  // The compressor chooses from what the observers saw of the layers before.
+  VISMOE_RETURN_IF_ERROR(DrainDeferred(b, step, experts, /*wait=*/true));
   std::vector<int64_t> kept;  // step rows
   bool any = false;
   int64_t off = 0;
@@ -257,8 +270,6 @@ absl::Status Qwen3VlMoeModel::Compress(int layer, Batch& b, DecoderStep& step) c
 
 absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
                                   ExpertProvider* experts) const {
-  const int64_t h = config_.text.hidden_size;
-  const bool one = b.entries.size() == 1;
   RouterResult routing;
   bool skipping = false;    // some entry skips experts: the rule needs the weights
   bool committing = false;  // some entry commits: the rule needs logits and weights
@@ -275,16 +286,7 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
   if (skipping) SkipExperts(layer, b, &routing);
   if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* hidden, step.HostRows(StepRows::kNormed));
-    int64_t off = 0;
-    for (size_t i = 0; i < b.seqs.size(); ++i) {
-      const DecoderInput& in = *b.entries[i].input;
-      const int64_t n = b.seqs[i].n;
-      if (in.observer != nullptr) {
-        in.observer->OnRouting(in.phase, layer, hidden + off * h,
-                               one ? routing : SliceRouting(routing, off, n));
-      }
-      off += n;
-    }
+    ObserveRouting(layer, b, hidden, routing);
   }
   // After the observers: predictors learn from the router's own choice.
   if (committing) Commit(layer, b, experts, &routing);
@@ -297,14 +299,94 @@ absl::Status Qwen3VlMoeModel::Moe(int layer, Batch& b, DecoderStep& step,
   if (ahead != nullptr) AccountSpeculation(*ahead, b, routing);
   if (b.observed) {
     VISMOE_ASSIGN_OR_RETURN(const float* out, step.HostRows(StepRows::kMoeOutput));
-    int64_t off = 0;
-    for (size_t i = 0; i < b.seqs.size(); ++i) {
-      const DecoderInput& in = *b.entries[i].input;
-      if (in.observer != nullptr) in.observer->OnMoeOutput(in.phase, layer, out + off * h, b.seqs[i].n);
-      off += b.seqs[i].n;
-    }
+    ObserveRows(layer, b, out, &RouterObserver::OnMoeOutput);
   }
   return step.AddMoeOutput();
+}
+
+void Qwen3VlMoeModel::ObserveRows(int layer, const Batch& b, const float* rows,
+                                  void (RouterObserver::*hook)(Phase, int, const float*,
+                                                               int64_t)) const {
+  const int64_t h = config_.text.hidden_size;
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    if (in.observer != nullptr) (in.observer->*hook)(in.phase, layer, rows + off * h, b.seqs[i].n);
+    off += b.seqs[i].n;
+  }
+}
+
+void Qwen3VlMoeModel::ObserveRouting(int layer, const Batch& b, const float* hidden,
+                                     const RouterResult& routing) const {
+  const int64_t h = config_.text.hidden_size;
+  const bool one = b.entries.size() == 1;
+  int64_t off = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const DecoderInput& in = *b.entries[i].input;
+    const int64_t n = b.seqs[i].n;
+    if (in.observer != nullptr) {
+      in.observer->OnRouting(in.phase, layer, hidden + off * h,
+                             one ? routing : SliceRouting(routing, off, n));
+    }
+    off += n;
+  }
+}
+
+bool Qwen3VlMoeModel::DeviceMoeAt(int layer, const Batch& b, DecoderStep& step,
+                                  ExpertProvider* experts) const {
+  for (const DecoderBatchEntry& e : b.entries) {
+    // Skipping changes what is computed; speculation needs the layer's copy
+    // waits. Commit never acts on a pinned layer (every expert is there).
+    if (e.input->expert_skipping != nullptr || e.input->speculative != nullptr) return false;
+  }
+  return step.PrepareDeviceMoe(layer, experts);
+}
+
+absl::Status Qwen3VlMoeModel::DrainDeferred(Batch& b, DecoderStep& step, ExpertProvider* experts,
+                                            bool wait) const {
+  while (!b.deferred.empty()) {
+    const int layer = b.deferred.front();
+    if (!wait) {
+      VISMOE_ASSIGN_OR_RETURN(const bool ready, step.DeferredReady(layer));
+      if (!ready) return absl::OkStatus();
+    }
+    VISMOE_ASSIGN_OR_RETURN(const DeferredLayer d, step.TakeDeferred(layer));
+    b.deferred.pop_front();
+    VISMOE_RETURN_IF_ERROR(SeeDeferred(layer, b, d, experts));
+  }
+  return absl::OkStatus();
+}
+
+// What Layer and Moe would have told the observers and the provider, in the
+// same order: post-attention rows, routing, the provider's lookups, output.
+absl::Status Qwen3VlMoeModel::SeeDeferred(int layer, const Batch& b, const DeferredLayer& d,
+                                          ExpertProvider* experts) const {
+  const RouterResult& r = d.routing;
+  if (r.n != b.n || static_cast<int64_t>(r.experts.size()) != b.n * r.top_k) {
+    return absl::InternalError(
+        absl::StrCat("layer ", layer, ": deferred routing of ", r.n, " rows for a step of ", b.n));
+  }
+  std::vector<char> used(config_.text.num_experts, 0);
+  for (int id : r.experts) {
+    if (id < 0 || id >= config_.text.num_experts) {
+      return absl::InternalError(absl::StrCat("router returned expert ", id, " at layer ", layer));
+    }
+    used[id] = 1;
+  }
+  if (b.observed) {
+    if (d.residual == nullptr || d.normed == nullptr || d.moe_out == nullptr) {
+      return absl::InternalError(absl::StrCat("layer ", layer, ": deferred rows missing"));
+    }
+    ObserveRows(layer, b, d.residual, &RouterObserver::OnPostAttention);
+    ObserveRouting(layer, b, d.normed, r);
+  }
+  std::vector<int> active;
+  for (int e = 0; e < config_.text.num_experts; ++e) {
+    if (used[e]) active.push_back(e);
+  }
+  VISMOE_RETURN_IF_ERROR(experts->RecordPinnedLayer(b.phase, layer, active));
+  if (b.observed) ObserveRows(layer, b, d.moe_out, &RouterObserver::OnMoeOutput);
+  return absl::OkStatus();
 }
 
 void Qwen3VlMoeModel::SkipExperts(int layer, const Batch& b, RouterResult* routing) const {
@@ -396,22 +478,25 @@ void Qwen3VlMoeModel::AccountSpeculation(const SpeculationRecord& record, const 
 absl::Status Qwen3VlMoeModel::Layer(int layer, Batch& b, DecoderStep& step,
                                     ExpertProvider* experts) const {
   const bool moe = config_.text.IsMoeLayer(layer);
+  // A pinned layer may run without the host; the host catches up later.
+  const bool device_moe = moe && DeviceMoeAt(layer, b, step, experts);
   VISMOE_RETURN_IF_ERROR(step.Norm(layer, NormSite::kInput));
   VISMOE_RETURN_IF_ERROR(step.Attention(layer));  // hs += attention
-  if (moe && b.observed) {
-    VISMOE_ASSIGN_OR_RETURN(const float* residual, step.HostRows(StepRows::kResidual));
-    int64_t off = 0;
-    for (size_t i = 0; i < b.seqs.size(); ++i) {
-      const DecoderInput& in = *b.entries[i].input;
-      if (in.observer != nullptr) {
-        in.observer->OnPostAttention(in.phase, layer,
-                                     residual + off * config_.text.hidden_size, b.seqs[i].n);
-      }
-      off += b.seqs[i].n;
+  if (moe && !device_moe) {
+    // Observers and the provider hear of the layers before this one first.
+    VISMOE_RETURN_IF_ERROR(DrainDeferred(b, step, experts, /*wait=*/true));
+    if (b.observed) {
+      VISMOE_ASSIGN_OR_RETURN(const float* residual, step.HostRows(StepRows::kResidual));
+      ObserveRows(layer, b, residual, &RouterObserver::OnPostAttention);
     }
   }
   VISMOE_RETURN_IF_ERROR(step.Norm(layer, NormSite::kPostAttention));
-  if (moe) {
+  if (device_moe) {
+    VISMOE_RETURN_IF_ERROR(step.DeviceMoe(layer, b.phase, experts, b.observed));  // hs += MoE
+    b.deferred.push_back(layer);
+    // What has finished is seen now: prefetch for later layers starts early.
+    VISMOE_RETURN_IF_ERROR(DrainDeferred(b, step, experts, /*wait=*/false));
+  } else if (moe) {
     VISMOE_RETURN_IF_ERROR(Moe(layer, b, step, experts));  // hs += MoE
   } else {
     VISMOE_RETURN_IF_ERROR(step.DenseMlp(layer));  // hs += MLP
@@ -424,7 +509,24 @@ absl::Status Qwen3VlMoeModel::Layer(int layer, Batch& b, DecoderStep& step,
 
 absl::Status Qwen3VlMoeModel::Logits(Batch& b, DecoderStep& step) const {
   bool all = false;
-  for (const DecoderBatchEntry& e : b.entries) all = all || e.input->all_logits;
+  bool greedy = true;  // every entry takes its greedy token: no logits leave the device
+  for (const DecoderBatchEntry& e : b.entries) {
+    all = all || e.input->all_logits;
+    greedy = greedy && e.greedy_token != nullptr;
+  }
+  if (greedy && !all) {
+    std::vector<int> tokens;
+    VISMOE_RETURN_IF_ERROR(step.GreedyTokens(&tokens));
+    if (tokens.size() != b.entries.size()) {
+      return absl::InternalError(
+          absl::StrCat(tokens.size(), " greedy tokens for ", b.entries.size(), " sequences"));
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      *b.entries[i].greedy_token = tokens[i];
+      b.entries[i].logits->clear();
+    }
+    return absl::OkStatus();
+  }
   if (b.entries.size() == 1) return step.Logits(all, b.entries[0].logits);
   std::vector<float> logits;
   VISMOE_RETURN_IF_ERROR(step.Logits(all, &logits));
@@ -434,8 +536,7 @@ absl::Status Qwen3VlMoeModel::Logits(Batch& b, DecoderStep& step) const {
     const int64_t n = all ? b.seqs[i].n : 1;
     // Without all_logits an entry gets its last row only.
     const int64_t first = b.entries[i].input->all_logits ? row : row + n - 1;
-    b.entries[i].logits->assign(logits.begin() + first * vocab,
-                                logits.begin() + (row + n) * vocab);
+    b.entries[i].logits->assign(logits.begin() + first * vocab, logits.begin() + (row + n) * vocab);
     row += n;
   }
   return absl::OkStatus();
@@ -464,9 +565,10 @@ absl::Status Qwen3VlMoeModel::ForwardBatch(absl::Span<const DecoderBatchEntry> b
     if (batch.size() == 1 && first.is_cancelled && first.is_cancelled()) {
       return absl::CancelledError("cancelled");
     }
-    VISMOE_RETURN_IF_ERROR(Compress(l, b, *step));
+    VISMOE_RETURN_IF_ERROR(Compress(l, b, *step, experts));
     VISMOE_RETURN_IF_ERROR(Layer(l, b, *step, experts));
   }
+  VISMOE_RETURN_IF_ERROR(DrainDeferred(b, *step, experts, /*wait=*/true));
   // A backend's asynchronous errors surface in Logits at the latest: the
   // caches advance only after it.
   VISMOE_RETURN_IF_ERROR(Logits(b, *step));

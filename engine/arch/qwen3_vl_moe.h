@@ -92,9 +92,26 @@ class Qwen3VlMoeModel final : public TextDecoder {
   // Validates the batch and builds the step's concatenated input.
   absl::Status PlanBatch(absl::Span<const DecoderBatchEntry> entries, Batch& b) const;
   // Token compression of the entries that compress before `layer`.
-  absl::Status Compress(int layer, Batch& b, DecoderStep& step) const;
+  absl::Status Compress(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
   absl::Status Layer(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
   absl::Status Moe(int layer, Batch& b, DecoderStep& step, ExpertProvider* experts) const;
+  // The entries' observers' per-row hooks (OnPostAttention, OnMoeOutput) and
+  // OnRouting, each entry with its rows of the step's.
+  void ObserveRows(int layer, const Batch& b, const float* rows,
+                   void (RouterObserver::*hook)(Phase, int, const float*, int64_t)) const;
+  void ObserveRouting(int layer, const Batch& b, const float* hidden,
+                      const RouterResult& routing) const;
+  // Pinned layers without the host (DecoderStep::DeviceMoe): whether `layer`
+  // runs so in this step -- a pinned layer on a backend that can, with no
+  // entry skipping experts or speculating. The host sees such layers later,
+  // in order (DrainDeferred), before anything that depends on what it saw:
+  // the next layer routed on the host, token compression, the logits.
+  bool DeviceMoeAt(int layer, const Batch& b, DecoderStep& step, ExpertProvider* experts) const;
+  // Hands the deferred layers to the observers and the provider in layer
+  // order: all of them (`wait`), or those the device has finished.
+  absl::Status DrainDeferred(Batch& b, DecoderStep& step, ExpertProvider* experts, bool wait) const;
+  absl::Status SeeDeferred(int layer, const Batch& b, const DeferredLayer& d,
+                           ExpertProvider* experts) const;
   // Marks the slots expert skipping drops, per entry that asks for it (its
   // visual rows use tau_visual, the others tau_text).
   void SkipExperts(int layer, const Batch& b, RouterResult* routing) const;

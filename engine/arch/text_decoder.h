@@ -18,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/kv_cache.h"
-#include "engine/core/commit_miss_policy.h"
 #include "engine/backend/kv_pool.h"
+#include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
@@ -81,8 +81,15 @@ struct DecoderInput {
 // One sequence of a batched forward step.
 struct DecoderBatchEntry {
   const DecoderInput* input = nullptr;
-  KvCache* cache = nullptr;             // this sequence's own cache
+  KvCache* cache = nullptr;              // this sequence's own cache
   std::vector<float>* logits = nullptr;  // its logits, as Forward writes them
+  // Non-null: the caller samples this entry greedily and needs no logits.
+  // When every entry of a step says so (and none asks for all_logits), the
+  // decoder writes each entry's greedy token here (GreedyArgmax of the
+  // logits it would have returned) and leaves its logits empty, so a device
+  // backend copies back token ids only; otherwise the logits are written
+  // and this is left alone.
+  int* greedy_token = nullptr;
 };
 
 class TextDecoder {

@@ -19,6 +19,7 @@
 #include "engine/backend/decoder_ops.h"
 #include "engine/backend/vision_ops.h"
 #include "engine/core/dtype.h"
+#include "engine/core/stats_sink.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
@@ -36,6 +37,13 @@ struct BackendOptions {
   // the vision tower encodes at once: size device scratch (cuda).
   int64_t max_tokens_per_step = 4096;
   int64_t max_prompt_tokens = 4096;
+  // CPU backend: pinned MoE layers go through DecoderStep::DeviceMoe
+  // (HostDeferredMoe), the protocol of a device backend's hit path (tests).
+  bool cpu_deferred_moe = false;
+  // Device backends: time each op family of every step and report it to
+  // `stats` (StatsSink::OnDeviceStep; profiling, costs some host time).
+  bool device_op_timing = false;
+  StatsSink* stats = nullptr;  // not owned; may be null
 };
 
 // What the offload runtime moves experts with on this backend. Null members

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/argmax.h"
 #include "engine/core/status_macros.h"
 
 namespace vismoe {
@@ -36,8 +37,7 @@ absl::Status CheckStepSequences(const StepInput& input) {
   return absl::OkStatus();
 }
 
-std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows,
-                                   absl::Span<const int64_t> kept) {
+std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows, absl::Span<const int64_t> kept) {
   std::vector<int64_t> out(rows.size(), 0);
   size_t seq = 0;
   int64_t end = rows.empty() ? 0 : rows[0];  // one past the current sequence's last row
@@ -64,6 +64,22 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> DecoderOps::BeginStep(const StepInp
   StepInput in = input;
   in.sequences = absl::MakeConstSpan(&one, 1);
   return BeginStep(in);
+}
+
+absl::Status DecoderStep::DeviceMoe(int layer, Phase /*phase*/, ExpertProvider* /*experts*/,
+                                    bool /*observed*/) {
+  return absl::UnimplementedError(
+      absl::StrCat("DeviceMoe(", layer, "): this backend runs no MoE layer without the host"));
+}
+
+absl::StatusOr<bool> DecoderStep::DeferredReady(int layer) {
+  return absl::UnimplementedError(
+      absl::StrCat("DeferredReady(", layer, "): this backend runs no MoE layer without the host"));
+}
+
+absl::StatusOr<DeferredLayer> DecoderStep::TakeDeferred(int layer) {
+  return absl::UnimplementedError(
+      absl::StrCat("TakeDeferred(", layer, "): this backend runs no MoE layer without the host"));
 }
 
 }  // namespace vismoe

@@ -74,8 +74,7 @@ absl::Status CheckStepSequences(const StepInput& input);
 
 // The rows each sequence keeps when the step keeps rows `kept` (strictly
 // ascending step rows) of sequences of `rows` rows each.
-std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows,
-                                   absl::Span<const int64_t> kept);
+std::vector<int64_t> RowsAfterKeep(absl::Span<const int64_t> rows, absl::Span<const int64_t> kept);
 
 // What DecoderStep::ArmSpeculation is told (engine/core/speculative_execution.h).
 struct SpeculationPlan {
@@ -84,6 +83,19 @@ struct SpeculationPlan {
   // Step rows to predict (decode rows of the sequences that speculate), ascending.
   absl::Span<const int64_t> rows;
   const float* default_vector = nullptr;  // d of from_layer [hidden], or null (d = 0)
+};
+
+// What the host sees of a layer a backend ran with DecoderStep::DeviceMoe,
+// handed over later by TakeDeferred: the routing (ids; with `observed`, the
+// combine weights and router logits too) and, with `observed`, host fp32
+// rows [n, hidden] of the residual after attention, the normed MoE input and
+// the MoE output -- what Route, HostRows and so the observers would have
+// seen had the layer run through Route and Experts.
+struct DeferredLayer {
+  RouterResult routing;
+  const float* residual = nullptr;
+  const float* normed = nullptr;
+  const float* moe_out = nullptr;
 };
 
 // The two RMSNorms of a decoder layer: x = RMSNorm(hs) * w.
@@ -146,6 +158,31 @@ class DecoderStep {
   // each sequence ([sequences, vocab]): host fp32 logits. A backend surfaces
   // its asynchronous errors here at the latest.
   virtual absl::Status Logits(bool all_rows, std::vector<float>* logits) = 0;
+  // The greedy token of each sequence's last row, one per sequence, where the
+  // caller needs no logits: GreedyArgmax (engine/core/argmax.h) of the
+  // logits Logits(false) would give. A device backend copies only the ids
+  // back (the CPU one takes the argmax of its logits).
+  virtual absl::Status GreedyTokens(std::vector<int>* tokens) = 0;
+
+  // ---- Pinned layers without the host (engine/backends/cuda/README.md) ----
+  // Whether DeviceMoe can run `layer` in this step: the provider pins its
+  // experts (ExpertProvider::LayerPinned) in memory this backend computes
+  // from, in a layout and a step size it runs. May set up per-layer state.
+  virtual bool PrepareDeviceMoe(int /*layer*/, ExpertProvider* /*experts*/) { return false; }
+  // hs += the MoE block of `layer` on x, as Route + Experts + AddMoeOutput
+  // compute it with the experts of experts->PinnedWeights, but without
+  // asking the host anything: no lookup in `experts`, no routing brought to
+  // the host, no wait. What the host would have seen is staged for
+  // TakeDeferred(layer); `observed` stages the scores and rows too.
+  // REQUIRES: PrepareDeviceMoe(layer, experts) returned true in this step;
+  // after Norm(layer, kPostAttention).
+  virtual absl::Status DeviceMoe(int layer, Phase phase, ExpertProvider* experts, bool observed);
+  // Whether TakeDeferred(layer) would return without waiting.
+  virtual absl::StatusOr<bool> DeferredReady(int layer);
+  // The staged view of DeviceMoe(layer), waiting for it; its pointers stay
+  // valid until the next TakeDeferred, KeepRows or the end of the step.
+  // REQUIRES: every DeviceMoe layer taken once, in the order they ran.
+  virtual absl::StatusOr<DeferredLayer> TakeDeferred(int layer);
   // [n, hidden] host fp32 rows of an activation, valid until the next op.
   virtual absl::StatusOr<const float*> HostRows(StepRows which) = 0;
 };

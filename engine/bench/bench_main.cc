@@ -4,7 +4,8 @@
 // max(compute, missed bytes / measured copy bandwidth) measured in this run.
 // --ablation adds the VisMMOE Table 4 rows (ablation.h), --micro the policy
 // micro benchmarks (micro.h), --micro_kernels the CPU matrix kernels
-// (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h).
+// (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h),
+// --device_op_timing the device time per op family (device_op_times.h).
 // Flags: bench_options.cc; README.md documents them.
 //
 //   vismoe-bench --model DIR --budget 24G [--requests FILE.jsonl | --prompt T [--image F]]
@@ -23,6 +24,7 @@
 #include "engine/bench/ablation.h"
 #include "engine/bench/batch_sweep.h"
 #include "engine/bench/bench_options.h"
+#include "engine/bench/device_op_times.h"
 #include "engine/bench/kernel_micro.h"
 #include "engine/bench/micro.h"
 #include "engine/bench/report.h"
@@ -55,7 +57,7 @@ int Main() {
     return 2;
   }
 
-  PhaseHitCounter phases;  // the decode hit ratio apart from prefill's
+  BenchSink phases;  // the decode hit ratio apart from prefill's; device op times
   EngineOptions engine_options = b.engine;
   engine_options.stats = &phases;
   const auto startup = std::chrono::steady_clock::now();
@@ -73,34 +75,36 @@ int Main() {
   }
   const std::string backend = (*engine)->info().backend;
   const int64_t peak_rss = PeakRssBytes();  // before the ablation engines load
-  engine->reset();  // free its memory before the ablation engines load
+  engine->reset();                          // free its memory before the ablation engines load
 
   const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
   const double bw = MeasureCopyBandwidth(backend, b.copy_bandwidth_limit, expert_bytes);
-  nlohmann::json report = {{"model", b.engine.model_path},
-                           {"synthetic_weights", b.engine.synthetic_weights},
-                           {"backend", backend},
-                           {"budget_bytes", b.engine.gpu_memory_budget_bytes},
-                           {"pinned_layers_flag", b.engine.offload.pinned_layers},
-                           {"eviction", b.engine.offload.eviction},
-                           {"prefetch", b.engine.offload.prefetch},
-                           {"prefetch_count", b.engine.offload.prefetch_count},
-                           {"lookahead_window", b.engine.offload.lookahead_window},
-                           {"preload", b.engine.offload.preload},
-                           {"preload_experts", b.engine.offload.preload_experts},
-                           {"preload_share", b.engine.offload.preload_share},
-                           {"calibration_profile", b.engine.calibration_profile},
-                           {"token_compressor", b.engine.compression.kind},
-                           {"keep_ratio", b.keep_ratio},
-                           {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
-                           {"host_experts", b.engine.offload.host_experts},
-                           {"miss_policy", b.engine.offload.miss_policy},
-                           {"host_moe_layers", b.engine.offload.host_moe_layers},
-                           {"checkpoint_bytes",
-                            CheckpointBytes(b.engine.model_path, b.engine.synthetic_weights)},
-                           {"peak_rss_bytes", peak_rss},
-                           {"startup_seconds", startup_seconds}};
+  nlohmann::json report = {
+      {"model", b.engine.model_path},
+      {"synthetic_weights", b.engine.synthetic_weights},
+      {"backend", backend},
+      {"budget_bytes", b.engine.gpu_memory_budget_bytes},
+      {"pinned_layers_flag", b.engine.offload.pinned_layers},
+      {"eviction", b.engine.offload.eviction},
+      {"prefetch", b.engine.offload.prefetch},
+      {"prefetch_count", b.engine.offload.prefetch_count},
+      {"lookahead_window", b.engine.offload.lookahead_window},
+      {"preload", b.engine.offload.preload},
+      {"preload_experts", b.engine.offload.preload_experts},
+      {"preload_share", b.engine.offload.preload_share},
+      {"calibration_profile", b.engine.calibration_profile},
+      {"token_compressor", b.engine.compression.kind},
+      {"keep_ratio", b.keep_ratio},
+      {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
+      {"host_experts", b.engine.offload.host_experts},
+      {"miss_policy", b.engine.offload.miss_policy},
+      {"host_moe_layers", b.engine.offload.host_moe_layers},
+      {"checkpoint_bytes", CheckpointBytes(b.engine.model_path, b.engine.synthetic_weights)},
+      {"peak_rss_bytes", peak_rss},
+      {"startup_seconds", startup_seconds}};
   report.update(SummaryJson(*summary, expert_bytes, bw));
+  report["device_op_timing"] = phases.Json();
+  if (b.engine.device_op_timing) std::fprintf(stderr, "%s", phases.Table().c_str());
 
   if (b.ablation) {
     auto rows = RunAblation(AblationConfigs(b.engine, b.keep_ratio, b.ablation_predictor),
@@ -165,7 +169,8 @@ int Main() {
                              {"decode_steps", so.decode_steps},
                              {"rows", BatchSweepJson(*rows, so.decode_steps)}};
   }
-  const std::string text = report.dump(2);
+  // Generated text may end inside a UTF-8 sequence: replace, never throw.
+  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   std::printf("%s\n", text.c_str());
   if (!b.json_out.empty()) {
     std::ofstream f(b.json_out);

@@ -96,6 +96,9 @@ ABSL_FLAG(std::vector<std::string>, batch_sizes, {},
 ABSL_FLAG(int, batch_prompt_tokens, 32, "prompt tokens of each batch sweep sequence");
 ABSL_FLAG(int, batch_decode_steps, 16, "decode steps of each batch sweep run");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
+ABSL_FLAG(bool, device_op_timing, false,
+          "time each op family of every step with device events (CUDA): the report's "
+          "device_op_timing and a table on stderr");
 
 namespace vismoe::bench {
 namespace {
@@ -135,6 +138,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   e.synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed);
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
+  e.device_op_timing = absl::GetFlag(FLAGS_device_op_timing);
   double budget = 0;
   if (!ParseBytes(absl::GetFlag(FLAGS_budget), &budget)) {
     return absl::InvalidArgumentError(absl::StrCat("--budget=", absl::GetFlag(FLAGS_budget),

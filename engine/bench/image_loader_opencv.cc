@@ -1,5 +1,5 @@
 // LoadImage for vismoe-bench: OpenCV decodes the file. (vismoe-bench-lite
-// links image_loader_none.cc instead.)
+// links image_loader_png.cc instead.)
 #include <fstream>
 #include <iterator>
 #include <vector>

@@ -70,6 +70,8 @@ absl::StatusOr<RunSummary> RunRequestSet(Engine& engine, const std::vector<Bench
                                {"visual_tokens_before", r->usage.visual_tokens_before},
                                {"visual_tokens_after", r->usage.visual_tokens_after},
                                {"completion_tokens", r->usage.completion_tokens},
+                               {"text", r->text},
+                               {"token_ids", r->token_ids},
                                {"ttft_seconds", r->timings.ttft_seconds},
                                {"tpot_seconds", r->timings.tpot_seconds},
                                {"total_seconds", r->timings.total_seconds},

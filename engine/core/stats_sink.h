@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/types/span.h"
 #include "engine/core/commit_miss_policy.h"
 #include "engine/core/expert_skipping.h"
 #include "engine/core/phase.h"
@@ -16,6 +17,12 @@
 namespace vismoe {
 
 enum class SlotState { kFree, kRequired, kSpeculative, kExpired };
+
+// Device seconds one op family took in a forward step (OnDeviceStep).
+struct DeviceOpTime {
+  std::string_view family;
+  double seconds = 0;
+};
 
 class StatsSink {
  public:
@@ -68,6 +75,12 @@ class StatsSink {
   // One running sequence preempted: its KV blocks freed for others, its
   // tokens to be recomputed when it runs again (counter).
   virtual void OnPreemption() = 0;
+  // Where the device's time of one forward step of `rows` rows went: its
+  // whole `seconds` and the share of each op family ("attention", "experts",
+  // ...), from a device backend asked to time its ops
+  // (EngineOptions::device_op_timing). Profiling only: not a metric.
+  virtual void OnDeviceStep(int64_t /*rows*/, double /*seconds*/,
+                            absl::Span<const DeviceOpTime> /*ops*/) {}
 };
 
 // A sink that drops everything; the default when nobody listens, and the

@@ -53,7 +53,7 @@ absl::Status ExpertBatchLauncher::ComputeOnHost(int expert, const ExpertWeights&
 
 absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
                               absl::Span<const int> active, absl::Span<const int64_t> tokens,
-                              ExpertBatchLauncher& launcher) {
+                              ExpertBatchLauncher& launcher, HeldExperts* keep) {
   VISMOE_ASSIGN_OR_RETURN(LayerPlan plan, BeginPlan(provider, phase, layer, active, tokens));
   const std::vector<int>& order = plan.order;
   struct Launched {
@@ -131,6 +131,14 @@ absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
     if (i + 1 == order.size() || plan.OnHost(i + 1) || !provider.Ready(layer, order[i + 1])) {
       status = launch();
     }
+  }
+  if (status.ok() && keep != nullptr) {
+    // Nothing left unlaunched; the batches still running keep their experts.
+    for (; next_release < launched.size(); ++next_release) {
+      keep->Add(&provider, layer, launched[next_release].expert);
+    }
+    provider.EndLayer(layer);
+    return absl::OkStatus();
   }
   // Whatever happened, every acquired expert is released once nothing queued
   // can read it any more.

@@ -24,11 +24,13 @@
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
 #define VISMOE_ENGINE_OFFLOAD_EXPERT_BATCH_RUNNER_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "engine/offload/expert_provider.h"
 #include "engine/core/stats_sink.h"
+#include "engine/offload/expert_provider.h"
 
 namespace vismoe {
 
@@ -60,14 +62,46 @@ class ExpertBatchLauncher {
   virtual absl::Status ComputeOnHost(int expert, const ExpertWeights& weights);
 };
 
+// Experts a layer launched and has not released yet, kept by a caller that
+// learns later that their batches finished (a device backend waits for its
+// stream at the next layer's routing anyway), so a layer need not wait for
+// its own GEMMs. Releasing them before the provider's next call leaves it in
+// the state an immediate release would have: a released expert's slab is
+// Expired either way, and EndLayer passes over slabs still held.
+// Thread safety: none; the forward thread's.
+class HeldExperts {
+ public:
+  void Add(ExpertProvider* provider, int layer, int expert) {
+    held_.push_back({provider, layer, expert});
+  }
+  // REQUIRES: every batch that read them has finished.
+  void ReleaseAll() {
+    for (const Held& h : held_) h.provider->Release(h.layer, h.expert);
+    held_.clear();
+  }
+  bool empty() const { return held_.empty(); }
+
+ private:
+  struct Held {
+    ExpertProvider* provider;
+    int layer;
+    int expert;
+  };
+  std::vector<Held> held_;
+};
+
 // Runs one layer's `active` experts (distinct ids) through `provider` and
 // `launcher`; `tokens` (tokens[i] rows routed to active[i]) lets the provider
 // put experts on the host, empty = every expert on the device (BeginLayer).
+// With `keep`, a layer that succeeds does not Drain(): the experts whose
+// batches may still run go to `keep` unreleased (the caller releases them
+// once it knows those finished, before its next call to the provider). On
+// failure everything is drained and released as without it.
 // Returns the first error (InternalError when the provider returns an expert
 // that was not declared, or not as many as declared).
 absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
                               absl::Span<const int> active, absl::Span<const int64_t> tokens,
-                              ExpertBatchLauncher& launcher);
+                              ExpertBatchLauncher& launcher, HeldExperts* keep = nullptr);
 inline absl::Status RunExpertBatches(ExpertProvider& provider, Phase phase, int layer,
                                      absl::Span<const int> active, ExpertBatchLauncher& launcher) {
   return RunExpertBatches(provider, phase, layer, active, {}, launcher);

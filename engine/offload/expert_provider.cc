@@ -19,4 +19,21 @@ absl::StatusOr<ExpertWeights> ExpertProvider::HostWeights(int layer, int expert)
       "HostWeights(", layer, ", ", expert, "): this provider computes no expert on the host"));
 }
 
+absl::StatusOr<ExpertWeights> ExpertProvider::PinnedWeights(int layer, int expert) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("PinnedWeights(", layer, ", ", expert, "): the layer's experts are not pinned"));
+}
+
+absl::Status ExpertProvider::RecordPinnedLayer(Phase phase, int layer,
+                                               absl::Span<const int> experts) {
+  if (!LayerPinned(layer)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RecordPinnedLayer(", layer, "): the layer's experts are not pinned"));
+  }
+  absl::StatusOr<std::vector<int>> order = BeginLayer(phase, layer, experts);
+  if (!order.ok()) return order.status();
+  EndLayer(layer);
+  return absl::OkStatus();
+}
+
 }  // namespace vismoe

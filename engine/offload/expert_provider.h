@@ -27,6 +27,7 @@
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 #define VISMOE_ENGINE_OFFLOAD_EXPERT_PROVIDER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -66,7 +67,10 @@ struct LayerPlan {
 
 class ExpertProvider {
  public:
+  ExpertProvider() : instance_id_(NextInstanceId()) {}
   virtual ~ExpertProvider() = default;
+  ExpertProvider(const ExpertProvider&) = delete;
+  ExpertProvider& operator=(const ExpertProvider&) = delete;
 
   // `layer` is the decoder layer index throughout.
   // Declares the experts `layer` needs in this step (distinct ids) and returns
@@ -126,6 +130,33 @@ class ExpertProvider {
   // the mmapped checkpoint), so another component may keep them
   // (HostExpertStore's mapped mode). The default makes no such promise.
   virtual bool views_outlive_release() const { return false; }
+
+  // Pinned layers (a backend computes them without asking the provider; the
+  // GPU decode step's hit path, engine/backends/cuda/README.md):
+  // True when every expert of `layer` sits in one place for the provider's
+  // whole life -- the pinned prefix -- so PinnedWeights views never change.
+  virtual bool LayerPinned(int /*layer*/) const { return false; }
+  // The weights of `expert` of a pinned layer, without a lookup, a count or
+  // a pin; FailedPrecondition for a layer that is not pinned.
+  virtual absl::StatusOr<ExpertWeights> PinnedWeights(int layer, int expert);
+  // Tells the provider, after the fact, that `layer` computed `experts`
+  // (distinct ids) from PinnedWeights in this step: the same counters,
+  // prediction and prefetch as BeginLayer + EndLayer of those experts.
+  // REQUIRES: LayerPinned(layer); called in layer order, as the forward pass
+  // would have called BeginLayer.
+  virtual absl::Status RecordPinnedLayer(Phase phase, int layer, absl::Span<const int> experts);
+
+  // Unique among the providers of this process (never reused), so a backend
+  // can tell a provider it built per-layer tables for from a new one at the
+  // same address.
+  uint64_t instance_id() const { return instance_id_; }
+
+ private:
+  static uint64_t NextInstanceId() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
+  const uint64_t instance_id_;
 };
 
 }  // namespace vismoe

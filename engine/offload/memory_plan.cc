@@ -127,7 +127,9 @@ absl::StatusOr<MemoryPlan> MakeMemoryPlan(const ModelSizes& sizes,
         MiB(p.resident_bytes), " + activations ", MiB(p.activation_bytes), " + kv cache ",
         MiB(p.kv_cache_bytes), " + pinned prefix of ", pinned, " MoE layers ",
         MiB(p.pinned_prefix_bytes), " + ", need_slabs, " expert slab(s) of ", sizes.expert_bytes,
-        " bytes needs at least ", MiB(minimum)));
+        " bytes needs at least ", MiB(minimum),
+        " (the activations shrink with max_step_tokens and max_context_tokens, the kv cache with "
+        "kv_cache_tokens or max_context_tokens, the pinned prefix with pinned_layers)"));
   }
   if (offloaded_experts > 0) {
     const int64_t left = options.budget_bytes - fixed - p.pinned_prefix_bytes;

@@ -504,11 +504,15 @@ double OffloadExpertProvider::CopySecondsEstimate() const {
   return CopySecondsLocked();
 }
 
+absl::StatusOr<ExpertWeights> OffloadExpertProvider::PinnedWeights(int layer, int expert) {
+  VISMOE_RETURN_IF_ERROR(CheckIds(layer, expert));
+  if (kind_[layer] != Kind::kPinned) return ExpertProvider::PinnedWeights(layer, expert);
+  return store_format_pinned_.View(pinned_[layer] + static_cast<size_t>(expert) * pinned_stride_);
+}
+
 absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expert) {
   VISMOE_RETURN_IF_ERROR(CheckIds(layer, expert));
-  if (kind_[layer] == Kind::kPinned) {
-    return store_format_pinned_.View(pinned_[layer] + static_cast<size_t>(expert) * pinned_stride_);
-  }
+  if (kind_[layer] == Kind::kPinned) return PinnedWeights(layer, expert);
   std::unique_lock<std::mutex> lock(mu_);
   if (layer != current_layer_ ||
       std::find(declared_.begin(), declared_.end(), expert) == declared_.end()) {

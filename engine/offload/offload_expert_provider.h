@@ -137,6 +137,11 @@ class OffloadExpertProvider final : public ExpertProvider {
   absl::StatusOr<ExpertWeights> AcquireIfResident(int layer, int expert) override;
   // Unpins; waiting demand misses may then take the slab.
   void ReleaseResident(int layer, int expert) override;
+  // The pinned prefix's layers; their views point into the prefix.
+  bool LayerPinned(int layer) const override {
+    return layer >= 0 && layer < static_cast<int>(kind_.size()) && kind_[layer] == Kind::kPinned;
+  }
+  absl::StatusOr<ExpertWeights> PinnedWeights(int layer, int expert) override;
 
   // A new sequence starts: the predictor drops its per-request state.
   void BeginRequest();
@@ -217,7 +222,7 @@ class OffloadExpertProvider final : public ExpertProvider {
   int num_experts_ = 0;
   int prefetch_count_ = 0;
   StatsSink* sink_ = nullptr;
-  std::vector<Kind> kind_;           // per decoder layer
+  std::vector<Kind> kind_;  // per decoder layer
   MissPolicy miss_policy_ = MissPolicy::kFetch;
   std::vector<char> host_layer_;  // per decoder layer: statically on the host
   // Per decoder layer: the next offloaded layer not on the host (wraps), or
@@ -246,11 +251,11 @@ class OffloadExpertProvider final : public ExpertProvider {
   // why. Acquire of one of them fails with that error instead of waiting; the
   // next BeginLayer forgets them and copies again (the server keeps serving).
   std::vector<std::pair<int64_t, absl::Status>> failed_copies_;
-  uint64_t demand_seq_ = 0;     // guarded by mu_
+  uint64_t demand_seq_ = 0;  // guarded by mu_
   // Guarded by mu_: per decoder layer, the predictor's top-B for it at the
   // last prefetch aimed at it (the commit miss policy's candidates).
   std::vector<std::vector<int>> predicted_;
-  OffloadStats request_;        // guarded by mu_
+  OffloadStats request_;                      // guarded by mu_
   std::unique_ptr<PreloadSet> preload_;       // guarded by mu_
   std::unique_ptr<TransferEngine> transfer_;  // declared last: joined first
 };

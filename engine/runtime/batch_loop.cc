@@ -61,9 +61,8 @@ bool BatchLoop::TakeIncoming(bool wait) {
     absl::MutexLock lock(&mu_);
     if (wait) {
       mu_.Await(absl::Condition(
-          +[](BatchLoop* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) {
-            return l->stop_ || !l->incoming_.empty();
-          },
+          +[](BatchLoop* l)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu_) { return l->stop_ || !l->incoming_.empty(); },
           this));
     }
     taken.swap(incoming_);
@@ -136,7 +135,10 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
   if (seq->prefilling()) return;  // more prompt chunks to come
   const bool first = seq->result.token_ids.empty();
   if (first && seq->callbacks.on_prefill_logits) seq->callbacks.on_prefill_logits(seq->logits);
-  if (seq->output.Accept(seq->logits, seq->cache->CheckRoom(1).ok())) {
+  const bool room = seq->cache->CheckRoom(1).ok();
+  // Empty logits: the decoder took the greedy token on the device.
+  if (seq->logits.empty() ? seq->output.AcceptToken(seq->greedy_token, room)
+                          : seq->output.Accept(seq->logits, room)) {
     Finish(seq, absl::OkStatus());
     return;
   }

@@ -1,10 +1,10 @@
 // Engine implementation: one model, its requests batched by a step thread
 // (engine/runtime/batch_loop.h), on the backend the registry picks (engine/backends/registry.h):
 // its DecoderOps under the one decoder of the family, its VisionOps under the
-// one vision tower, and its offload device. Tokenizer, image preprocessing, sampling and the policies
-// run on the host either way; a backend whose decoder reads experts from
-// device memory always runs behind the offload provider (a plan that pins
-// every MoE layer when no budget is given).
+// one vision tower, and its offload device. Tokenizer, image preprocessing, sampling and the
+// policies run on the host either way; a backend whose decoder reads experts from device memory
+// always runs behind the offload provider (a plan that pins every MoE layer when no budget is
+// given).
 #include "engine/api/engine.h"
 
 #include <algorithm>
@@ -147,10 +147,10 @@ class LocalEngine final : public Engine {
   // The backend's memory and copy path (null members on the CPU backend);
   // declared before offload_, which borrows them, so they outlive it.
   OffloadDeviceParts device_parts_;
-  std::unique_ptr<OffloadExpertProvider> offload_;  // null = everything resident
-  RouterObserver* predictor_ = nullptr;             // offload_'s predictor, or null
-  ExpertProvider* provider_ = nullptr;              // offload_ or experts_
-  int compress_layer_ = 0;                          // decoder layer token compression runs before
+  std::unique_ptr<OffloadExpertProvider> offload_;   // null = everything resident
+  RouterObserver* predictor_ = nullptr;              // offload_'s predictor, or null
+  ExpertProvider* provider_ = nullptr;               // offload_ or experts_
+  int compress_layer_ = 0;                           // decoder layer token compression runs before
   std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
   std::optional<CommitCalibration> commit_calibration_;  // likewise
   std::optional<SpeculativeExecution> speculative_;      // nullopt = off
@@ -169,8 +169,7 @@ absl::Status CheckOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
   }
-  VISMOE_RETURN_IF_ERROR(
-      CheckStepLimits({options.max_running_sequences, options.max_step_tokens}));
+  VISMOE_RETURN_IF_ERROR(CheckStepLimits({options.max_running_sequences, options.max_step_tokens}));
   if (options.kv_cache_tokens != 0 && options.kv_cache_tokens < options.max_context_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_cache_tokens (", options.kv_cache_tokens, ") must be 0 or >= max_context_tokens (",
@@ -281,10 +280,12 @@ absl::Status LocalEngine::LoadFiles() {
 absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   BackendOptions bo;
   bo.pool = pool_.get();
-  bo.max_tokens_per_step = MaxStepRows(
-      StepLimits{options_.max_running_sequences, options_.max_step_tokens},
-      options_.max_context_tokens);
+  bo.max_tokens_per_step =
+      MaxStepRows(StepLimits{options_.max_running_sequences, options_.max_step_tokens},
+                  options_.max_context_tokens, KvTokens());
   bo.max_prompt_tokens = options_.max_context_tokens;
+  bo.device_op_timing = options_.device_op_timing;
+  bo.stats = options_.stats;
   // Device memory beyond weights and KV cache (0 on the host); the towers'
   // weights are already in the plan's resident bytes (every non-expert tensor).
   int64_t activation_bytes =
@@ -345,7 +346,9 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   VISMOE_ASSIGN_OR_RETURN(
       offload_, OffloadExpertProvider::Create(*experts_, config_.text, plan, options_.offload,
                                               options_.stats, std::move(predictor), device));
-  predictor_ = offload_->observer();
+  // With every MoE layer pinned nothing is ever prefetched: feeding the
+  // predictor would only bring each layer's rows to the host.
+  predictor_ = plan.offloaded_layer_ids.empty() ? nullptr : offload_->observer();
   provider_ = offload_.get();
   if (options_.gpu_memory_budget_bytes > 0) {
     compress_layer_ = CompressionLayer(config_.text, plan.pinned_layers);
@@ -444,7 +447,8 @@ absl::Status CheckRequestMissPolicy(const std::string& asked, const std::string&
   if (asked == PolicyName(MissPolicy::kCpu) && !host) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy.miss_policy \"cpu\" is an engine-wide setting (host execution of misses is "
-        "shared by every request of a step); this engine's miss policy is \"", engine, "\""));
+        "shared by every request of a step); this engine's miss policy is \"",
+        engine, "\""));
   }
   if (asked == PolicyName(MissPolicy::kFetch) && host) {
     return absl::InvalidArgumentError(

@@ -170,8 +170,8 @@ void ModelRunner::InstallCompression(Sequence* s) {
   RouterObserver* obs = s->observers();
   if (obs == nullptr) return;
   // h_v again, over the visual tokens that survived.
-  in.select_kept_rows = [s, obs, select = std::move(in.select_kept_rows)]()
-      -> absl::StatusOr<std::vector<int64_t>> {
+  in.select_kept_rows =
+      [s, obs, select = std::move(in.select_kept_rows)]() -> absl::StatusOr<std::vector<int64_t>> {
     absl::StatusOr<std::vector<int64_t>> rows = select();
     if (rows.ok()) {
       obs->OnVisualSummary(
@@ -194,7 +194,8 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
     }
     if (!st[i].ok()) continue;
     BuildInput(step[i]);
-    batch.push_back({&s->input, s->cache.get(), &s->logits});
+    batch.push_back(
+        {&s->input, s->cache.get(), &s->logits, s->greedy_only() ? &s->greedy_token : nullptr});
     ran[i] = 1;
   }
   if (batch.empty()) return st;

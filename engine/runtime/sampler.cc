@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/argmax.h"
 
 namespace vismoe {
 
@@ -28,13 +29,7 @@ absl::Status Sampler::Validate(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& p)
     : temperature_(p.temperature), top_k_(p.top_k), top_p_(p.top_p), rng_(p.seed) {}
 
-int Sampler::Argmax(absl::Span<const float> logits) {
-  int best = 0;
-  for (int i = 1; i < static_cast<int>(logits.size()); ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return best;
-}
+int Sampler::Argmax(absl::Span<const float> logits) { return GreedyArgmax(logits); }
 
 int Sampler::Sample(absl::Span<const float> logits) {
   if (temperature_ == 0.0f) return Argmax(logits);

@@ -111,8 +111,8 @@ struct Sequence {
   bool compression_reported = false;  // its pruned tokens went to the stats once
   std::unique_ptr<KvCache> cache;     // holds blocks while running
   VisionOutput vision;
-  std::unique_ptr<TokenCompressor> compressor;       // only off the exact path
-  std::unique_ptr<CompressionSession> compression;   // only off the exact path
+  std::unique_ptr<TokenCompressor> compressor;      // only off the exact path
+  std::unique_ptr<CompressionSession> compression;  // only off the exact path
   // Started once its prefill is done and it goes on decoding; ended by
   // BatchLoop::Finish (engine/policy/sequence_preload.h).
   std::unique_ptr<SequencePreload> preload;
@@ -120,6 +120,12 @@ struct Sequence {
   ObserverChain decode_chain;
   DecoderInput input;  // this step's, rebuilt every step
   std::vector<float> logits;
+  // The step's greedy token when the decoder returned no logits
+  // (DecoderBatchEntry::greedy_token).
+  int greedy_token = -1;
+  // Whether its steps may return the greedy token instead of logits: greedy
+  // sampling and no caller that wants the prefill's logits.
+  bool greedy_only() const { return output.greedy() && !callbacks.on_prefill_logits; }
 
   GenerateResult result;
   TokenOutput output;

@@ -13,24 +13,23 @@ absl::Status CheckStepLimits(const StepLimits& limits) {
         absl::StrCat("max_running_sequences must be >= 1, got ", limits.max_running));
   }
   if (limits.max_step_tokens < limits.max_running) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_step_tokens (", limits.max_step_tokens,
-                     ") must be >= max_running_sequences (", limits.max_running,
-                     "): every running sequence decodes one token per step"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_step_tokens (", limits.max_step_tokens, ") must be >= max_running_sequences (",
+        limits.max_running, "): every running sequence decodes one token per step"));
   }
   return absl::OkStatus();
 }
 
-int64_t MaxStepRows(const StepLimits& limits, int64_t max_context) {
-  return std::max(limits.max_step_tokens, max_context);
+int64_t MaxStepRows(const StepLimits& limits, int64_t max_context, int64_t kv_tokens) {
+  return std::min(std::max(limits.max_step_tokens, max_context), kv_tokens);
 }
 
 absl::Status StepScheduler::Add(Sequence* seq) {
   const int64_t blocks = pool_->BlocksFor(seq->kv_tokens);
   if (blocks > pool_->total_blocks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request needs ", seq->kv_tokens, " KV cache tokens; the pool has ",
-                     pool_->total_blocks() * pool_->block_tokens()));
+    return absl::InvalidArgumentError(absl::StrCat("the request needs ", seq->kv_tokens,
+                                                   " KV cache tokens; the pool has ",
+                                                   pool_->total_blocks() * pool_->block_tokens()));
   }
   waiting_.push_back(seq);
   return absl::OkStatus();
@@ -130,8 +129,7 @@ void StepScheduler::Remove(Sequence* seq) {
   if (w != waiting_.end()) waiting_.erase(w);
 }
 
-std::vector<Sequence*> StepScheduler::RemoveIf(
-    const std::function<bool(const Sequence&)>& pred) {
+std::vector<Sequence*> StepScheduler::RemoveIf(const std::function<bool(const Sequence&)>& pred) {
   std::vector<Sequence*> out;
   for (Sequence* seq : running_) {
     if (pred(*seq)) out.push_back(seq);

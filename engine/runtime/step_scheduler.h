@@ -43,7 +43,7 @@
 namespace vismoe {
 
 struct StepLimits {
-  int max_running = 8;           // sequences in a step
+  int max_running = 8;             // sequences in a step
   int64_t max_step_tokens = 2048;  // rows of a step (decode tokens + prefill chunks)
 };
 
@@ -52,9 +52,10 @@ struct StepLimits {
 absl::Status CheckStepLimits(const StepLimits& limits);
 
 // The most rows one step carries: max_step_tokens, or a whole compressed
-// prompt (up to max_context tokens) that runs alone over the budget. Device
-// scratch is sized by it.
-int64_t MaxStepRows(const StepLimits& limits, int64_t max_context);
+// prompt (up to max_context tokens) that runs alone over the budget -- and
+// never more than the KV pool's kv_tokens, which hold every row of a step.
+// Device scratch is sized by it.
+int64_t MaxStepRows(const StepLimits& limits, int64_t max_context, int64_t kv_tokens);
 
 // One sequence's rows in a step: the next `rows` tokens of its prefill while
 // prefilling, else its one decode token.

@@ -24,7 +24,10 @@ bool TokenOutput::Emit(const std::string& text, bool force) {
 }
 
 bool TokenOutput::Accept(absl::Span<const float> logits, bool room) {
-  const int tok = sampler_.Sample(logits);
+  return AcceptToken(sampler_.Sample(logits), room);
+}
+
+bool TokenOutput::AcceptToken(int tok, bool room) {
   if (result_->token_ids.empty()) first_token_ = std::chrono::steady_clock::now();
   if (std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end()) {
     Finish(FinishReason::kEos);

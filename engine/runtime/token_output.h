@@ -34,6 +34,11 @@ class TokenOutput {
   // `room`: whether the KV cache can take one more token. Returns true when
   // the sequence has finished; result->finish_reason and text are then final.
   bool Accept(absl::Span<const float> logits, bool room);
+  // The same for a token the caller sampled greedily itself (greedy()).
+  bool AcceptToken(int token, bool room);
+  // Whether sampling is greedy (temperature 0): the token is the argmax of
+  // the logits, which a device can take without sending the logits back.
+  bool greedy() const { return sampling_.temperature == 0.0f; }
   // Ends the sequence early as cancelled (no held-back text is flushed, as
   // the caller no longer listens).
   void Cancel();

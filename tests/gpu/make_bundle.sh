@@ -9,6 +9,9 @@
 # it). Name .gpu-bundle.tgz in the device tool's `carry` and run
 # tests/gpu/run_bundle.sh there (it unpacks the archive; its header lists the parts).
 #   tests/gpu/make_bundle.sh [BUILD_DIR]   (default build/release)
+# With VISMOE_BASE_BUILD=DIR (a build of another commit, e.g. the last one
+# measured), its vismoe-bench-lite travels too, as bin/vismoe-bench-lite-base:
+# run_bundle.sh times it beside this build on the same device.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/release}
@@ -26,6 +29,15 @@ mkdir -p "$out/bin" "$out/lib"
 bins=("$build/engine/vismoe-bench-lite")
 for t in $tests; do bins+=("$build/tests/$t"); done
 cp "${bins[@]}" "$out/bin/"
+if [ -n "${VISMOE_BASE_BUILD:-}" ]; then
+  cp "$VISMOE_BASE_BUILD/engine/vismoe-bench-lite" "$out/bin/vismoe-bench-lite-base"
+  bins+=("$VISMOE_BASE_BUILD/engine/vismoe-bench-lite")
+fi
+# Which tree the binaries are of (uncommitted changes marked dirty).
+{ echo "bundle of $(git -C "$root" describe --always --dirty)";
+  [ -n "${VISMOE_BASE_BUILD:-}" ] &&
+    echo "base: $(git -C "$VISMOE_BASE_BUILD/../.." describe --always --dirty 2>/dev/null)"; } \
+  >"$out/commit.txt"
 # The base system every Linux GPU machine has; everything else travels.
 base='^(linux-vdso|libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux-x86-64|libcuda)\.so'
 for b in "${bins[@]}"; do

@@ -15,8 +15,9 @@ absl::StatusOr<std::string> CpuBackend::Probe() const {
 
 absl::StatusOr<std::unique_ptr<DecoderOps>> CpuBackend::CreateDecoderOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CpuDecoderOps> ops,
-                          CpuDecoderOps::Create(config, checkpoint, options.pool));
+  VISMOE_ASSIGN_OR_RETURN(
+      std::unique_ptr<CpuDecoderOps> ops,
+      CpuDecoderOps::Create(config, checkpoint, options.pool, options.cpu_deferred_moe));
   return std::unique_ptr<DecoderOps>(std::move(ops));
 }
 

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backend/host_deferred_moe.h"
 #include "engine/backends/cpu/cpu_speculation.h"
+#include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/activations.h"
@@ -53,7 +55,16 @@ class CpuDecoderStep final : public DecoderStep {
   absl::Status DenseMlp(int layer) override;
   absl::Status AddDeepStack(int layer) override;
   absl::Status Logits(bool all_rows, std::vector<float>* logits) override;
+  absl::Status GreedyTokens(std::vector<int>* tokens) override;
   absl::StatusOr<const float*> HostRows(StepRows which) override;
+  bool PrepareDeviceMoe(int layer, ExpertProvider* experts) override {
+    return ops_.deferred_moe() && experts->LayerPinned(layer);
+  }
+  absl::Status DeviceMoe(int layer, Phase phase, ExpertProvider* experts, bool observed) override {
+    return deferred_.Run(*this, layer, phase, experts, observed, n_ * h_);
+  }
+  absl::StatusOr<bool> DeferredReady(int layer) override { return deferred_.Ready(layer); }
+  absl::StatusOr<DeferredLayer> TakeDeferred(int layer) override { return deferred_.Take(layer); }
   absl::Status ArmSpeculation(const SpeculationPlan& plan) override;
   const SpeculationRecord* Speculation(int target_layer) const override {
     return spec_.Record(target_layer);
@@ -110,7 +121,8 @@ class CpuDecoderStep final : public DecoderStep {
   RopeTable rope_;
   std::vector<int64_t> visual_rows_;  // row of each visual token, -1 once dropped
   std::vector<const float*> deepstack_;
-  CpuSpeculation spec_;  // idle unless armed (speculative execution)
+  CpuSpeculation spec_;       // idle unless armed (speculative execution)
+  HostDeferredMoe deferred_;  // pinned layers run through DeviceMoe (ops_.deferred_moe())
 };
 
 void CpuDecoderStep::Embed(const StepInput& in) {
@@ -465,6 +477,17 @@ absl::Status CpuDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
   return absl::OkStatus();
 }
 
+absl::Status CpuDecoderStep::GreedyTokens(std::vector<int>* tokens) {
+  std::vector<float> logits;
+  VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
+  const size_t vocab = static_cast<size_t>(c_.vocab_size);
+  tokens->clear();
+  for (size_t s = 0; s < seq_rows_.size(); ++s) {
+    tokens->push_back(GreedyArgmax(absl::MakeConstSpan(logits).subspan(s * vocab, vocab)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<const float*> CpuDecoderStep::HostRows(StepRows which) {
   switch (which) {
     case StepRows::kResidual:
@@ -481,9 +504,12 @@ absl::StatusOr<const float*> CpuDecoderStep::HostRows(StepRows which) {
 
 absl::StatusOr<std::unique_ptr<CpuDecoderOps>> CpuDecoderOps::Create(const ModelConfig& config,
                                                                      const Checkpoint& checkpoint,
-                                                                     ThreadPool* pool) {
+                                                                     ThreadPool* pool,
+                                                                     bool deferred_moe) {
   VISMOE_ASSIGN_OR_RETURN(TextWeights weights, TextWeights::Load(config, checkpoint));
-  return std::unique_ptr<CpuDecoderOps>(new CpuDecoderOps(config, std::move(weights), pool));
+  std::unique_ptr<CpuDecoderOps> ops(new CpuDecoderOps(config, std::move(weights), pool));
+  ops->deferred_moe_ = deferred_moe;
+  return ops;
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t blocks,

@@ -36,9 +36,14 @@ namespace vismoe::cpu {
 class CpuDecoderOps final : public DecoderOps {
  public:
   // Loads and shape-checks every text weight (errors name the tensor).
+  // `deferred_moe`: steps implement DeviceMoe for pinned layers with
+  // HostDeferredMoe (engine/backend/host_deferred_moe.h), so the decoder
+  // runs the protocol of a device backend's hit path here (tests); off, they
+  // run every layer through Route and Experts.
   static absl::StatusOr<std::unique_ptr<CpuDecoderOps>> Create(const ModelConfig& config,
                                                                const Checkpoint& checkpoint,
-                                                               ThreadPool* pool);
+                                                               ThreadPool* pool,
+                                                               bool deferred_moe = false);
 
   const char* name() const override { return "cpu"; }
   bool supports_speculation() const override { return true; }
@@ -51,6 +56,7 @@ class CpuDecoderOps final : public DecoderOps {
   const ModelConfig& config() const { return config_; }
   const TextWeights& weights() const { return weights_; }
   ThreadPool* pool() const { return pool_; }
+  bool deferred_moe() const { return deferred_moe_; }
 
  private:
   CpuDecoderOps(const ModelConfig& config, TextWeights weights, ThreadPool* pool)
@@ -59,6 +65,7 @@ class CpuDecoderOps final : public DecoderOps {
   ModelConfig config_;
   TextWeights weights_;
   ThreadPool* pool_;
+  bool deferred_moe_ = false;
 };
 
 }  // namespace vismoe::cpu

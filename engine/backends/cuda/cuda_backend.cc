@@ -22,6 +22,8 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
   o.device = options.device;
   o.max_tokens_per_step = options.max_tokens_per_step;
   o.host_pool = options.pool;  // experts computed on the host
+  o.op_timing = options.device_op_timing;
+  o.stats = options.stats;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CudaDecoderOps> ops,
                           CudaDecoderOps::Create(config, checkpoint, o));
   return std::unique_ptr<DecoderOps>(std::move(ops));

@@ -13,17 +13,28 @@
 // ExpertProvider and must be device-resident bf16 (the OffloadExpertProvider
 // built with the CUDA allocators and copy backend: pinned prefix + slabs).
 //
-// MoE per layer: router GEMM (fp32 logits) -> top-k on device -> one small
-// device-to-host copy of the routing (the provider and the observers run on
-// the host) -> tokens permuted so each expert's rows are contiguous -> the
-// experts through RunExpertBatches (engine/offload/expert_batch_runner.h):
-// acquired in the provider's order and launched in batches -- one grouped
-// GEMM for gate_up, SwiGLU, one grouped GEMM for down -- as soon as the next
-// expert is not Ready(), so with everything resident a layer's experts are
-// three launches and compute overlaps the copies still in flight; a slab is
-// released only after an event recorded behind its batch has completed (the
-// provider may hand a released slab to the next copy) -> weighted sum per
-// token in slot order.
+// MoE per layer, two ways (cuda_decoder_step.h):
+// - Pinned layers of decode-sized steps (DecoderStep::DeviceMoe): the router
+//   GEMM, one routing kernel (top-k, permutation, the active experts; the ids
+//   written straight into mapped host memory), one kernel for every selected
+//   expert's gate/up + SwiGLU and one for their down projections over a
+//   device table of the layer's expert weights (PinnedLayerTables), and the
+//   weighted sum added to the residual stream -- no host round trip; the
+//   host reads the routing later (DeferredStaging) for the provider's
+//   counters and the observers.
+// - Otherwise (prefill, offloaded layers, expert skipping): router GEMM ->
+//   top-k on device -> one small device-to-host copy of the routing (the
+//   provider and the observers run on the host) -> tokens permuted so each
+//   expert's rows are contiguous -> the experts through RunExpertBatches
+//   (engine/offload/expert_batch_runner.h): acquired in the provider's order
+//   and launched in batches -- one grouped GEMM for gate_up, SwiGLU, one
+//   grouped GEMM for down -- as soon as the next expert is not Ready(), so
+//   compute overlaps the copies still in flight; a slab is released only
+//   after an event recorded behind its batch has completed (the provider may
+//   hand a released slab to the next copy) -> weighted sum per token in slot
+//   order.
+// Greedy sampling takes the argmax on the device (GreedyTokens): a decode
+// step of pinned layers waits for the device once and copies a few bytes.
 //
 // Host execution (miss policy cpu, static host layers; engine/policy/
 // host_experts.md): an expert the provider puts on the host has its permuted
@@ -50,6 +61,11 @@
 
 #include "absl/status/statusor.h"
 #include "engine/backend/decoder_ops.h"
+#include "engine/backends/cuda/deferred_staging.h"
+#include "engine/backends/cuda/op_timer.h"
+#include "engine/backends/cuda/pinned_layer_tables.h"
+#include "engine/backends/cuda/step_graphs.h"
+#include "engine/core/stats_sink.h"
 #include "engine/core/thread_pool.h"
 #include "engine/device/cuda/device.h"
 #include "engine/device/cuda/types.h"
@@ -69,7 +85,13 @@ class CudaDecoderOps final : public DecoderOps {
     // Kernel threads of the experts computed on the host (not owned; null =
     // the step's thread only).
     ThreadPool* host_pool = nullptr;
+    // Time each op family with CUDA events (OpTimer) and report each step's
+    // times to `stats` (not owned; may be null).
+    bool op_timing = false;
+    StatsSink* stats = nullptr;
   };
+  // all_logits: [16, vocab] fp32 at a time.
+  static constexpr int64_t kLogitRowsPerChunk = 16;
 
   // Checks the config, uploads the weights (errors name the tensor), creates
   // the stream, events, cuBLAS handle and scratch. kUnavailable without a
@@ -100,6 +122,10 @@ class CudaDecoderOps final : public DecoderOps {
   absl::StatusOr<std::unique_ptr<DecoderStep>> BeginStep(const StepInput& input) const override;
 
   int64_t weight_bytes() const { return static_cast<int64_t>(weights_.size()); }
+  // Decode steps launched as a CUDA graph so far, and graphs captured
+  // (step_graphs.h; tests and logs).
+  int64_t graph_launches() const { return graph_launches_; }
+  int64_t graphs_captured() const { return graphs_captured_; }
   int64_t scratch_bytes() const { return static_cast<int64_t>(scratch_.capacity()); }
 
  private:
@@ -107,7 +133,9 @@ class CudaDecoderOps final : public DecoderOps {
   struct Layer {
     const Bf16* input_norm = nullptr;
     const Bf16* post_norm = nullptr;
-    const Bf16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+    // q, k and v stacked: one [qd + 2 kvd, H] GEMM gives the fused qkv rows.
+    const Bf16* qkv = nullptr;
+    const Bf16* o = nullptr;
     const Bf16 *q_norm = nullptr, *k_norm = nullptr;
     const Bf16* router = nullptr;
     const Bf16 *gate_proj = nullptr, *up_proj = nullptr, *down_proj = nullptr;
@@ -115,6 +143,7 @@ class CudaDecoderOps final : public DecoderOps {
 
   CudaDecoderOps() = default;
   absl::Status UploadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+  absl::Status SetUpDeviceMoe(const Options& options);
 
   ModelConfig config_;
   bool renormalize_topk_ = true;
@@ -133,6 +162,19 @@ class CudaDecoderOps final : public DecoderOps {
   mutable std::vector<Event> expert_done_;  // one per expert batch of a layer (tickets)
   mutable Event host_rows_ready_;           // the host experts' rows have reached the host
   ThreadPool* host_pool_ = nullptr;
+  bool device_moe_ = false;                  // MoeDecodeSupports the config
+  mutable PinnedLayerTables pinned_tables_;  // DeviceMoe's expert tables
+  mutable DeferredStaging staging_;          // DeviceMoe's host view
+  mutable PinnedHostBuffer greedy_ids_;      // mapped: GreedyTokens' ids
+  mutable std::unique_ptr<OpTimer> timer_;   // Options::op_timing
+  // CUDA graphs of decode steps (step_graphs.h); VISMOE_CUDA_GRAPHS=0 turns
+  // them off.
+  bool graphs_enabled_ = true;
+  mutable bool graph_capture_failed_ = false;
+  mutable StepGraphs graphs_;
+  mutable PinnedHostBuffer step_inputs_;  // the staged inputs of a graph step
+  mutable int64_t graph_launches_ = 0;
+  mutable int64_t graphs_captured_ = 0;
   DeviceBuffer blas_workspace_;  // declared before blas_: outlives the handle bound to it
   mutable std::unique_ptr<Blas> blas_;
   mutable DeviceArena scratch_{nullptr, 0};  // owns its block once Create sets it

@@ -14,16 +14,22 @@ size_t Aligned(size_t bytes) {
 
 }  // namespace
 
-size_t WeightPacker::Add(const TensorView& t) {
+size_t WeightPacker::Add(const TensorView& t) { return AddStacked({&t}); }
+
+size_t WeightPacker::AddStacked(std::initializer_list<const TensorView*> tensors) {
   const size_t offset = Aligned(host_.size() * sizeof(Bf16));
-  host_.resize(offset / sizeof(Bf16) + static_cast<size_t>(t.numel()));
-  Bf16* dst = host_.data() + offset / sizeof(Bf16);
-  if (t.dtype == DType::kBF16) {
-    std::copy_n(static_cast<const Bf16*>(t.data), t.numel(), dst);
-  } else {
-    std::vector<float> f(static_cast<size_t>(t.numel()));
-    ToFloat(t.dtype, t.data, f.size(), f.data());
-    for (size_t i = 0; i < f.size(); ++i) dst[i] = FloatToBf16(f[i]);
+  size_t at = offset / sizeof(Bf16);
+  for (const TensorView* t : tensors) {
+    host_.resize(at + static_cast<size_t>(t->numel()));
+    Bf16* dst = host_.data() + at;
+    if (t->dtype == DType::kBF16) {
+      std::copy_n(static_cast<const Bf16*>(t->data), t->numel(), dst);
+    } else {
+      std::vector<float> f(static_cast<size_t>(t->numel()));
+      ToFloat(t->dtype, t->data, f.size(), f.data());
+      for (size_t i = 0; i < f.size(); ++i) dst[i] = FloatToBf16(f[i]);
+    }
+    at += static_cast<size_t>(t->numel());
   }
   return offset;
 }

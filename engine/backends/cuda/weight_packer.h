@@ -7,6 +7,7 @@
 #define VISMOE_ENGINE_BACKENDS_CUDA_WEIGHT_PACKER_H_
 
 #include <cstddef>
+#include <initializer_list>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -22,6 +23,10 @@ class WeightPacker {
 
   // Appends `t` as bf16; returns its byte offset in the buffer.
   size_t Add(const TensorView& t);
+  // Appends the tensors back to back, one aligned block: matrices with the
+  // same number of columns stacked into one (q, k and v into one GEMM's
+  // weight). Returns the block's byte offset.
+  size_t AddStacked(std::initializer_list<const TensorView*> tensors);
   // Appends fp32 values bit for bit (e.g. a rope inv_freq table); returns the byte offset.
   size_t AddF32(const std::vector<float>& v);
   const std::vector<Bf16>& host() const { return host_; }

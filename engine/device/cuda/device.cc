@@ -90,20 +90,26 @@ void DeviceBuffer::Reset() {
 }
 
 // ---- PinnedHostBuffer ----------------------------------------------------------
-absl::StatusOr<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t bytes, bool portable) {
+absl::StatusOr<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t bytes, bool portable,
+                                                            bool mapped) {
   PinnedHostBuffer b;
   if (bytes == 0) return b;
-  VISMOE_CUDA_RETURN_IF_ERROR(
-      cudaHostAlloc(&b.data_, bytes, portable ? cudaHostAllocPortable : cudaHostAllocDefault));
+  unsigned flags = portable ? cudaHostAllocPortable : cudaHostAllocDefault;
+  if (mapped) flags |= cudaHostAllocMapped;
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&b.data_, bytes, flags));
   b.size_ = bytes;
+  if (mapped) VISMOE_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&b.device_data_, b.data_, 0));
   return b;
 }
 PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      device_data_(std::exchange(o.device_data_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
 PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
   if (this != &o) {
     Reset();
     data_ = std::exchange(o.data_, nullptr);
+    device_data_ = std::exchange(o.device_data_, nullptr);
     size_ = std::exchange(o.size_, 0);
   }
   return *this;
@@ -112,7 +118,40 @@ PinnedHostBuffer::~PinnedHostBuffer() { Reset(); }
 void PinnedHostBuffer::Reset() {
   if (data_ != nullptr) CheckRelease(cudaFreeHost(data_), "cudaFreeHost(data_)", __LINE__);
   data_ = nullptr;
+  device_data_ = nullptr;
   size_ = 0;
+}
+
+// ---- GraphExec -----------------------------------------------------------------
+absl::Status GraphExec::BeginCapture(StreamHandle stream) {
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  return absl::OkStatus();
+}
+absl::StatusOr<GraphExec> GraphExec::EndCapture(StreamHandle stream) {
+  cudaGraph_t graph = nullptr;
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream, &graph));
+  GraphExec g;
+  const cudaError_t st = cudaGraphInstantiate(&g.exec_, graph, 0);
+  CheckRelease(cudaGraphDestroy(graph), "cudaGraphDestroy(graph)", __LINE__);
+  VISMOE_CUDA_RETURN_IF_ERROR(st);
+  return g;
+}
+GraphExec::GraphExec(GraphExec&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+GraphExec& GraphExec::operator=(GraphExec&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+GraphExec::~GraphExec() { Reset(); }
+void GraphExec::Reset() {
+  if (exec_ != nullptr) CheckRelease(cudaGraphExecDestroy(exec_), "cudaGraphExecDestroy", __LINE__);
+  exec_ = nullptr;
+}
+absl::Status GraphExec::Launch(StreamHandle stream) const {
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream));
+  return absl::OkStatus();
 }
 
 // ---- Stream --------------------------------------------------------------------
@@ -170,6 +209,10 @@ void Event::Reset() {
 }
 absl::Status Event::Record(StreamHandle stream) const {
   VISMOE_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, stream));
+  return absl::OkStatus();
+}
+absl::Status Event::RecordInGraph(StreamHandle stream) const {
+  VISMOE_CUDA_RETURN_IF_ERROR(cudaEventRecordWithFlags(event_, stream, cudaEventRecordExternal));
   return absl::OkStatus();
 }
 absl::Status Event::Synchronize() const {

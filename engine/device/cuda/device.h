@@ -67,7 +67,11 @@ class PinnedHostBuffer {
  public:
   PinnedHostBuffer() = default;
   // `portable`: pinned for every CUDA context (cudaHostAllocPortable).
-  static absl::StatusOr<PinnedHostBuffer> Allocate(size_t bytes, bool portable = true);
+  // `mapped`: also mapped into the device's address space, so kernels write
+  // it directly (device_data(); a value is the host's to read once an event
+  // recorded behind the writing kernel has completed).
+  static absl::StatusOr<PinnedHostBuffer> Allocate(size_t bytes, bool portable = true,
+                                                   bool mapped = false);
   PinnedHostBuffer(PinnedHostBuffer&& other) noexcept;
   PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
   PinnedHostBuffer(const PinnedHostBuffer&) = delete;
@@ -76,10 +80,13 @@ class PinnedHostBuffer {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
+  // The device's address of a mapped buffer; null otherwise.
+  void* device_data() const { return device_data_; }
 
  private:
   void Reset();
   void* data_ = nullptr;
+  void* device_data_ = nullptr;
   size_t size_ = 0;
 };
 
@@ -118,6 +125,10 @@ class Event {
 
   EventHandle get() const { return event_; }
   absl::Status Record(StreamHandle stream) const;
+  // Record on a stream being captured into a graph: becomes an event record
+  // node, so each launch of the graph records the event for the host to wait
+  // on (cudaEventRecordExternal).
+  absl::Status RecordInGraph(StreamHandle stream) const;
   absl::Status Synchronize() const;
   // true when the recorded work is done; false while pending.
   absl::StatusOr<bool> Query() const;
@@ -127,6 +138,32 @@ class Event {
  private:
   void Reset();
   EventHandle event_ = nullptr;
+};
+
+// An instantiated CUDA graph captured from a stream (cudaGraphExec_t):
+// replaying a step's hundreds of launches costs the host one launch.
+// Move-only; destroys the graph.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  // Starts capturing `stream` (relaxed mode: the host may still make
+  // synchronous calls on other streams meanwhile).
+  static absl::Status BeginCapture(StreamHandle stream);
+  // Ends the capture begun on `stream` and instantiates it; the capture is
+  // ended (and dropped) also when this fails.
+  static absl::StatusOr<GraphExec> EndCapture(StreamHandle stream);
+  GraphExec(GraphExec&& other) noexcept;
+  GraphExec& operator=(GraphExec&& other) noexcept;
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  ~GraphExec();
+
+  bool valid() const { return exec_ != nullptr; }
+  absl::Status Launch(StreamHandle stream) const;
+
+ private:
+  void Reset();
+  GraphExecHandle exec_ = nullptr;
 };
 
 // Bump allocator over one device region, carved at start-up so the hot path

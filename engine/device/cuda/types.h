@@ -10,14 +10,16 @@
 
 #include <cstdint>
 
-struct CUstream_st;  // cudaStream_t is CUstream_st*
-struct CUevent_st;   // cudaEvent_t is CUevent_st*
+struct CUstream_st;     // cudaStream_t is CUstream_st*
+struct CUevent_st;      // cudaEvent_t is CUevent_st*
+struct CUgraphExec_st;  // cudaGraphExec_t is CUgraphExec_st*
 
 namespace vismoe::cuda {
 
 using Bf16 = uint16_t;
 using StreamHandle = CUstream_st*;
 using EventHandle = CUevent_st*;
+using GraphExecHandle = CUgraphExec_st*;
 
 }  // namespace vismoe::cuda
 

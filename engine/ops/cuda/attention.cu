@@ -1,6 +1,6 @@
 #include "absl/strings/str_cat.h"
-#include "engine/ops/cuda/attention.h"
 #include "engine/device/cuda/cuda_status.h"
+#include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 
 namespace vismoe::cuda {
@@ -22,6 +22,7 @@ struct KvRows {
   const int32_t* blocks = nullptr;
   int64_t block_rows = 0;
   int64_t block_stride = 0;
+  const int32_t* start = nullptr;  // device: tokens before the step's rows (PagedKv::start)
 };
 
 template <bool kPaged>
@@ -46,6 +47,10 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   const int warp = threadIdx.x / kWarp;
   const int nwarps = blockDim.x / kWarp;
 
+  if (kPaged && rows.start != nullptr) {  // the cache length, read at run time
+    q_pos0 = *rows.start;
+    nk = q_pos0 + gridDim.x;
+  }
   const Bf16* qi = q + i * q_stride + static_cast<int64_t>(h) * head_dim;
   float qr[kPerLane];
 #pragma unroll
@@ -177,9 +182,21 @@ absl::Status Run(const AttentionShape& shape, const Bf16* q, int64_t nq, const B
 // Block r copies source row r to its token row start + r in the paged plane.
 __global__ void PagedKvWriteKernel(const Bf16* src, int64_t src_stride, int64_t row_elems,
                                    Bf16* dst, KvRows rows, int64_t start) {
+  if (rows.start != nullptr) start = *rows.start;
   const int64_t r = blockIdx.x;
   const Bf16* s = src + r * src_stride;
   Bf16* d = dst + RowOffset<true>(rows, start + r);
+  for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) d[e] = s[e];
+}
+
+// Block (r, plane): plane 0 copies key row r, plane 1 value row r.
+__global__ void PagedKvWrite2Kernel(const Bf16* k_src, const Bf16* v_src, int64_t src_stride,
+                                    int64_t row_elems, Bf16* k_dst, Bf16* v_dst, KvRows rows,
+                                    int64_t start) {
+  if (rows.start != nullptr) start = *rows.start;
+  const int64_t r = blockIdx.x;
+  const Bf16* s = (blockIdx.y == 0 ? k_src : v_src) + r * src_stride;
+  Bf16* d = (blockIdx.y == 0 ? k_dst : v_dst) + RowOffset<true>(rows, start + r);
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) d[e] = s[e];
 }
 
@@ -198,7 +215,8 @@ absl::Status PagedAttention(const AttentionShape& shape, const Bf16* q, int64_t 
                             const Bf16* v, const PagedKv& paged, int64_t nk, bool causal,
                             int64_t q_pos0, Bf16* out, StreamHandle stream) {
   if (absl::Status st = CheckShape(shape, nq, q_pos0); !st.ok()) return st;
-  const KvRows rows{KvStride(shape), paged.blocks, paged.block_rows, paged.block_stride};
+  const KvRows rows{KvStride(shape), paged.blocks, paged.block_rows, paged.block_stride,
+                    paged.start};
   if (paged.blocks == nullptr || paged.block_rows <= 0 ||
       paged.block_stride < paged.block_rows * rows.stride) {
     return absl::InvalidArgumentError(absl::StrCat("cuda::PagedAttention: bad block table (rows ",
@@ -216,10 +234,27 @@ absl::Status PagedKvWrite(const Bf16* src, int64_t src_stride, int64_t rows, int
                                                    " row_elems=", row_elems, " start=", start));
   }
   if (rows == 0) return absl::OkStatus();
-  const KvRows kv{row_elems, paged.blocks, paged.block_rows, paged.block_stride};
+  const KvRows kv{row_elems, paged.blocks, paged.block_rows, paged.block_stride, paged.start};
   PagedKvWriteKernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(src, src_stride, row_elems,
                                                                       dst, kv, start);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("PagedKvWriteKernel");
+  return absl::OkStatus();
+}
+
+absl::Status PagedKvWrite2(const Bf16* k_src, const Bf16* v_src, int64_t src_stride, int64_t rows,
+                           int64_t row_elems, Bf16* k_dst, Bf16* v_dst, const PagedKv& paged,
+                           int64_t start, StreamHandle stream) {
+  if (rows < 0 || rows > 0x7fffffffLL || row_elems <= 0 || start < 0 || paged.blocks == nullptr ||
+      paged.block_rows <= 0 || paged.block_stride < paged.block_rows * row_elems) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::PagedKvWrite2: bad shape rows=", rows,
+                                                   " row_elems=", row_elems, " start=", start));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const KvRows kv{row_elems, paged.blocks, paged.block_rows, paged.block_stride, paged.start};
+  const dim3 grid(static_cast<unsigned>(rows), 2);
+  PagedKvWrite2Kernel<<<grid, 128, 0, stream>>>(k_src, v_src, src_stride, row_elems, k_dst, v_dst,
+                                                kv, start);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("PagedKvWrite2Kernel");
   return absl::OkStatus();
 }
 

@@ -37,10 +37,15 @@ absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, c
 // engine/backends/cuda/device_kv_pool.h): key j is row j % block_rows of
 // block blocks[j / block_rows] (a device array), block b's rows starting
 // b * block_stride elements after k (v), rows shape.kv_row_stride apart.
+// With `start` set, the number of tokens in the cache before the step's rows
+// is read from device memory there at run time, and the `start` / `q_pos0`
+// and `nk` arguments are replaced by it and it + rows: a captured CUDA graph
+// then serves every decode step whatever the cache length.
 struct PagedKv {
   const int32_t* blocks = nullptr;
   int64_t block_rows = 0;
   int64_t block_stride = 0;
+  const int32_t* start = nullptr;
 };
 
 // Attention with k/v read through a block table; otherwise as Attention.
@@ -57,6 +62,10 @@ absl::Status PagedAttention(const AttentionShape& shape, const Bf16* q, int64_t 
 // written token.
 absl::Status PagedKvWrite(const Bf16* src, int64_t src_stride, int64_t rows, int64_t row_elems,
                           Bf16* dst, const PagedKv& paged, int64_t start, StreamHandle stream);
+// PagedKvWrite of the keys and of the values of the same rows in one launch.
+absl::Status PagedKvWrite2(const Bf16* k_src, const Bf16* v_src, int64_t src_stride, int64_t rows,
+                           int64_t row_elems, Bf16* k_dst, Bf16* v_dst, const PagedKv& paged,
+                           int64_t start, StreamHandle stream);
 
 }  // namespace vismoe::cuda
 

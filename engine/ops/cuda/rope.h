@@ -27,6 +27,17 @@ absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t 
                        const int64_t* positions, const float* inv_freq, const int* mrope_section,
                        StreamHandle stream);
 
+// Qwen3's per-head QK-norm and the rotary embedding of q and k in one launch,
+// in place in fused qkv rows [n, row_stride] (num_heads q heads, then
+// num_kv_heads k heads, head_dim each): per q (k) head, RmsNorm with q_norm
+// (k_norm) rounded to bf16, then ApplyRope's rotation rounded again -- the
+// values of RmsNorm followed by ApplyRope up to the order of the sum of
+// squares. Arguments as those two. REQUIRES: head_dim even, <= 512.
+absl::Status QkNormRope(Bf16* qkv, int64_t n, int num_heads, int num_kv_heads, int head_dim,
+                        int64_t row_stride, const Bf16* q_norm, const Bf16* k_norm, float eps,
+                        const int64_t* positions, const float* inv_freq, const int* mrope_section,
+                        StreamHandle stream);
+
 // The same rotation with precomputed fp32 tables cos/sin [n, head_dim] (the
 // layout of cpu::RopeTable): used by the vision tower's 2-D rotary, whose
 // table is built on the host from the patch grid.

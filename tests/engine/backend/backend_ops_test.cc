@@ -6,6 +6,10 @@
 // bf16-scaled tolerance. Ops run in the order the decoder runs them and each
 // op's output is compared right after it; Experts takes the backend's own
 // routing, so a near-tie in the router cannot make the MoE comparison fail.
+// The reference reads expert weights from the checkpoint's host views
+// whatever memory the backend reads them from. A second pass runs every
+// pinned MoE layer through DeviceMoe (the device hit path; on the CPU the
+// HostDeferredMoe protocol) and checks what TakeDeferred hands the host.
 // A backend whose probe fails here (cuda without a GPU) is reported as skipped.
 #include <algorithm>
 #include <cmath>
@@ -34,8 +38,8 @@ namespace vismoe {
 namespace {
 
 using testing::AsDouble;
-using testing::MatMulT;
 using testing::ExpectClose;
+using testing::MatMulT;
 using testing::Pattern;
 
 // ---- The models of the table ------------------------------------------------
@@ -378,7 +382,8 @@ std::vector<int64_t> TextPositions(int64_t start, int64_t n) {
 }
 
 // Experts in the memory the backend reads them from: the checkpoint's views
-// on the host, or every expert pinned in device memory.
+// on the host, or every expert pinned in device memory (also on the host
+// with `pinned`, for DeviceMoe).
 struct Experts {
   std::unique_ptr<ResidentExpertProvider> resident;
   OffloadDeviceParts parts;
@@ -389,14 +394,14 @@ struct Experts {
   }
 };
 
-Experts MakeExperts(const Backend& backend, const Model& m) {
+Experts MakeExperts(const Backend& backend, const Model& m, bool pinned) {
   Experts x;
   const std::string prefix = ArchSpec::For(m.config)->text_prefix;
   auto resident = ResidentExpertProvider::Create(*m.ckpt, m.config.text, prefix);
   EXPECT_TRUE(resident.ok()) << resident.status();
   if (!resident.ok()) return x;
   x.resident = *std::move(resident);
-  if (!backend.experts_in_device_memory()) return x;
+  if (!backend.experts_in_device_memory() && !pinned) return x;
   auto parts = backend.CreateOffloadDevice(BackendOptions{});
   auto sizes = MeasureModelSizes(*m.ckpt, m.config.text, prefix);
   EXPECT_TRUE(parts.ok() && sizes.ok());
@@ -421,8 +426,17 @@ Experts MakeExperts(const Backend& backend, const Model& m) {
 // Runs `ops` and the reference side by side on one shape, comparing each op.
 class OpRunner {
  public:
-  OpRunner(const Model& m, DecoderOps& ops, ExpertProvider* experts, double rel)
-      : m_(m), c_(m.config.text), ops_(ops), experts_(experts), rel_(rel) {
+  // `experts` serves the backend, `host` (the checkpoint's views) the
+  // reference; `device_moe` runs pinned MoE layers through DeviceMoe.
+  OpRunner(const Model& m, DecoderOps& ops, ExpertProvider* experts, ExpertProvider* host,
+           double rel, bool device_moe)
+      : m_(m),
+        c_(m.config.text),
+        ops_(ops),
+        experts_(experts),
+        host_(host),
+        rel_(rel),
+        device_moe_(device_moe) {
     auto w = TextWeights::Load(m.config, *m.ckpt);
     EXPECT_TRUE(w.ok()) << w.status();
     if (w.ok()) weights_ = std::make_unique<TextWeights>(*std::move(w));
@@ -436,6 +450,9 @@ class OpRunner {
   void Step(DecoderStep& step, ReferenceStep& ref, int64_t n, bool compare,
             const VisualStep* visual);
   void AddDeepStack(DecoderStep& step, ReferenceStep& ref, int layer, const VisualStep* visual);
+  // The MoE block of layer l, through Route + Experts or DeviceMoe.
+  void Moe(DecoderStep& step, ReferenceStep& ref, int l, int64_t n, bool compare);
+  void CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterResult& r);
   void Compare(DecoderStep& step, StepRows rows, const std::vector<double>& want,
                const std::string& what) {
     if (!compare_) return;
@@ -448,7 +465,9 @@ class OpRunner {
   const TextConfig& c_;
   DecoderOps& ops_;
   ExpertProvider* experts_;
+  ExpertProvider* host_;
   const double rel_;
+  const bool device_moe_;
   std::unique_ptr<TextWeights> weights_;
   std::vector<std::vector<double>> k_, v_;
   bool compare_ = false;
@@ -483,35 +502,61 @@ void OpRunner::Step(DecoderStep& step, ReferenceStep& ref, int64_t n, bool compa
       AddDeepStack(step, ref, l, visual);
       continue;
     }
-    RouterResult r;
-    ASSERT_TRUE(step.Route(l, /*with_scores=*/true, &r).ok());
-    ASSERT_EQ(r.experts.size(), static_cast<size_t>(n * c_.num_experts_per_tok));
-    if (compare) {
-      const std::vector<double> p = ref.RouterProbs(l);
-      for (int64_t t = 0; t < n; ++t) {
-        // The chosen experts hold the top-k probabilities (up to a near-tie).
-        std::vector<double> row(p.begin() + t * c_.num_experts,
-                                p.begin() + (t + 1) * c_.num_experts);
-        std::vector<double> sorted = row;
-        std::sort(sorted.rbegin(), sorted.rend());
-        for (int j = 0; j < r.top_k; ++j) {
-          EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * sorted[0] + rel_)
-              << "token " << t << " slot " << j;
-        }
-      }
-    }
-    ASSERT_TRUE(step.Experts(l, Phase::kPrefill, r, experts_).ok());
-    ref.Experts(l, r, experts_);
-    Compare(step, StepRows::kMoeOutput, ref.y(), "experts");
-    ASSERT_TRUE(step.AddMoeOutput().ok());
-    ref.AddY();
-    Compare(step, StepRows::kResidual, ref.hs(), "MoE residual add");
+    Moe(step, ref, l, n, compare);
+    if (::testing::Test::HasFatalFailure()) return;
     AddDeepStack(step, ref, l, visual);
   }
   std::vector<float> logits;
   ASSERT_TRUE(step.Logits(/*all_rows=*/false, &logits).ok());
   ASSERT_EQ(logits.size(), static_cast<size_t>(c_.vocab_size));
   if (compare) ExpectClose(logits.data(), ref.Logits(), rel_, "logits");
+}
+
+void OpRunner::CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterResult& r) {
+  ASSERT_EQ(r.experts.size(), static_cast<size_t>(n * c_.num_experts_per_tok));
+  const std::vector<double> p = ref.RouterProbs(l);
+  for (int64_t t = 0; t < n; ++t) {
+    // The chosen experts hold the top-k probabilities (up to a near-tie).
+    std::vector<double> row(p.begin() + t * c_.num_experts, p.begin() + (t + 1) * c_.num_experts);
+    std::vector<double> sorted = row;
+    std::sort(sorted.rbegin(), sorted.rend());
+    for (int j = 0; j < r.top_k; ++j) {
+      EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * sorted[0] + rel_)
+          << "token " << t << " slot " << j;
+    }
+  }
+}
+
+void OpRunner::Moe(DecoderStep& step, ReferenceStep& ref, int l, int64_t n, bool compare) {
+  if (device_moe_) {
+    ASSERT_TRUE(step.PrepareDeviceMoe(l, experts_)) << "layer " << l << " is pinned";
+    const std::vector<double> residual = ref.hs();
+    ASSERT_TRUE(step.DeviceMoe(l, Phase::kPrefill, experts_, /*observed=*/true).ok());
+    auto d = step.TakeDeferred(l);
+    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_EQ(d->routing.weights.size(), d->routing.experts.size());
+    ASSERT_EQ(d->routing.logits.size(), static_cast<size_t>(n * c_.num_experts));
+    if (compare) {
+      CheckRouting(ref, l, n, d->routing);
+      ExpectClose(d->residual, residual, rel_, "deferred residual");
+      ExpectClose(d->normed, ref.x(), rel_, "deferred normed rows");
+    }
+    ref.Experts(l, d->routing, host_);
+    if (compare) ExpectClose(d->moe_out, ref.y(), rel_, "deferred MoE output");
+    ref.AddY();
+    Compare(step, StepRows::kResidual, ref.hs(), "DeviceMoe residual add");
+    return;
+  }
+  RouterResult r;
+  ASSERT_TRUE(step.Route(l, /*with_scores=*/true, &r).ok());
+  if (compare) CheckRouting(ref, l, n, r);
+  ASSERT_EQ(r.experts.size(), static_cast<size_t>(n * c_.num_experts_per_tok));
+  ASSERT_TRUE(step.Experts(l, Phase::kPrefill, r, experts_).ok());
+  ref.Experts(l, r, host_);
+  Compare(step, StepRows::kMoeOutput, ref.y(), "experts");
+  ASSERT_TRUE(step.AddMoeOutput().ok());
+  ref.AddY();
+  Compare(step, StepRows::kResidual, ref.hs(), "MoE residual add");
 }
 
 void OpRunner::AddDeepStack(DecoderStep& step, ReferenceStep& ref, int layer,
@@ -551,9 +596,14 @@ void OpRunner::Run(const Shape& shape) {
   }
 }
 
-class BackendOpsTest : public ::testing::TestWithParam<std::string> {};
+class BackendOpsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Every model of the table on every shape, pinned MoE layers through
+  // DeviceMoe when `device_moe`.
+  void RunTable(bool device_moe);
+};
 
-TEST_P(BackendOpsTest, EveryOpMatchesTheReference) {
+void BackendOpsTest::RunTable(bool device_moe) {
   const Backend* backend = nullptr;
   for (const Backend* b : RegisteredBackends()) {
     if (GetParam() == b->name()) backend = b;
@@ -569,23 +619,29 @@ TEST_P(BackendOpsTest, EveryOpMatchesTheReference) {
     SCOPED_TRACE(m.name);
     BackendOptions bo;
     bo.max_tokens_per_step = 64;
+    bo.cpu_deferred_moe = device_moe;
     auto ops = backend->CreateDecoderOps(m.config, *m.ckpt, bo);
     if (!cpu && m.config.text.attention_bias) {
       EXPECT_FALSE(ops.ok()) << "attention_bias is refused off the CPU";
       continue;
     }
     ASSERT_TRUE(ops.ok()) << ops.status();
-    Experts experts = MakeExperts(*backend, m);
+    Experts experts = MakeExperts(*backend, m, /*pinned=*/device_moe);
     ASSERT_NE(experts.get(), nullptr);
     for (const Shape& s : kShapes) {
       if (s.visual && !m.config.has_vision) continue;
       SCOPED_TRACE(::testing::Message()
                    << "prefix " << s.prefix << ", n " << s.n << (s.visual ? ", visual" : ""));
-      OpRunner runner(m, **ops, experts.get(), rel);
+      OpRunner runner(m, **ops, experts.get(), experts.resident.get(), rel, device_moe);
       runner.Run(s);
+      if (HasFatalFailure()) return;
     }
   }
 }
+
+TEST_P(BackendOpsTest, EveryOpMatchesTheReference) { RunTable(/*device_moe=*/false); }
+
+TEST_P(BackendOpsTest, DeviceMoeMatchesTheReference) { RunTable(/*device_moe=*/true); }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });

@@ -364,30 +364,41 @@ TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
 }
 
 // vismoe-bench-lite (no OpenCV, the build carried to GPU machines) runs
-// generated images: two images give twice the visual tokens of one; it refuses
-// image files with a message that says why.
+// generated images: two images give twice the visual tokens of one; it reads
+// PNG files (the same answer as vismoe-bench's) and refuses other image files
+// with a message that says why.
 TEST(VismoeBenchE2eTest, LiteBuildRunsSyntheticImages) {
-  const BenchRun one = RunBench("vismoe_bench_lite_1img",
-                                {"--synthetic_images=1", "--synthetic_image_size=64",
-                                 "--max_new_tokens=2", "--backend=cpu"},
-                                "vismoe-bench-lite");
+  const BenchRun one = RunBench(
+      "vismoe_bench_lite_1img",
+      {"--synthetic_images=1", "--synthetic_image_size=64", "--max_new_tokens=2", "--backend=cpu"},
+      "vismoe-bench-lite");
   ASSERT_EQ(one.rc, 0) << one.log;
   EXPECT_EQ(one.report["backend"], "cpu");
   const int tokens = one.report["visual_tokens_before"].get<int>();
   EXPECT_GT(tokens, 0);
-  const BenchRun two = RunBench("vismoe_bench_lite_2img",
-                                {"--synthetic_images=2", "--synthetic_image_size=64",
-                                 "--max_new_tokens=2", "--backend=cpu"},
-                                "vismoe-bench-lite");
+  const BenchRun two = RunBench(
+      "vismoe_bench_lite_2img",
+      {"--synthetic_images=2", "--synthetic_image_size=64", "--max_new_tokens=2", "--backend=cpu"},
+      "vismoe-bench-lite");
   ASSERT_EQ(two.rc, 0) << two.log;
   EXPECT_EQ(two.report["per_request"][0]["images"].get<int>(), 2);
   EXPECT_EQ(two.report["visual_tokens_before"].get<int>(), 2 * tokens);
   EXPECT_GT(two.report["copy_bandwidth_measured_bytes_per_s"].get<double>(), 0);
 
-  const BenchRun file = RunBench("vismoe_bench_lite_file",
-                                 {"--image=" + ImagePath("tiny_20x13.png")}, "vismoe-bench-lite");
-  EXPECT_NE(file.rc, 0) << file.log;
-  EXPECT_NE(file.log.find("without OpenCV"), std::string::npos) << file.log;
+  const std::vector<std::string> png = {"--image=" + ImagePath("rgba_180x120.png"),
+                                        "--max_new_tokens=4", "--backend=cpu"};
+  const BenchRun lite = RunBench("vismoe_bench_lite_png", png, "vismoe-bench-lite");
+  const BenchRun full = RunBench("vismoe_bench_full_png", png);
+  ASSERT_EQ(lite.rc, 0) << lite.log;
+  ASSERT_EQ(full.rc, 0) << full.log;
+  EXPECT_EQ(lite.report["per_request"][0]["token_ids"], full.report["per_request"][0]["token_ids"]);
+  EXPECT_EQ(lite.report["per_request"][0]["text"], full.report["per_request"][0]["text"]);
+  EXPECT_EQ(lite.report["visual_tokens_before"], full.report["visual_tokens_before"]);
+
+  const BenchRun jpeg =
+      RunBench("vismoe_bench_lite_jpeg", {"--image=" + ImagePath("demo.jpg")}, "vismoe-bench-lite");
+  EXPECT_NE(jpeg.rc, 0) << jpeg.log;
+  EXPECT_NE(jpeg.log.find("PNG only"), std::string::npos) << jpeg.log;
 }
 
 // Miss policy cpu and a static host layer: the report says what was asked
@@ -412,7 +423,8 @@ TEST(VismoeBenchE2eTest, HostExecutionIsReported) {
 
   BenchRun bad = RunBench("vismoe_bench_bad_miss_policy", {"--miss_policy=sometimes"});
   EXPECT_EQ(bad.rc, 2) << bad.log;
-  EXPECT_NE(bad.log.find("--miss_policy=sometimes: expected one of fetch | commit | cpu"), std::string::npos)
+  EXPECT_NE(bad.log.find("--miss_policy=sometimes: expected one of fetch | commit | cpu"),
+            std::string::npos)
       << bad.log;
   bad = RunBench("vismoe_bench_bad_host_layers", {"--host_moe_layers=-1"});
   EXPECT_EQ(bad.rc, 2) << bad.log;

@@ -347,8 +347,8 @@ TEST(ExpertBatchRunnerTest, StaticHostLayersReachTheLauncherFromTheHostStore) {
 TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
   constexpr int kLayers = 4, kExperts = 6;
   FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
-  auto created = OffloadExpertProvider::Create(src, src.Config(3), src.Plan(1, 2),
-                                               OffloadOptions(), nullptr);
+  auto created =
+      OffloadExpertProvider::Create(src, src.Config(3), src.Plan(1, 2), OffloadOptions(), nullptr);
   ASSERT_TRUE(created.ok()) << created.status();
   OffloadExpertProvider& p = **created;
   std::mt19937 rng(11);
@@ -368,8 +368,8 @@ TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
           ++checked;
         }
       };
-      const absl::Status st = RunExpertBatches(
-          p, step == 0 ? Phase::kPrefill : Phase::kDecode, layer, active, launcher);
+      const absl::Status st = RunExpertBatches(p, step == 0 ? Phase::kPrefill : Phase::kDecode,
+                                               layer, active, launcher);
       ASSERT_TRUE(st.ok()) << st;
       std::vector<int> ran;
       for (const auto& b : launcher.Ids()) ran.insert(ran.end(), b.begin(), b.end());
@@ -382,6 +382,77 @@ TEST(ExpertBatchRunnerTest, OffloadedWeightsStayIntactUntilTheirBatchFinishes) {
   EXPECT_EQ(checked, 12 * kLayers * 4);
   std::string why;
   EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+}
+
+// With HeldExperts the layer ends without Drain: the experts of batches not
+// known to be finished stay held and go back when the caller releases them.
+TEST(ExpertBatchRunnerTest, HeldExpertsGoBackWhenTheCallerReleasesThem) {
+  FakeLauncher launcher;
+  ScriptedProvider p(launcher);
+  p.ready = {1, 3};
+  const std::vector<int> active = {1, 3, 5};
+  HeldExperts held;
+  ASSERT_TRUE(RunExpertBatches(p, Phase::kDecode, kLayer, active, {}, launcher, &held).ok());
+  EXPECT_FALSE(launcher.drained);
+  EXPECT_EQ(p.log.back(), "end 2");
+  EXPECT_EQ(p.held.size(), 3u);
+  ASSERT_FALSE(held.empty());
+  ASSERT_TRUE(launcher.Drain().ok());  // the caller's stream catches up
+  held.ReleaseAll();                   // ScriptedProvider checks each batch finished first
+  EXPECT_TRUE(p.held.empty());
+  EXPECT_TRUE(held.empty());
+
+  // A failing layer still drains and releases everything itself.
+  FakeLauncher failing;
+  failing.fail_at = 0;
+  ScriptedProvider q(failing);
+  HeldExperts none;
+  EXPECT_FALSE(RunExpertBatches(q, Phase::kDecode, kLayer, active, {}, failing, &none).ok());
+  EXPECT_TRUE(failing.drained);
+  EXPECT_TRUE(q.held.empty());
+  EXPECT_TRUE(none.empty());
+}
+
+// Releasing after the layer leaves the real provider where releasing inside
+// it would have: the same lookups, hits and copies over many layers.
+TEST(ExpertBatchRunnerTest, HeldExpertsLeaveTheProviderAsAnImmediateRelease) {
+  constexpr int kLayers = 4, kExperts = 6;
+  FakeExpertSource src(kLayers, kExperts, 8, 4, ExpertWeights::Layout::kFusedTransposed);
+  OffloadStats stats[2];
+  for (int keep = 0; keep < 2; ++keep) {
+    auto created = OffloadExpertProvider::Create(src, src.Config(3), src.Plan(1, 3),
+                                                 OffloadOptions(), nullptr);
+    ASSERT_TRUE(created.ok()) << created.status();
+    OffloadExpertProvider& p = **created;
+    std::mt19937 rng(5);
+    HeldExperts held;
+    for (int step = 0; step < 10; ++step) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::vector<int> all(kExperts);
+        for (int e = 0; e < kExperts; ++e) all[e] = e;
+        std::shuffle(all.begin(), all.end(), rng);
+        const std::vector<int> active(all.begin(), all.begin() + 3);
+        FakeLauncher launcher;
+        launcher.on_finish = [&](const std::vector<AcquiredExpert>& batch) {
+          for (const AcquiredExpert& a : batch) EXPECT_TRUE(src.Holds(a.weights, layer, a.expert));
+        };
+        ASSERT_TRUE(
+            RunExpertBatches(p, Phase::kDecode, layer, active, {}, launcher, keep ? &held : nullptr)
+                .ok());
+        // The next layer's routing waits for the stream: then they go back.
+        ASSERT_TRUE(launcher.Drain().ok());
+        held.ReleaseAll();
+        p.WaitForTransfers();  // the same copy timing in both runs
+      }
+    }
+    stats[keep] = p.TakeRequestStats();
+    std::string why;
+    EXPECT_TRUE(p.CheckInvariants(&why)) << why;
+  }
+  EXPECT_EQ(stats[0].cache_queries, stats[1].cache_queries);
+  EXPECT_EQ(stats[0].cache_hits, stats[1].cache_hits);
+  EXPECT_EQ(stats[0].bytes_h2d, stats[1].bytes_h2d);
+  EXPECT_GT(stats[0].bytes_h2d, 0u);
 }
 
 // A copy that fails mid-layer: the layer fails with the copy's error (no

@@ -246,8 +246,10 @@ TEST(StepSchedulerTest, ACompressedPromptIsPrefilledWholeOrAlone) {
 // Device scratch is sized by MaxStepRows: no step may carry more rows, not
 // even a whole compressed prompt of a full context run alone.
 TEST(StepSchedulerTest, NoStepCarriesMoreThanMaxStepRows) {
-  EXPECT_EQ(MaxStepRows({4, 8}, 64), 64);
-  EXPECT_EQ(MaxStepRows({4, 2048}, 1024), 2048);
+  EXPECT_EQ(MaxStepRows({4, 8}, 64, 4096), 64);
+  EXPECT_EQ(MaxStepRows({4, 2048}, 1024, 4096), 2048);
+  // The KV pool holds every row of a step: no step is larger.
+  EXPECT_EQ(MaxStepRows({4, 2048}, 1024, 1024), 1024);
   auto pool = Pool(64);
   const StepLimits limits{4, 8};
   const int64_t context = 40;
@@ -268,7 +270,7 @@ TEST(StepSchedulerTest, NoStepCarriesMoreThanMaxStepRows) {
   }
   EXPECT_TRUE(s.empty());
   EXPECT_EQ(most, 36) << "the compressed prompt ran whole, alone";
-  EXPECT_LE(most, MaxStepRows(limits, context));
+  EXPECT_LE(most, MaxStepRows(limits, context, pool->total_blocks() * pool->block_tokens()));
 }
 
 TEST(StepSchedulerTest, APreemptedCompressedSequenceRecomputesItsPromptWhole) {

@@ -16,26 +16,27 @@ TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "engine/backends/cuda/cuda_decoder_ops.h"
+#include "engine/api/engine.h"
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
+#include "engine/backends/cuda/cuda_decoder_ops.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
+#include "engine/device/cuda/cuda_copy_backend.h"
+#include "engine/device/cuda/cuda_device_allocator.h"
+#include "engine/device/cuda/pinned_host_allocator.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/safetensors_file.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
-#include "engine/device/cuda/cuda_copy_backend.h"
-#include "engine/device/cuda/cuda_device_allocator.h"
-#include "engine/device/cuda/pinned_host_allocator.h"
-#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 #include "tests/testing/greedy_decode.h"
@@ -51,9 +52,9 @@ constexpr int kDecodeSteps = 8;
 constexpr float kRelTol = 0.04f;
 
 // Compares two greedy runs step by step up to their first divergence.
-void ExpectGreedyAgrees(const std::vector<std::vector<float>>& cpu,
+void ExpectGreedyAgrees(const std::vector<std::vector<float> >& cpu,
                         const std::vector<int>& cpu_tokens,
-                        const std::vector<std::vector<float>>& gpu,
+                        const std::vector<std::vector<float> >& gpu,
                         const std::vector<int>& gpu_tokens, int vocab) {
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t step = 0; step < cpu.size(); ++step) {
@@ -166,18 +167,18 @@ TEST_F(CudaDecoderTest, TextCasesMatchTheCpuReferenceForEveryPlacement) {
     int pinned, slabs;
     std::string host_experts;
   };
-  for (const Variant& v : {Variant{NumMoeLayers(), 0, "packed"}, Variant{0, 1, "packed"},
-                           Variant{1, 3, "packed"}, Variant{0, -1, "packed"},
-                           Variant{0, 1, "mapped"}, Variant{1, 3, "mapped"}}) {
-    SCOPED_TRACE(::testing::Message() << "pinned " << v.pinned << " slabs " << v.slabs << " "
-                                      << v.host_experts);
+  for (const Variant& v :
+       {Variant{NumMoeLayers(), 0, "packed"}, Variant{0, 1, "packed"}, Variant{1, 3, "packed"},
+        Variant{0, -1, "packed"}, Variant{0, 1, "mapped"}, Variant{1, 3, "mapped"}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "pinned " << v.pinned << " slabs " << v.slabs << " " << v.host_experts);
     OffloadOptions oo;
     oo.host_experts = v.host_experts;
     auto device = DeviceProvider(v.pinned, v.slabs, "none", oo);
     ASSERT_NE(device, nullptr);
     EXPECT_EQ(device->host_experts_mapped(), v.host_experts == "mapped");
     for (const auto& c : cases) {
-      const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
       std::vector<int> cpu_tokens, gpu_tokens;
       auto cpu = vismoe::testing::GreedyLogits(*cpu_, resident_.get(), ids, kDecodeSteps, nullptr,
                                                &cpu_tokens);
@@ -249,7 +250,7 @@ TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
   const int vocab = config_.text.vocab_size;
   for (const auto& c : cases) {
     SCOPED_TRACE(c["name"].get<std::string>());
-    const std::vector<int> ids = c["input_ids"].get<std::vector<int>>();
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
     std::vector<GridThw> grids;
     for (const auto& g : c["image_grid_thw"]) grids.push_back({g[0], g[1], g[2]});
     std::vector<float> patches;
@@ -286,6 +287,74 @@ TEST_F(CudaDecoderTest, MultimodalPrefillMatchesTheCpuReference) {
   }
 }
 
+// Decode steps run as CUDA graphs (recorded once, replayed while the decoder
+// calls the same ops; step_graphs.h) give the logits of the same steps
+// launched op by op, and greedy steps that take only the argmax back give its
+// tokens; a new provider makes the step differ, and it records anew.
+TEST_F(CudaDecoderTest, DecodeStepsAsGraphsMatchOpByOpLaunches) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  CudaDecoderOps::Options o;
+  o.max_tokens_per_step = 512;
+  auto graph_ops = CudaDecoderOps::Create(config_, *ckpt_, o);
+  ASSERT_TRUE(graph_ops.ok()) << graph_ops.status();
+  setenv("VISMOE_CUDA_GRAPHS", "0", 1);
+  auto plain_ops = CudaDecoderOps::Create(config_, *ckpt_, o);
+  unsetenv("VISMOE_CUDA_GRAPHS");
+  ASSERT_TRUE(plain_ops.ok()) << plain_ops.status();
+  const CudaDecoderOps* graphs = graph_ops->get();
+  const CudaDecoderOps* plain = plain_ops->get();
+  auto with_graphs = Qwen3VlMoeModel::Create(config_, *std::move(graph_ops));
+  auto op_by_op = Qwen3VlMoeModel::Create(config_, *std::move(plain_ops));
+  ASSERT_TRUE(with_graphs.ok() && op_by_op.ok());
+  for (int round = 0; round < 2; ++round) {  // the second provider records anew
+    auto device = DeviceProvider(NumMoeLayers(), 0, "none");
+    ASSERT_NE(device, nullptr);
+    for (const auto& c : cases) {
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+      const auto a = vismoe::testing::GreedyLogits(**with_graphs, device.get(), ids, kDecodeSteps);
+      const auto b = vismoe::testing::GreedyLogits(**op_by_op, device.get(), ids, kDecodeSteps);
+      ASSERT_EQ(a.size(), b.size());
+      float worst = 0;
+      for (size_t step = 0; step < a.size(); ++step) {
+        ASSERT_EQ(a[step].size(), b[step].size());
+        for (size_t i = 0; i < a[step].size(); ++i) {
+          worst = std::max(worst, std::fabs(a[step][i] - b[step][i]));
+        }
+      }
+      EXPECT_LE(worst, 1e-3f * testing::MaxAbs(b.back())) << "graph vs op by op";
+      RecordProperty("graph_max_abs_diff", std::to_string(worst));
+    }
+    EXPECT_EQ(plain->graph_launches(), 0);
+  }
+  EXPECT_GE(graphs->graphs_captured(), 2);
+  EXPECT_GT(graphs->graph_launches(), graphs->graphs_captured());
+
+  // Greedy steps: the tokens of the argmax, nothing else back.
+  auto device = DeviceProvider(NumMoeLayers(), 0, "none");
+  const std::vector<int> ids = cases[0]["input_ids"].get<std::vector<int> >();
+  auto ref = vismoe::testing::GreedyLogits(**op_by_op, device.get(), ids, kDecodeSteps);
+  auto cache = (*with_graphs)->CreateKvCache(256);
+  ASSERT_TRUE(cache.ok());
+  std::vector<int> next = ids;
+  for (int step = 0; step <= kDecodeSteps; ++step) {
+    DecoderInput in;
+    in.tokens = next;
+    in.phase = step == 0 ? Phase::kPrefill : Phase::kDecode;
+    std::vector<float> logits;
+    int token = -1;
+    const DecoderBatchEntry entry{&in, cache->get(), &logits, &token};
+    ASSERT_TRUE((*with_graphs)->ForwardBatch(absl::MakeConstSpan(&entry, 1), device.get()).ok());
+    EXPECT_TRUE(logits.empty());
+    const std::vector<float>& want = ref[step];
+    const int vocab = config_.text.vocab_size;
+    const int expected =
+        static_cast<int>(std::max_element(want.end() - vocab, want.end()) - (want.end() - vocab));
+    EXPECT_EQ(token, expected) << "step " << step;
+    next = {token};
+  }
+}
+
 // A batched step on the device matches the CPU's batched step (itself equal
 // to each sequence alone, qwen3_vl_moe_batch_test): every text case prefilled
 // in one step, then decode steps, joined by a new prefill. The device caches
@@ -297,12 +366,12 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   ASSERT_NE(device, nullptr);
   const int vocab = config_.text.vocab_size;
   const size_t m = cases.size();
-  std::vector<std::vector<int>> ids(m + 1);
-  for (size_t i = 0; i < m; ++i) ids[i] = cases[i]["input_ids"].get<std::vector<int>>();
+  std::vector<std::vector<int> > ids(m + 1);
+  for (size_t i = 0; i < m; ++i) ids[i] = cases[i]["input_ids"].get<std::vector<int> >();
   ids[m] = ids[0];  // the late joiner
   auto gpu_pool = gpu_->CreateKvPool(static_cast<int64_t>(m + 1) * 16, 16);
   ASSERT_TRUE(gpu_pool.ok()) << gpu_pool.status();
-  std::vector<std::unique_ptr<KvCache>> cpu_caches, gpu_caches;
+  std::vector<std::unique_ptr<KvCache> > cpu_caches, gpu_caches;
   for (size_t i = 0; i <= m; ++i) {
     auto c = cpu_->CreateKvCache(256);
     ASSERT_TRUE(c.ok());
@@ -310,7 +379,7 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
     gpu_caches.push_back(std::make_unique<KvCache>(gpu_pool->get(), 256));
   }
   std::vector<DecoderInput> inputs(m + 1);
-  std::vector<std::vector<float>> cpu_logits(m + 1), gpu_logits(m + 1);
+  std::vector<std::vector<float> > cpu_logits(m + 1), gpu_logits(m + 1);
   auto run = [&](const std::vector<size_t>& which) {
     std::vector<DecoderBatchEntry> cpu_batch, gpu_batch;
     for (size_t i : which) {
@@ -322,12 +391,10 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
     ASSERT_TRUE(st.ok()) << st;
     for (size_t i : which) {
       SCOPED_TRACE(::testing::Message() << "sequence " << i);
-      const int token = static_cast<int>(std::max_element(cpu_logits[i].begin(),
-                                                          cpu_logits[i].end()) -
-                                         cpu_logits[i].begin());
-      const int gpu_token = static_cast<int>(std::max_element(gpu_logits[i].begin(),
-                                                              gpu_logits[i].end()) -
-                                             gpu_logits[i].begin());
+      const int token = static_cast<int>(
+          std::max_element(cpu_logits[i].begin(), cpu_logits[i].end()) - cpu_logits[i].begin());
+      const int gpu_token = static_cast<int>(
+          std::max_element(gpu_logits[i].begin(), gpu_logits[i].end()) - gpu_logits[i].begin());
       ExpectGreedyAgrees({cpu_logits[i]}, {token}, {gpu_logits[i]}, {gpu_token}, vocab);
       ids[i] = {token};  // both backends decode the CPU's token next
     }

@@ -1,0 +1,556 @@
+#include "engine/backends/cuda/cuda_decoder_step.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/dtype.h"
+#include "engine/core/status_macros.h"
+#include "engine/offload/expert_batch_runner.h"
+#include "engine/ops/cuda/attention.h"
+#include "engine/ops/cuda/embedding.h"
+#include "engine/ops/cuda/moe_permute.h"
+#include "engine/ops/cuda/moe_router.h"
+#include "engine/ops/cuda/norm.h"
+#include "engine/ops/cuda/rope.h"
+
+namespace vismoe::cuda {
+
+CudaDecoderStep::CudaDecoderStep(const CudaDecoderOps& ops, std::vector<KvCache*> caches,
+                                 std::vector<DeviceKvPool*> pools, std::vector<int64_t> seq_rows,
+                                 std::unique_lock<std::mutex> lock)
+    : ops_(ops),
+      c_(ops.config_.text),
+      caches_(std::move(caches)),
+      pools_(std::move(pools)),
+      seq_rows_(std::move(seq_rows)),
+      lock_(std::move(lock)),
+      st_(ops.stream_.get()),
+      h_(c_.hidden_size) {}
+
+CudaDecoderStep::~CudaDecoderStep() {
+  // Leave no work queued that reads this step's scratch or a released slab.
+  (void)ops_.stream_.Synchronize();
+  ReleaseHeld();
+  if (ops_.timer_ != nullptr) (void)ops_.timer_->Finish(st_, rows_in_);
+  ops_.staging_.Reset();  // a step that failed may leave layers untaken
+}
+
+absl::Status CudaDecoderStep::Allocate(int64_t n) {
+  DeviceArena& a = scratch();
+  const size_t rows_h = static_cast<size_t>(n * h_);
+  VISMOE_ASSIGN_OR_RETURN(hs_, a.AllocateArray<Bf16>(rows_h));
+  VISMOE_ASSIGN_OR_RETURN(x_, a.AllocateArray<Bf16>(rows_h));
+  VISMOE_ASSIGN_OR_RETURN(y_, a.AllocateArray<Bf16>(rows_h));
+  const int64_t qd = int64_t{c_.num_attention_heads} * c_.head_dim;
+  const int64_t kvd = int64_t{c_.num_key_value_heads} * c_.head_dim;
+  VISMOE_ASSIGN_OR_RETURN(qkv_, a.AllocateArray<Bf16>(n * (qd + 2 * kvd)));
+  VISMOE_ASSIGN_OR_RETURN(attn_, a.AllocateArray<Bf16>(n * qd));
+  const int64_t nk = n * c_.num_experts_per_tok;
+  VISMOE_ASSIGN_OR_RETURN(router_logits_, a.AllocateArray<float>(n * std::max(c_.num_experts, 1)));
+  VISMOE_ASSIGN_OR_RETURN(top_experts_, a.AllocateArray<int32_t>(nk));
+  VISMOE_ASSIGN_OR_RETURN(top_weights_, a.AllocateArray<float>(nk));
+  VISMOE_ASSIGN_OR_RETURN(counts_, a.AllocateArray<int32_t>(c_.num_experts));
+  VISMOE_ASSIGN_OR_RETURN(offsets_, a.AllocateArray<int32_t>(c_.num_experts + 1));
+  VISMOE_ASSIGN_OR_RETURN(row_token_, a.AllocateArray<int32_t>(nk));
+  VISMOE_ASSIGN_OR_RETURN(slot_row_, a.AllocateArray<int32_t>(nk));
+  VISMOE_ASSIGN_OR_RETURN(xp_, a.AllocateArray<Bf16>(nk * h_));
+  VISMOE_ASSIGN_OR_RETURN(yp_, a.AllocateArray<Bf16>(nk * h_));
+  const int64_t inter = std::max<int64_t>(
+      int64_t{c_.moe_intermediate_size} * c_.num_experts_per_tok, c_.intermediate_size);
+  VISMOE_ASSIGN_OR_RETURN(gate_up_, a.AllocateArray<Bf16>(n * 2 * inter));
+  VISMOE_ASSIGN_OR_RETURN(act_, a.AllocateArray<Bf16>(n * inter));
+  if (ops_.device_moe_ && n <= kMaxDecodeRows) {
+    MoeDecodeRouting& r = decode_routing_;
+    r.experts = top_experts_;
+    r.weights = top_weights_;
+    r.offsets = offsets_;
+    r.row_token = row_token_;
+    r.slot_row = slot_row_;
+    VISMOE_ASSIGN_OR_RETURN(r.active, a.AllocateArray<int32_t>(c_.num_experts));
+    VISMOE_ASSIGN_OR_RETURN(r.active_count, a.AllocateArray<int32_t>(1));
+    VISMOE_ASSIGN_OR_RETURN(decode_act_,
+                            a.AllocateArray<float>(nk * int64_t{c_.moe_intermediate_size}));
+    VISMOE_ASSIGN_OR_RETURN(decode_out_, a.AllocateArray<float>(nk * h_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::UploadPositions(absl::Span<const int64_t> positions) {
+  VISMOE_ASSIGN_OR_RETURN(positions_, scratch().AllocateArray<int64_t>(positions.size()));
+  return CopyToDeviceAsync(positions_, positions.data(), positions.size() * sizeof(int64_t), st_);
+}
+
+absl::Status CudaDecoderStep::Begin(const StepInput& in) {
+  Time(OpTimer::Family::kEmbed);
+  n_ = static_cast<int64_t>(in.tokens.size());
+  rows_in_ = n_;
+  VISMOE_RETURN_IF_ERROR(Allocate(n_));
+  if (GraphEligible(in)) {  // a decode step: its launches may be a graph (step_graphs.h)
+    VISMOE_RETURN_IF_ERROR(StageInputs(in));
+    return Run(StepOp{StepOp::Kind::kBegin});
+  }
+  std::vector<int32_t> ids(in.tokens.begin(), in.tokens.end());
+  VISMOE_ASSIGN_OR_RETURN(int32_t * ids_dev, scratch().AllocateArray<int32_t>(n_));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(ids_dev, ids.data(), ids.size() * sizeof(int32_t), st_));
+  VISMOE_RETURN_IF_ERROR(UploadPositions(in.positions));
+  VISMOE_RETURN_IF_ERROR(UploadBlockTables());
+  VISMOE_RETURN_IF_ERROR(
+      EmbeddingGather(ops_.embed_, c_.vocab_size, static_cast<int>(h_), ids_dev, n_, hs_, st_));
+  if (in.visual_embeds != nullptr && !in.visual_rows.empty()) {
+    VISMOE_RETURN_IF_ERROR(UploadVisual(in));
+  }
+  return absl::OkStatus();
+}
+
+// A pool's tables() has room for all of one step's tables: no block is in two
+// caches. The caches' tables do not change during the step (the decoder takes
+// blocks before it begins), so the copies may read them asynchronously.
+absl::Status CudaDecoderStep::UploadBlockTables() {
+  std::vector<std::pair<const DeviceKvPool*, int64_t>> used;  // entries taken per pool
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    const std::vector<int32_t>& blocks = caches_[s]->blocks();
+    auto it =
+        std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == pools_[s]; });
+    if (it == used.end()) {
+      used.emplace_back(pools_[s], 0);
+      it = used.end() - 1;
+    }
+    int32_t* dst = pools_[s]->tables() + it->second;
+    it->second += static_cast<int64_t>(blocks.size());
+    VISMOE_RETURN_IF_ERROR(
+        CopyToDeviceAsync(dst, blocks.data(), blocks.size() * sizeof(int32_t), st_));
+    tables_.push_back(dst);
+  }
+  return absl::OkStatus();
+}
+
+// Visual rows replace the image-pad embeddings; DeepStack features wait on the
+// device for their layers.
+absl::Status CudaDecoderStep::UploadVisual(const StepInput& in) {
+  const int64_t num_visual = static_cast<int64_t>(in.visual_rows.size());
+  std::vector<Bf16> staged(static_cast<size_t>(num_visual * h_));
+  auto upload = [&](const float* src) -> absl::StatusOr<Bf16*> {
+    for (size_t i = 0; i < staged.size(); ++i) staged[i] = FloatToBf16(src[i]);
+    VISMOE_ASSIGN_OR_RETURN(Bf16 * dst, scratch().AllocateArray<Bf16>(staged.size()));
+    // Pageable source: the copy is staged before this returns, so `staged` may be reused.
+    VISMOE_RETURN_IF_ERROR(
+        CopyToDeviceAsync(dst, staged.data(), staged.size() * sizeof(Bf16), st_));
+    return dst;
+  };
+  VISMOE_ASSIGN_OR_RETURN(Bf16 * visual, upload(in.visual_embeds));
+  VISMOE_RETURN_IF_ERROR(SetVisualRows(in.visual_rows));
+  VISMOE_RETURN_IF_ERROR(
+      ScatterRows(visual, num_visual, static_cast<int>(h_), ds_dst_, hs_, n_, st_));
+  for (const float* ds : in.deepstack) {
+    if (ds == nullptr) {
+      deepstack_.push_back(nullptr);
+      continue;
+    }
+    VISMOE_ASSIGN_OR_RETURN(Bf16 * d, upload(ds));
+    deepstack_.push_back(d);
+  }
+  if (!deepstack_.empty()) {
+    VISMOE_ASSIGN_OR_RETURN(ds_tmp_, scratch().AllocateArray<Bf16>(staged.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::SetVisualRows(absl::Span<const int64_t> visual_rows) {
+  std::vector<int32_t> src, dst;
+  for (size_t i = 0; i < visual_rows.size(); ++i) {
+    if (visual_rows[i] < 0) continue;  // compressed away
+    src.push_back(static_cast<int32_t>(i));
+    dst.push_back(static_cast<int32_t>(visual_rows[i]));
+  }
+  ds_count_ = static_cast<int64_t>(src.size());
+  if (ds_count_ == 0) return absl::OkStatus();
+  // Fresh buffers: kernels queued earlier may still read the old ones.
+  VISMOE_ASSIGN_OR_RETURN(ds_src_, scratch().AllocateArray<int32_t>(ds_count_));
+  VISMOE_ASSIGN_OR_RETURN(ds_dst_, scratch().AllocateArray<int32_t>(ds_count_));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(ds_src_, src.data(), src.size() * sizeof(int32_t), st_));
+  return CopyToDeviceAsync(ds_dst_, dst.data(), dst.size() * sizeof(int32_t), st_);
+}
+
+absl::Status CudaDecoderStep::KeepRows(absl::Span<const int64_t> kept,
+                                       absl::Span<const int64_t> positions,
+                                       absl::Span<const int64_t> visual_rows) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  const int64_t m = static_cast<int64_t>(kept.size());
+  std::vector<int32_t> rows(kept.begin(), kept.end());
+  VISMOE_ASSIGN_OR_RETURN(int32_t * rows_dev, scratch().AllocateArray<int32_t>(m));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(rows_dev, rows.data(), m * sizeof(int32_t), st_));
+  VISMOE_ASSIGN_OR_RETURN(Bf16 * hs, scratch().AllocateArray<Bf16>(m * h_));
+  VISMOE_RETURN_IF_ERROR(PermuteRows(hs_, static_cast<int>(h_), rows_dev, m, hs, st_));
+  hs_ = hs;  // the old rows stay in the arena until the step ends
+  VISMOE_RETURN_IF_ERROR(UploadPositions(positions));
+  // DeepStack goes on adding to the visual rows that survived.
+  if (!deepstack_.empty()) VISMOE_RETURN_IF_ERROR(SetVisualRows(visual_rows));
+  n_ = m;
+  seq_rows_ = RowsAfterKeep(seq_rows_, kept);
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::Norm(int layer, NormSite site) {
+  return Run(StepOp{StepOp::Kind::kNorm, layer, static_cast<int>(site)});
+}
+
+absl::Status CudaDecoderStep::NormNow(int layer, NormSite site) {
+  Time(OpTimer::Family::kNorm);
+  const CudaDecoderOps::Layer& w = ops_.layers_[layer];
+  const Bf16* g = site == NormSite::kInput ? w.input_norm : w.post_norm;
+  return RmsNorm(hs_, h_, n_, 1, static_cast<int>(h_), g, c_.rms_norm_eps, x_, h_, st_);
+}
+
+absl::Status CudaDecoderStep::Attention(int layer) {
+  return Run(StepOp{StepOp::Kind::kAttention, layer});
+}
+
+absl::Status CudaDecoderStep::AttentionNow(int layer) {
+  Time(OpTimer::Family::kAttention);
+  const CudaDecoderOps::Layer& w = ops_.layers_[layer];
+  Blas& blas = *ops_.blas_;
+  const int64_t n = n_, h = h_, hd = c_.head_dim;
+  const int64_t qd = int64_t{c_.num_attention_heads} * hd,
+                kvd = int64_t{c_.num_key_value_heads} * hd;
+  const int64_t width = qd + 2 * kvd;  // fused q|k|v rows
+  Bf16* q = qkv_;
+  Bf16* k = qkv_ + qd;
+  Bf16* v = qkv_ + qd + kvd;
+  // q, k and v are stacked in the weights: one GEMM.
+  VISMOE_RETURN_IF_ERROR(
+      blas.Linear(x_, n, h, w.qkv, WeightLayout::kOutIn, width, qkv_, GemmOut::kBf16));
+  // Per-head RMSNorm, then the rotary embedding, in place in the fused rows.
+  const int* section = ops_.mrope_section_.empty() ? nullptr : ops_.mrope_section_.data();
+  VISMOE_RETURN_IF_ERROR(QkNormRope(qkv_, n, c_.num_attention_heads, c_.num_key_value_heads,
+                                    static_cast<int>(hd), width, w.q_norm, w.k_norm,
+                                    c_.rms_norm_eps, positions_, ops_.inv_freq_, section, st_));
+  AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, static_cast<int>(hd), width,
+                       kvd};
+  int64_t row = 0;  // the sequence's first row
+  for (size_t s = 0; s < caches_.size(); ++s) {
+    const DeviceKvPool& pool = *pools_[s];
+    const int64_t rows = seq_rows_[s];
+    const int64_t start = caches_[s]->layer_length(layer);
+    // A staged step reads the cache length from the device (step_graphs.h).
+    const int32_t* start_dev =
+        staged_.kv_start == nullptr ? nullptr : staged_.kv_start + s * c_.num_hidden_layers + layer;
+    const PagedKv paged{tables_[s], pool.block_tokens(), pool.block_elems(), start_dev};
+    Bf16* keys = pool.Keys(layer);
+    Bf16* values = pool.Values(layer);
+    VISMOE_RETURN_IF_ERROR(PagedKvWrite2(k + row * width, v + row * width, width, rows, kvd, keys,
+                                         values, paged, start, st_));
+    VISMOE_RETURN_IF_ERROR(PagedAttention(shape, q + row * width, rows, keys, values, paged,
+                                          start + rows, /*causal=*/true, /*q_pos0=*/start,
+                                          attn_ + row * qd, st_));
+    row += rows;
+  }
+  // hs += o_proj(attn): the residual add is the GEMM's beta = 1.
+  return blas.Linear(attn_, n, qd, w.o, WeightLayout::kOutIn, h, hs_, GemmOut::kBf16, 1.0f);
+}
+
+absl::Status CudaDecoderStep::DenseMlp(int layer) {
+  return Run(StepOp{StepOp::Kind::kDenseMlp, layer});
+}
+
+absl::Status CudaDecoderStep::DenseMlpNow(int layer) {
+  Time(OpTimer::Family::kDenseMlp);
+  const CudaDecoderOps::Layer& w = ops_.layers_[layer];
+  Blas& blas = *ops_.blas_;
+  const int64_t n = n_, h = h_, in = c_.intermediate_size;
+  VISMOE_RETURN_IF_ERROR(blas.Linear(x_, n, h, w.gate_proj, WeightLayout::kOutIn, in, gate_up_,
+                                     GemmOut::kBf16, 0.0f, 2 * in));
+  VISMOE_RETURN_IF_ERROR(blas.Linear(x_, n, h, w.up_proj, WeightLayout::kOutIn, in, gate_up_ + in,
+                                     GemmOut::kBf16, 0.0f, 2 * in));
+  VISMOE_RETURN_IF_ERROR(SiluMulFused(gate_up_, n, in, act_, st_));
+  return blas.Linear(act_, n, in, w.down_proj, WeightLayout::kOutIn, h, hs_, GemmOut::kBf16, 1.0f);
+}
+
+absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kRouter);
+  const CudaDecoderOps::Layer& w = ops_.layers_[layer];
+  const int64_t n = n_;
+  const int k = c_.num_experts_per_tok, e_count = c_.num_experts;
+  VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(x_, n, h_, w.router, WeightLayout::kOutIn, e_count,
+                                            router_logits_, GemmOut::kF32));
+  VISMOE_RETURN_IF_ERROR(MoeRouterTopK(router_logits_, n, e_count, k, ops_.renormalize_topk_,
+                                       top_experts_, top_weights_, st_));
+  VISMOE_RETURN_IF_ERROR(BuildMoePermutation(top_experts_, n, k, e_count, counts_, offsets_,
+                                             row_token_, slot_row_, st_));
+  // The routing goes to the host: the provider and the observers live there.
+  std::vector<int32_t> top(static_cast<size_t>(n * k));
+  VISMOE_RETURN_IF_ERROR(
+      CopyToHostAsync(top.data(), top_experts_, top.size() * sizeof(int32_t), st_));
+  r->n = n;
+  r->num_experts = e_count;
+  r->top_k = k;
+  r->weights.clear();
+  r->logits.clear();
+  if (with_scores) {
+    r->weights.resize(top.size());
+    r->logits.resize(static_cast<size_t>(n * e_count));
+    VISMOE_RETURN_IF_ERROR(
+        CopyToHostAsync(r->weights.data(), top_weights_, r->weights.size() * sizeof(float), st_));
+    VISMOE_RETURN_IF_ERROR(
+        CopyToHostAsync(r->logits.data(), router_logits_, r->logits.size() * sizeof(float), st_));
+  }
+  VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
+  ReleaseHeld();  // the last layer's GEMMs are done: before the provider's next call
+  r->experts.assign(top.begin(), top.end());
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
+                                      ExpertProvider* experts) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kExperts);
+  const int e_count = c_.num_experts;
+  const int k = c_.num_experts_per_tok;
+  // Expert e owns permuted rows [offsets[e], offsets[e + 1]): the prefix sum
+  // BuildMoePermutation computes on the device, recomputed here from the same ids.
+  std::vector<int32_t> offsets(e_count + 1, 0);
+  std::vector<char> used(e_count, 0);  // some slot of the expert is not skipped
+  for (size_t i = 0; i < r.experts.size(); ++i) {
+    ++offsets[r.experts[i] + 1];  // ids checked by the decoder
+    if (r.skipped.empty() || r.skipped[i] == 0) used[r.experts[i]] = 1;
+  }
+  std::vector<int> active;
+  for (int e = 0; e < e_count; ++e) {
+    if (used[e]) active.push_back(e);
+    offsets[e + 1] += offsets[e];
+  }
+  if (!r.committed.empty()) VISMOE_RETURN_IF_ERROR(UploadCommittedRouting(r));
+  if (!r.skipped.empty()) VISMOE_RETURN_IF_ERROR(ZeroSkippedSlots(r));
+  // Only with every id known to be in range: an out-of-range id (a NaN router
+  // row) leaves row_token entries unwritten.
+  VISMOE_RETURN_IF_ERROR(PermuteRows(x_, static_cast<int>(h_), row_token_, n_ * k, xp_, st_));
+  std::vector<int64_t> tokens;  // rows each active expert computes
+  for (int e : active) tokens.push_back(offsets[e + 1] - offsets[e]);
+  StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
+                                c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
+  launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
+  VISMOE_RETURN_IF_ERROR(
+      RunExpertBatches(*experts, phase, layer, active, tokens, launcher, &held_));
+  return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
+                          /*accumulate=*/false, y_, st_);
+}
+
+absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {
+  if (r.weights.size() != r.experts.size()) {
+    return absl::InternalError("commit miss policy: the routing has no weights on the host");
+  }
+  commit_experts_.assign(r.experts.begin(), r.experts.end());
+  commit_weights_ = r.weights;
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_experts_, commit_experts_.data(),
+                                           commit_experts_.size() * sizeof(int32_t), st_));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_weights_, commit_weights_.data(),
+                                           commit_weights_.size() * sizeof(float), st_));
+  return BuildMoePermutation(top_experts_, n_, c_.num_experts_per_tok, c_.num_experts, counts_,
+                             offsets_, row_token_, slot_row_, st_);
+}
+
+absl::Status CudaDecoderStep::ZeroSkippedSlots(const RouterResult& r) {
+  // Skipped slots keep their place in the permutation (rows of an expert that
+  // runs for other tokens are computed, rows of an expert no token keeps are
+  // never written), so: every permuted row starts at zero and a skipped
+  // slot's combine weight is zero -- it adds exactly nothing (paper 001: the
+  // kept experts keep their weights, no renormalisation).
+  if (r.weights.size() != r.skipped.size()) {
+    return absl::InternalError("expert skipping: the routing has no weights on the host");
+  }
+  skip_weights_ = r.weights;
+  for (size_t i = 0; i < skip_weights_.size(); ++i) {
+    if (r.skipped[i] != 0) skip_weights_[i] = 0.0f;
+  }
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(top_weights_, skip_weights_.data(),
+                                           skip_weights_.size() * sizeof(float), st_));
+  return MemsetAsync(yp_, 0, static_cast<size_t>(n_) * c_.num_experts_per_tok * h_ * sizeof(Bf16),
+                     st_);
+}
+
+absl::Status CudaDecoderStep::AddMoeOutput() {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kExperts);
+  return Add(hs_, y_, n_ * h_, hs_, st_);
+}
+
+absl::Status CudaDecoderStep::AddDeepStack(int layer) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kOther);
+  if (layer >= static_cast<int>(deepstack_.size()) || deepstack_[layer] == nullptr ||
+      ds_count_ == 0) {
+    return absl::OkStatus();
+  }
+  VISMOE_RETURN_IF_ERROR(
+      PermuteRows(deepstack_[layer], static_cast<int>(h_), ds_src_, ds_count_, ds_tmp_, st_));
+  return AddRowsAt(ds_tmp_, ds_count_, static_cast<int>(h_), ds_dst_, hs_, n_, st_);
+}
+
+absl::StatusOr<const Bf16*> CudaDecoderStep::LastRows() {
+  const int64_t rows = static_cast<int64_t>(seq_rows_.size());
+  if (rows == n_) return hs_;  // one row per sequence: every row is a last row
+  std::vector<int32_t> last(rows);
+  int64_t end = 0;
+  for (int64_t s = 0; s < rows; ++s) last[s] = static_cast<int32_t>((end += seq_rows_[s]) - 1);
+  VISMOE_ASSIGN_OR_RETURN(int32_t * last_dev, scratch().AllocateArray<int32_t>(rows));
+  VISMOE_RETURN_IF_ERROR(CopyToDeviceAsync(last_dev, last.data(), rows * sizeof(int32_t), st_));
+  VISMOE_ASSIGN_OR_RETURN(Bf16 * gathered, scratch().AllocateArray<Bf16>(rows * h_));
+  VISMOE_RETURN_IF_ERROR(PermuteRows(hs_, static_cast<int>(h_), last_dev, rows, gathered, st_));
+  return gathered;
+}
+
+absl::Status CudaDecoderStep::LmHead(const Bf16* src, int64_t r, int64_t m, Bf16* normed,
+                                     float* out) {
+  VISMOE_RETURN_IF_ERROR(RmsNorm(src + r * h_, h_, m, 1, static_cast<int>(h_), ops_.final_norm_,
+                                 c_.rms_norm_eps, normed, h_, st_));
+  return ops_.blas_->Linear(normed, m, h_, ops_.lm_head_, WeightLayout::kOutIn, c_.vocab_size, out,
+                            GemmOut::kF32);
+}
+
+absl::Status CudaDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kLogits);
+  const int64_t vocab = c_.vocab_size;
+  const Bf16* src = hs_;
+  int64_t rows = n_;
+  if (!all_rows) {  // the last row of each sequence, gathered
+    rows = static_cast<int64_t>(seq_rows_.size());
+    VISMOE_ASSIGN_OR_RETURN(src, LastRows());
+  }
+  const int64_t chunk = std::min(rows, CudaDecoderOps::kLogitRowsPerChunk);
+  VISMOE_ASSIGN_OR_RETURN(Bf16 * normed, scratch().AllocateArray<Bf16>(chunk * h_));
+  VISMOE_ASSIGN_OR_RETURN(float* out, scratch().AllocateArray<float>(chunk * vocab));
+  logits->resize(static_cast<size_t>(rows * vocab));
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t m = std::min(chunk, rows - r);
+    VISMOE_RETURN_IF_ERROR(LmHead(src, r, m, normed, out));
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(logits->data() + r * vocab, out,
+                                           static_cast<size_t>(m * vocab) * sizeof(float), st_));
+    // The next chunk reuses `normed` and `out`: the copy must be done (a
+    // pageable destination makes it synchronous anyway).
+    VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
+  }
+  ReleaseHeld();
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::GreedyTokens(std::vector<int>* tokens) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kLogits);
+  const int64_t vocab = c_.vocab_size;
+  const int64_t rows = static_cast<int64_t>(seq_rows_.size());
+  if (static_cast<size_t>(rows) * sizeof(int32_t) > ops_.greedy_ids_.size()) {
+    return absl::InternalError(absl::StrCat(rows, " sequences in one step: more than sized for"));
+  }
+  VISMOE_ASSIGN_OR_RETURN(const Bf16* src, LastRows());
+  const int64_t chunk = std::min(rows, CudaDecoderOps::kLogitRowsPerChunk);
+  VISMOE_ASSIGN_OR_RETURN(Bf16 * normed, scratch().AllocateArray<Bf16>(chunk * h_));
+  VISMOE_ASSIGN_OR_RETURN(float* out, scratch().AllocateArray<float>(chunk * vocab));
+  auto* ids = static_cast<int32_t*>(ops_.greedy_ids_.device_data());
+  // Stream order lets the next chunk reuse `normed` and `out`: no wait inside.
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t m = std::min(chunk, rows - r);
+    VISMOE_RETURN_IF_ERROR(LmHead(src, r, m, normed, out));
+    VISMOE_RETURN_IF_ERROR(GreedyArgmaxRows(out, m, vocab, ids + r, st_));
+  }
+  VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
+  ReleaseHeld();
+  const auto* host = static_cast<const int32_t*>(ops_.greedy_ids_.data());
+  tokens->assign(host, host + rows);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> CudaDecoderStep::HostRows(StepRows which) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kOther);
+  const Bf16* src = which == StepRows::kResidual ? hs_ : which == StepRows::kNormed ? x_ : y_;
+  VISMOE_RETURN_IF_ERROR(DownloadF32(src, n_ * h_, &host_rows_));
+  ReleaseHeld();  // the stream has caught up
+  return host_rows_.data();
+}
+
+absl::Status CudaDecoderStep::DownloadF32(const Bf16* src, int64_t count,
+                                          std::vector<float>* out) const {
+  std::vector<Bf16> tmp(static_cast<size_t>(count));
+  VISMOE_RETURN_IF_ERROR(CopyToHostAsync(tmp.data(), src, tmp.size() * sizeof(Bf16), st_));
+  VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
+  out->resize(tmp.size());
+  for (size_t i = 0; i < tmp.size(); ++i) (*out)[i] = Bf16ToFloat(tmp[i]);
+  return absl::OkStatus();
+}
+
+bool CudaDecoderStep::PrepareDeviceMoe(int layer, ExpertProvider* experts) {
+  if (!ops_.device_moe_ || decode_act_ == nullptr || n_ > ops_.staging_.max_rows() ||
+      !experts->LayerPinned(layer)) {
+    return false;
+  }
+  absl::StatusOr<const MoeDecodeTable*> table =
+      ops_.pinned_tables_.Get(layer, *experts, ops_.stream_);
+  return table.ok() && *table != nullptr;
+}
+
+absl::Status CudaDecoderStep::DeviceMoe(int layer, Phase /*phase*/, ExpertProvider* experts,
+                                        bool observed) {
+  return Run(StepOp{StepOp::Kind::kDeviceMoe, layer, 0, experts, observed});
+}
+
+absl::Status CudaDecoderStep::DeviceMoeNow(int layer, ExpertProvider* experts, bool observed) {
+  VISMOE_ASSIGN_OR_RETURN(const MoeDecodeTable* table,
+                          ops_.pinned_tables_.Get(layer, *experts, ops_.stream_));
+  if (table == nullptr || decode_act_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("DeviceMoe(", layer, ") without PrepareDeviceMoe"));
+  }
+  Time(OpTimer::Family::kRouter);
+  const int k = c_.num_experts_per_tok, e_count = c_.num_experts;
+  const int inter = c_.moe_intermediate_size;
+  const int hidden = static_cast<int>(h_);
+  const DeferredStaging::Region stage = ops_.staging_.region(layer);
+  const size_t rows_bytes = static_cast<size_t>(n_ * h_) * sizeof(Bf16);
+  // The residual as after attention: before the add below changes it.
+  if (observed) VISMOE_RETURN_IF_ERROR(CopyToHostAsync(stage.residual, hs_, rows_bytes, st_));
+  VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(x_, n_, h_, ops_.layers_[layer].router,
+                                            WeightLayout::kOutIn, e_count, router_logits_,
+                                            GemmOut::kF32));
+  VISMOE_RETURN_IF_ERROR(MoeDecodeRoute(router_logits_, n_, e_count, k, ops_.renormalize_topk_,
+                                        decode_routing_, stage.ids_device, st_));
+  Time(OpTimer::Family::kExperts);
+  VISMOE_RETURN_IF_ERROR(MoeDecodeGateUp(x_, n_, hidden, inter, k, e_count, *table, decode_routing_,
+                                         decode_act_, st_));
+  VISMOE_RETURN_IF_ERROR(MoeDecodeDown(decode_act_, n_, hidden, inter, k, e_count, *table,
+                                       decode_routing_, decode_out_, st_));
+  VISMOE_RETURN_IF_ERROR(
+      MoeDecodeCombine(decode_out_, decode_routing_, n_, k, hidden, y_, hs_, st_));
+  if (observed) {
+    const size_t slots = static_cast<size_t>(n_) * k;
+    VISMOE_RETURN_IF_ERROR(
+        CopyToHostAsync(stage.weights, top_weights_, slots * sizeof(float), st_));
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(stage.logits, router_logits_,
+                                           static_cast<size_t>(n_) * e_count * sizeof(float), st_));
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(stage.normed, x_, rows_bytes, st_));
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(stage.moe_out, y_, rows_bytes, st_));
+  }
+  return ops_.staging_.Record(layer, n_, observed, st_, capturing_);
+}
+
+absl::StatusOr<bool> CudaDecoderStep::DeferredReady(int layer) {
+  if (mode_ != Mode::kDirect) return false;  // its graph has not been launched yet
+  return ops_.staging_.Ready(layer);
+}
+
+absl::StatusOr<DeferredLayer> CudaDecoderStep::TakeDeferred(int layer) {
+  VISMOE_RETURN_IF_ERROR(Flush());
+  absl::StatusOr<DeferredLayer> d = ops_.staging_.Take(layer);
+  // The layer ran after any held one: its GEMMs are done, and the provider
+  // hears of this layer next.
+  if (d.ok()) ReleaseHeld();
+  return d;
+}
+
+void CudaDecoderStep::Time(OpTimer::Family family) {
+  if (ops_.timer_ != nullptr) ops_.timer_->Mark(family, st_);
+}
+
+}  // namespace vismoe::cuda

@@ -1,0 +1,91 @@
+#include "engine/backends/cuda/stream_expert_launcher.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/dtype.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/cpu/moe.h"
+
+namespace vismoe::cuda {
+
+absl::StatusOr<DeviceExpert> ToDeviceExpert(const ExpertWeights& w, int layer, int expert) {
+  const TensorView& any = w.down;
+  if (any.dtype != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat("layer ", layer, " expert ", expert, " is ",
+                                                 std::string(DTypeName(any.dtype)),
+                                                 "; the CUDA backend runs bf16 experts only"));
+  }
+  DeviceExpert d;
+  d.down = static_cast<const Bf16*>(w.down.data);
+  if (w.layout == ExpertWeights::Layout::kFusedTransposed) {
+    d.layout = WeightLayout::kInOut;
+    d.gate_up = static_cast<const Bf16*>(w.gate_up.data);
+  } else {
+    d.layout = WeightLayout::kOutIn;
+    d.gate = static_cast<const Bf16*>(w.gate.data);
+    d.up = static_cast<const Bf16*>(w.up.data);
+  }
+  return d;
+}
+
+absl::Status StreamExpertLauncher::Launch(absl::Span<const AcquiredExpert> batch, int ticket) {
+  if (ticket < 0 || ticket >= static_cast<int>(events_.size())) {
+    return absl::InternalError(
+        absl::StrCat("expert batch ticket ", ticket, " of ", events_.size(), " at layer ", layer_));
+  }
+  std::vector<MoeExpertRows> rows;
+  rows.reserve(batch.size());
+  for (const AcquiredExpert& a : batch) {
+    VISMOE_ASSIGN_OR_RETURN(DeviceExpert w, ToDeviceExpert(a.weights, layer_, a.expert));
+    rows.push_back({w, offsets_[a.expert], offsets_[a.expert + 1] - offsets_[a.expert]});
+  }
+  VISMOE_RETURN_IF_ERROR(blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_));
+  return events_[ticket].Record(stream_.get());
+}
+
+absl::Status StreamExpertLauncher::PrepareHost(absl::Span<const int> experts) {
+  if (host_ == nullptr || rows_ready_ == nullptr) {
+    return absl::InternalError("CUDA experts: host execution was not set up");
+  }
+  host_row_.assign(offsets_.size(), -1);
+  int64_t rows = 0;
+  for (int e : experts) {
+    host_row_.at(e) = rows;
+    rows += offsets_[e + 1] - offsets_[e];
+  }
+  host_->x.resize(static_cast<size_t>(rows * hidden_));
+  host_->y.resize(static_cast<size_t>(rows * hidden_));
+  for (int e : experts) {
+    const int64_t m = offsets_[e + 1] - offsets_[e];
+    VISMOE_RETURN_IF_ERROR(CopyToHostAsync(
+        host_->x.data() + host_row_[e] * hidden_, xp_ + int64_t{offsets_[e]} * hidden_,
+        static_cast<size_t>(m * hidden_) * sizeof(Bf16), stream_.get()));
+  }
+  rows_on_host_ = false;
+  return rows_ready_->Record(stream_.get());
+}
+
+absl::Status StreamExpertLauncher::ComputeOnHost(int expert, const ExpertWeights& weights) {
+  if (expert < 0 || expert + 1 >= static_cast<int>(host_row_.size()) || host_row_[expert] < 0) {
+    return absl::InternalError(
+        absl::StrCat("layer ", layer_, " expert ", expert, " was not prepared for the host"));
+  }
+  if (!rows_on_host_) {
+    VISMOE_RETURN_IF_ERROR(rows_ready_->Synchronize());
+    rows_on_host_ = true;
+  }
+  const int64_t m = offsets_[expert + 1] - offsets_[expert];
+  const size_t count = static_cast<size_t>(m * hidden_);
+  const size_t at = static_cast<size_t>(host_row_[expert] * hidden_);
+  host_->xf.resize(count);
+  host_->yf.resize(count);
+  ToFloat(DType::kBF16, host_->x.data() + at, count, host_->xf.data());
+  cpu::ExpertForward(pool_, weights, host_->xf.data(), m, hidden_, inter_, host_->yf.data());
+  for (size_t i = 0; i < count; ++i) host_->y[at + i] = FloatToBf16(host_->yf[i]);
+  // Behind the batches already launched, ahead of the weighted sum.
+  return CopyToDeviceAsync(yp_ + int64_t{offsets_[expert]} * hidden_, host_->y.data() + at,
+                           count * sizeof(Bf16), stream_.get());
+}
+
+}  // namespace vismoe::cuda

@@ -1,0 +1,590 @@
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/device/cuda/cuda_status.h"
+#include "engine/ops/cuda/kernel_utils.cuh"
+#include "engine/ops/cuda/moe_decode.h"
+
+namespace vismoe::cuda {
+namespace {
+
+using detail::kWarp;
+using detail::LoadBf16;
+using detail::WarpMax;
+using detail::WarpSum;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+// Column kernels (weights stored [in, out]): 4 lanes cover a row segment of
+// 32 output columns (8 each, one 16-byte load), 64 row lanes split the rows.
+constexpr int kLanesPerRow = 4;
+constexpr int kRowLanes = kThreads / kLanesPerRow;
+
+// Eight bf16 weights in one 16-byte load, streamed (each is read once).
+__device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
+  const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Eight bf16 activations (read by every block of the layer: cached).
+__device__ __forceinline__ void LoadActs8(const Bf16* p, float* v) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void LoadActs8(const float* p, float* v) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }
+
+// The block's expert: active[blockIdx.y], or -1 past the active count.
+struct BlockExpert {
+  int expert = -1;
+  int row0 = 0;
+  int rows = 0;
+};
+__device__ __forceinline__ BlockExpert ExpertOfBlock(const MoeDecodeRouting& r) {
+  BlockExpert b;
+  if (static_cast<int>(blockIdx.y) >= *r.active_count) return b;
+  b.expert = r.active[blockIdx.y];
+  b.row0 = r.offsets[b.expert];
+  b.rows = r.offsets[b.expert + 1] - b.row0;
+  return b;
+}
+
+// ---- Routing --------------------------------------------------------------
+
+// One block. Warps take tokens in turn and pick each one's top-k exactly as
+// moe_router.cu's RouterKernel does (same operations, same order, so the same
+// bits); then the block counts, scans and scatters the assignments.
+__global__ void RouteKernel(const float* logits, int n, int num_experts, int top_k,
+                            bool renormalize, MoeDecodeRouting r, int32_t* host_ids) {
+  extern __shared__ float smem[];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  const int total = n * top_k;
+  int* ids = reinterpret_cast<int*>(smem + kWarps * num_experts);  // [total]
+  int* start = ids + total;                                        // [E + 1]
+  for (int t = warp; t < n; t += kWarps) {
+    float* p = smem + warp * num_experts;
+    const float* row = logits + static_cast<int64_t>(t) * num_experts;
+    float mx = -INFINITY;
+    for (int e = lane; e < num_experts; e += kWarp) mx = fmaxf(mx, row[e]);
+    mx = WarpMax(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < num_experts; e += kWarp) {
+      p[e] = expf(row[e] - mx);
+      sum += p[e];
+    }
+    sum = WarpSum(sum);
+    for (int e = lane; e < num_experts; e += kWarp) p[e] /= sum;
+    __syncwarp();
+    float picked_sum = 0.0f;
+    for (int s = 0; s < top_k; ++s) {
+      float best = -1.0f;
+      int best_e = num_experts;
+      for (int e = lane; e < num_experts; e += kWarp) {
+        if (p[e] > best) {
+          best = p[e];
+          best_e = e;
+        }
+      }
+      for (int o = kWarp / 2; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+        if (ob > best || (ob == best && oe < best_e)) {
+          best = ob;
+          best_e = oe;
+        }
+      }
+      if (lane == 0) {
+        r.experts[t * top_k + s] = best_e;
+        r.weights[t * top_k + s] = best;
+        ids[t * top_k + s] = best_e;
+        if (best_e < num_experts) p[best_e] = -2.0f;  // taken
+      }
+      picked_sum += best;
+      __syncwarp();
+    }
+    if (renormalize && lane == 0) {
+      for (int s = 0; s < top_k; ++s) r.weights[t * top_k + s] /= picked_sum;
+    }
+    __syncwarp();  // p is the next token's
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= num_experts; e += blockDim.x) start[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= 0 && e < num_experts) atomicAdd(&start[e], 1);  // counts: order-free
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int off = 0;
+    int active = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      const int count = start[e];
+      start[e] = off;
+      r.offsets[e] = off;
+      if (count > 0) r.active[active++] = e;
+      off += count;
+    }
+    start[num_experts] = off;
+    r.offsets[num_experts] = off;
+    *r.active_count = active;
+  }
+  __syncthreads();
+  // Within an expert, rows in ascending (token, slot) order: the rank of an
+  // assignment among the earlier ones to the same expert.
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int e = ids[i];
+    if (host_ids != nullptr) host_ids[i] = e;
+    if (e < 0 || e >= num_experts) {
+      r.slot_row[i] = -1;
+      continue;
+    }
+    int rank = 0;
+    for (int j = 0; j < i; ++j) rank += ids[j] == e;
+    const int row = start[e] + rank;
+    r.row_token[row] = i / top_k;
+    r.slot_row[i] = row;
+  }
+}
+
+// ---- Column kernels: weights [in, out] (kInOut) ---------------------------
+
+// Sums acc over the block's row lanes: first the 8 lanes of a warp that
+// share a column group (lane bits 2..4), then the warps through `part`.
+// Leaves the 32 column sums of each row in sum[m][0..32).
+template <int kRows>
+__device__ __forceinline__ void ReduceColumns(float (&acc)[kRows][8], float (*part)[kRows][32],
+                                              float (*sum)[32]) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      float v = acc[m][c];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      acc[m][c] = v;
+    }
+  }
+  if (lane < kLanesPerRow) {  // lane == its column group
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) part[warp][m][lane * 8 + c] = acc[m][c];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kRows * 32; idx += kThreads) {
+    const int m = idx / 32;
+    const int j = idx % 32;
+    float s = 0.0f;
+    for (int w = 0; w < kWarps; ++w) s += part[w][m][j];
+    sum[m][j] = s;
+  }
+  __syncthreads();
+}
+
+// gate_up [H, 2I]: block (tile x, active expert y) computes gate columns
+// [16x, 16x + 16) and the matching up columns for its expert's rows, then
+// SwiGLU. Column group g < 2: gate columns 16x + 8g; g >= 2: up columns.
+template <int kRows>
+__global__ void GateUpInOutKernel(const Bf16* x, int hidden, int inter, MoeDecodeTable table,
+                                  MoeDecodeRouting r, float* act) {
+  __shared__ float part[kWarps][kRows][32];
+  __shared__ float sum[kRows][32];
+  const BlockExpert b = ExpertOfBlock(r);
+  if (b.expert < 0) return;  // the whole block
+  const int g = threadIdx.x % kLanesPerRow;
+  const int rl = threadIdx.x / kLanesPerRow;
+  const int c0 = blockIdx.x * 16;
+  const int col = c0 + (g & 1) * 8;
+  const bool live = col < inter;  // inter % 8 == 0: a group is all in or all out
+  const int64_t ld = 2 * static_cast<int64_t>(inter);
+  const Bf16* w = table.gate_up[b.expert] + (g < 2 ? 0 : inter) + col;
+  for (int base = 0; base < b.rows; base += kRows) {
+    const int cnt = min(kRows, b.rows - base);
+    const Bf16* xr[kRows];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      xr[m] = x + static_cast<int64_t>(r.row_token[b.row0 + base + min(m, cnt - 1)]) * hidden;
+    }
+    float acc[kRows][8] = {};
+    if (live) {
+#pragma unroll 4
+      for (int i = rl; i < hidden; i += kRowLanes) {
+        float wv[8];
+        LoadWeights8(w + i * ld, wv);
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          if (m < cnt) {
+            const float xv = LoadBf16(xr[m], i);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[m][c] = fmaf(xv, wv[c], acc[m][c]);
+          }
+        }
+      }
+    }
+    ReduceColumns<kRows>(acc, part, sum);
+    for (int idx = threadIdx.x; idx < kRows * 16; idx += kThreads) {
+      const int m = idx / 16;
+      const int j = idx % 16;
+      if (m < cnt && c0 + j < inter) {
+        act[static_cast<int64_t>(b.row0 + base + m) * inter + c0 + j] =
+            Silu(sum[m][j]) * sum[m][16 + j];
+      }
+    }
+    __syncthreads();  // part and sum serve the next chunk of rows
+  }
+}
+
+// down [I, H]: block (tile x, active expert y) computes output columns
+// [32x, 32x + 32) of its expert's rows.
+template <int kRows>
+__global__ void DownInOutKernel(const float* act, int hidden, int inter, MoeDecodeTable table,
+                                MoeDecodeRouting r, float* yp) {
+  __shared__ float part[kWarps][kRows][32];
+  __shared__ float sum[kRows][32];
+  const BlockExpert b = ExpertOfBlock(r);
+  if (b.expert < 0) return;
+  const int g = threadIdx.x % kLanesPerRow;
+  const int rl = threadIdx.x / kLanesPerRow;
+  const int o0 = blockIdx.x * 32;
+  const int col = o0 + g * 8;
+  const bool live = col < hidden;
+  const Bf16* w = table.down[b.expert] + col;
+  for (int base = 0; base < b.rows; base += kRows) {
+    const int cnt = min(kRows, b.rows - base);
+    const float* ar[kRows];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      ar[m] = act + static_cast<int64_t>(b.row0 + base + min(m, cnt - 1)) * inter;
+    }
+    float acc[kRows][8] = {};
+    if (live) {
+#pragma unroll 4
+      for (int i = rl; i < inter; i += kRowLanes) {
+        float wv[8];
+        LoadWeights8(w + static_cast<int64_t>(i) * hidden, wv);
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          if (m < cnt) {
+            const float a = ar[m][i];
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[m][c] = fmaf(a, wv[c], acc[m][c]);
+          }
+        }
+      }
+    }
+    ReduceColumns<kRows>(acc, part, sum);
+    for (int idx = threadIdx.x; idx < kRows * 32; idx += kThreads) {
+      const int m = idx / 32;
+      const int j = idx % 32;
+      if (m < cnt && o0 + j < hidden) {
+        yp[static_cast<int64_t>(b.row0 + base + m) * hidden + o0 + j] = sum[m][j];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// ---- Row kernels: weights [out, in] (kOutIn) -------------------------------
+
+// Warp w of block (x, y) computes output j = 8x + w of gate and up (rows j
+// of [I, H]) for its expert's rows, lanes striding over H; then SwiGLU.
+template <int kRows>
+__global__ void GateUpOutInKernel(const Bf16* x, int hidden, int inter, MoeDecodeTable table,
+                                  MoeDecodeRouting r, float* act) {
+  const BlockExpert b = ExpertOfBlock(r);
+  if (b.expert < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  const int j = blockIdx.x * kWarps + threadIdx.x / kWarp;
+  if (j >= inter) return;  // a whole warp; no block barrier below
+  const Bf16* gate = table.gate_up[b.expert] + static_cast<int64_t>(j) * hidden;
+  const Bf16* up = table.up[b.expert] + static_cast<int64_t>(j) * hidden;
+  for (int base = 0; base < b.rows; base += kRows) {
+    const int cnt = min(kRows, b.rows - base);
+    const Bf16* xr[kRows];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      xr[m] = x + static_cast<int64_t>(r.row_token[b.row0 + base + min(m, cnt - 1)]) * hidden;
+    }
+    float ag[kRows] = {};
+    float au[kRows] = {};
+    for (int c = lane * 8; c < hidden; c += kWarp * 8) {
+      float gv[8], uv[8];
+      LoadWeights8(gate + c, gv);
+      LoadWeights8(up + c, uv);
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        if (m < cnt) {
+          float xv[8];
+          LoadActs8(xr[m] + c, xv);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            ag[m] = fmaf(gv[q], xv[q], ag[m]);
+            au[m] = fmaf(uv[q], xv[q], au[m]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      ag[m] = WarpSum(ag[m]);
+      au[m] = WarpSum(au[m]);
+    }
+    if (lane == 0) {
+      for (int m = 0; m < cnt; ++m) {
+        act[static_cast<int64_t>(b.row0 + base + m) * inter + j] = Silu(ag[m]) * au[m];
+      }
+    }
+  }
+}
+
+// Warp w of block (x, y) computes output o = 8x + w (row o of down [H, I]).
+template <int kRows>
+__global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDecodeTable table,
+                                MoeDecodeRouting r, float* yp) {
+  const BlockExpert b = ExpertOfBlock(r);
+  if (b.expert < 0) return;
+  const int lane = threadIdx.x % kWarp;
+  const int o = blockIdx.x * kWarps + threadIdx.x / kWarp;
+  if (o >= hidden) return;
+  const Bf16* down = table.down[b.expert] + static_cast<int64_t>(o) * inter;
+  for (int base = 0; base < b.rows; base += kRows) {
+    const int cnt = min(kRows, b.rows - base);
+    const float* ar[kRows];
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      ar[m] = act + static_cast<int64_t>(b.row0 + base + min(m, cnt - 1)) * inter;
+    }
+    float acc[kRows] = {};
+    for (int c = lane * 8; c < inter; c += kWarp * 8) {
+      float dv[8];
+      LoadWeights8(down + c, dv);
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        if (m < cnt) {
+          float av[8];
+          LoadActs8(ar[m] + c, av);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[m] = fmaf(dv[q], av[q], acc[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[m] = WarpSum(acc[m]);
+    if (lane == 0) {
+      for (int m = 0; m < cnt; ++m) {
+        yp[static_cast<int64_t>(b.row0 + base + m) * hidden + o] = acc[m];
+      }
+    }
+  }
+}
+
+// ---- Combine, argmax ----------------------------------------------------------
+
+__global__ void CombineKernel(const float* yp, const int32_t* slot_row, const float* weights,
+                              int top_k, int hidden, Bf16* y, Bf16* hs) {
+  const int64_t t = blockIdx.x;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < top_k; ++s) {
+      const int row = slot_row[t * top_k + s];
+      if (row >= 0) acc += weights[t * top_k + s] * yp[static_cast<int64_t>(row) * hidden + c];
+    }
+    const int64_t i = t * hidden + c;
+    const __nv_bfloat16 yb = __float2bfloat16_rn(acc);
+    reinterpret_cast<__nv_bfloat16*>(y)[i] = yb;
+    reinterpret_cast<__nv_bfloat16*>(hs)[i] =
+        __float2bfloat16_rn(LoadBf16(hs, i) + __bfloat162float(yb));
+  }
+}
+
+// (v, i) beats (bv, bi): a candidate (i >= 0) that is greater, or equal at a
+// lower index.
+__device__ __forceinline__ bool Beats(float v, int i, float bv, int bi) {
+  return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+}
+
+__global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
+  __shared__ float s_v[32];
+  __shared__ int s_i[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  float bv = 0.0f;
+  int bi = -1;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = row[i];
+    if (!isnan(v) && (bi < 0 || v > bv)) {  // ascending i: the first of equal maxima
+      bv = v;
+      bi = static_cast<int>(i);
+    }
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (Beats(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  if (lane == 0) {
+    s_v[warp] = bv;
+    s_i[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) {
+      if (Beats(s_v[w], s_i[w], bv, bi)) {
+        bv = s_v[w];
+        bi = s_i[w];
+      }
+    }
+    // The host's scan never moves off a NaN at index 0.
+    out[blockIdx.x] = isnan(row[0]) || bi < 0 ? 0 : bi;
+  }
+}
+
+absl::Status CheckRows(const char* op, int64_t n, int hidden, int inter, int num_experts,
+                       int top_k) {
+  if (n < 1 || n > kMaxDecodeRows || !MoeDecodeSupports(hidden, inter, num_experts, top_k)) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::", op, ": n=", n, " hidden=", hidden,
+                                                   " inter=", inter, " E=", num_experts,
+                                                   " top_k=", top_k, " not supported"));
+  }
+  return absl::OkStatus();
+}
+
+unsigned ExpertBlocks(int64_t n, int top_k, int num_experts) {
+  return static_cast<unsigned>(std::min<int64_t>(n * top_k, num_experts));
+}
+
+// Rows of one expert per pass: one for a single-token step (every expert
+// has one row), more when the batch's rows may share experts.
+int RowsPerPass(int64_t n) { return n == 1 ? 1 : n <= 4 ? 4 : 8; }
+
+template <template <int> class Launcher, typename... Args>
+void LaunchByRows(int64_t n, Args... args) {
+  switch (RowsPerPass(n)) {
+    case 1:
+      Launcher<1>::Run(args...);
+      break;
+    case 4:
+      Launcher<4>::Run(args...);
+      break;
+    default:
+      Launcher<8>::Run(args...);
+  }
+}
+
+template <int kRows>
+struct GateUpLauncher {
+  static void Run(dim3 grid, StreamHandle stream, const Bf16* x, int hidden, int inter,
+                  const MoeDecodeTable& t, const MoeDecodeRouting& r, float* act) {
+    if (t.layout == WeightLayout::kInOut) {
+      GateUpInOutKernel<kRows><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
+    } else {
+      GateUpOutInKernel<kRows><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
+    }
+  }
+};
+
+template <int kRows>
+struct DownLauncher {
+  static void Run(dim3 grid, StreamHandle stream, const float* act, int hidden, int inter,
+                  const MoeDecodeTable& t, const MoeDecodeRouting& r, float* yp) {
+    if (t.layout == WeightLayout::kInOut) {
+      DownInOutKernel<kRows><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
+    } else {
+      DownOutInKernel<kRows><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
+    }
+  }
+};
+
+}  // namespace
+
+bool MoeDecodeSupports(int hidden, int inter, int num_experts, int top_k) {
+  return hidden > 0 && hidden % 8 == 0 && inter > 0 && inter % 8 == 0 && num_experts > 0 &&
+         num_experts <= kMaxDecodeExperts && top_k > 0 && top_k <= 32 && top_k <= num_experts;
+}
+
+absl::Status MoeDecodeRoute(const float* logits, int64_t n, int num_experts, int top_k,
+                            bool renormalize, const MoeDecodeRouting& routing, int32_t* host_ids,
+                            StreamHandle stream) {
+  VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeRoute", n, 8, 8, num_experts, top_k));
+  const size_t smem =
+      (static_cast<size_t>(kWarps) * num_experts + n * top_k + num_experts + 1) * sizeof(float);
+  RouteKernel<<<1, kThreads, smem, stream>>>(logits, static_cast<int>(n), num_experts, top_k,
+                                             renormalize, routing, host_ids);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("RouteKernel");
+  return absl::OkStatus();
+}
+
+absl::Status MoeDecodeGateUp(const Bf16* x, int64_t n, int hidden, int inter, int top_k,
+                             int num_experts, const MoeDecodeTable& table,
+                             const MoeDecodeRouting& routing, float* act, StreamHandle stream) {
+  VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeGateUp", n, hidden, inter, num_experts, top_k));
+  const int per_block = table.layout == WeightLayout::kInOut ? 16 : kWarps;
+  const dim3 grid((inter + per_block - 1) / per_block, ExpertBlocks(n, top_k, num_experts));
+  LaunchByRows<GateUpLauncher>(n, grid, stream, x, hidden, inter, table, routing, act);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("MoeDecodeGateUp");
+  return absl::OkStatus();
+}
+
+absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, int top_k,
+                           int num_experts, const MoeDecodeTable& table,
+                           const MoeDecodeRouting& routing, float* yp, StreamHandle stream) {
+  VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeDown", n, hidden, inter, num_experts, top_k));
+  const int per_block = table.layout == WeightLayout::kInOut ? 32 : kWarps;
+  const dim3 grid((hidden + per_block - 1) / per_block, ExpertBlocks(n, top_k, num_experts));
+  LaunchByRows<DownLauncher>(n, grid, stream, act, hidden, inter, table, routing, yp);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("MoeDecodeDown");
+  return absl::OkStatus();
+}
+
+absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, int64_t n,
+                              int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream) {
+  if (n < 1 || n > kMaxDecodeRows || top_k < 1 || hidden < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::MoeDecodeCombine: n=", n, " top_k=", top_k, " hidden=", hidden));
+  }
+  CombineKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      yp, routing.slot_row, routing.weights, top_k, hidden, y, hs);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("MoeDecodeCombine");
+  return absl::OkStatus();
+}
+
+absl::Status GreedyArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
+                              StreamHandle stream) {
+  if (rows < 0 || rows > 65535 || vocab < 1 || vocab > 0x7fffffffLL) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::GreedyArgmaxRows: rows=", rows, " vocab=", vocab));
+  }
+  if (rows == 0) return absl::OkStatus();
+  ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ArgmaxKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace vismoe::cuda

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The device tool sends the tracked tree with its carried paths, 64 MiB at
+# most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
+# one device call, the fixtures no part of run_bundle.sh reads (the first
+# trained VQA model and the CPU parity goldens); `restore` puts them back in
+# the index exactly as HEAD has them. The files never leave the disk.
+#   tests/gpu/travel_light.sh hide | restore | size
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+paths=(
+  tests/fixtures/vqa-qwen3-vl-moe
+  tests/fixtures/vqa-eval/golden
+  tests/fixtures/vqa-eval/direct/golden
+  tests/fixtures/golden/text_logits.safetensors
+  tests/fixtures/golden/mm_logits.safetensors
+  tests/fixtures/golden/qwen3_moe_logits.safetensors
+  tests/fixtures/golden/vision.safetensors
+)
+exclude=.git/info/exclude
+marker="# travel_light.sh"
+case "${1:-}" in
+  hide)
+    git rm -r -q --cached -- "${paths[@]}"
+    for p in "${paths[@]}"; do echo "/$p $marker"; done | sed 's/ #.*//' >>"$exclude"
+    echo "$marker end" >>"$exclude"
+    ;;
+  restore)
+    for p in "${paths[@]}"; do
+      grep -vxF "/$p" "$exclude" >"$exclude.tmp" || true
+      mv "$exclude.tmp" "$exclude"
+    done
+    grep -vxF "$marker end" "$exclude" >"$exclude.tmp" || true
+    mv "$exclude.tmp" "$exclude"
+    git reset -q -- "${paths[@]}"
+    ;;
+  size) ;;
+  *)
+    echo "usage: $0 hide | restore | size" >&2
+    exit 2
+    ;;
+esac
+# What would travel: tracked + untracked-not-ignored files, and the bundle.
+{ git ls-files -z --cached --others --exclude-standard; printf '.gpu-bundle.tgz\0'; } |
+  xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {printf "would travel: %.1f MiB\n", s / 1048576}'
