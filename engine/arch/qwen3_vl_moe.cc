@@ -175,8 +175,11 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
   b.entries = entries;
   b.phase = entries[0].input->phase;
   std::vector<const DecoderBatchEntry*> visual;  // entries with visual rows
-  for (const DecoderBatchEntry& e : entries) {
-    VISMOE_ASSIGN_OR_RETURN(StepState s, Plan(*e.input, *e.cache));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const DecoderBatchEntry& e = entries[i];
+    absl::StatusOr<StepState> planned = Plan(*e.input, *e.cache);
+    if (!planned.ok()) return EntryError(i, planned.status());
+    StepState s = *std::move(planned);
     if (e.input->phase != b.phase) b.phase = Phase::kPrefill;
     b.observed = b.observed || e.input->observer != nullptr;
     b.tokens.insert(b.tokens.end(), e.input->tokens.begin(), e.input->tokens.end());
@@ -220,7 +223,9 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
   // scheduler reserved them already).
   for (size_t i = 0; i < entries.size(); ++i) {
     KvCache* cache = entries[i].cache;
-    VISMOE_RETURN_IF_ERROR(cache->Reserve(cache->length() + b.seqs[i].n));
+    if (absl::Status st = cache->Reserve(cache->length() + b.seqs[i].n); !st.ok()) {
+      return EntryError(i, st);
+    }
   }
   return absl::OkStatus();
 }
@@ -243,8 +248,10 @@ absl::Status Qwen3VlMoeModel::Compress(int layer, Batch& b, DecoderStep& step,
     StepState& s = b.seqs[i];
     const int64_t old_n = s.n;
     if (input.select_kept_rows && input.compress_before_layer == layer) {
-      VISMOE_ASSIGN_OR_RETURN(const std::vector<int64_t> local, input.select_kept_rows());
-      VISMOE_RETURN_IF_ERROR(CheckKept(local, old_n));
+      const absl::StatusOr<std::vector<int64_t>> selected = input.select_kept_rows();
+      const absl::Status valid = selected.ok() ? CheckKept(*selected, old_n) : selected.status();
+      if (!valid.ok()) return EntryError(i, valid);  // this sequence's, not the step's
+      const std::vector<int64_t>& local = *selected;
       const int64_t m = static_cast<int64_t>(local.size());
       std::vector<int64_t> new_row(old_n, -1);
       std::vector<int64_t> positions(3 * m);

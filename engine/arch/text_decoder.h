@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -119,9 +120,11 @@ class TextDecoder {
   // own positions, visual rows, token compression and observer; a step whose
   // entries differ in phase asks for its experts as prefill. The whole
   // batch fails if one entry is invalid (no cache advances; blocks an entry
-  // took for its new tokens stay with its cache). is_cancelled is
-  // polled only in a batch of one: a caller drops cancelled sequences between
-  // steps.
+  // took for its new tokens stay with its cache); an error that belongs to
+  // one entry (its input, its KV room, its token compression) names it
+  // (FailedEntry), so the caller can end that sequence and run the step again
+  // without it. is_cancelled is polled only in a batch of one: a caller
+  // drops cancelled sequences between steps.
   virtual absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,
                                     ExpertProvider* experts) const = 0;
   virtual const ModelConfig& config() const = 0;
@@ -130,6 +133,14 @@ class TextDecoder {
   // Whether DecoderInput::speculative can run on this decoder's backend.
   virtual bool supports_speculative_execution() const { return false; }
 };
+
+// An error of entry `entry` of a batch: `status` carrying the entry's index.
+absl::Status EntryError(size_t entry, absl::Status status);
+// The entry an error of ForwardBatch belongs to; nullopt for an error of the
+// whole step (a device error, a bad batch).
+std::optional<size_t> FailedEntry(const absl::Status& status);
+// `status` without the entry index (what the entry's sequence is told).
+absl::Status WithoutEntry(absl::Status status);
 
 }  // namespace vismoe
 

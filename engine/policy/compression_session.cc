@@ -33,6 +33,7 @@ CompressionSession::CompressionSession(const TokenCompressor* compressor,
 }
 
 void CompressionSession::Install(DecoderInput* in) {
+  routing_.clear();  // a prefill run again (a step retried) records afresh
   in->observer = this;
   in->compress_before_layer = compress_before_layer_;
   in->select_kept_rows = [this] { return KeptRows(); };

@@ -40,11 +40,12 @@ class CompressionSession final : public RouterObserver {
   CompressionSession& operator=(const CompressionSession&) = delete;
 
   // Hooks the session into a prefill input (observer, select_kept_rows and
-  // compress_before_layer). `in` must not be used after the session dies.
+  // compress_before_layer) and forgets the routing recorded so far (the
+  // prefill may run again: a retried step). `in` must not be used after the
+  // session dies.
   void Install(DecoderInput* in);
 
-  void OnRouting(Phase phase, int layer, const float* hidden,
-                 const RouterResult& routing) override;
+  void OnRouting(Phase phase, int layer, const float* hidden, const RouterResult& routing) override;
   // Passed on to `next` unchanged.
   void OnPostAttention(Phase phase, int layer, const float* residual, int64_t n) override {
     if (next_ != nullptr) next_->OnPostAttention(phase, layer, residual, n);

@@ -98,6 +98,10 @@ class LocalEngine final : public Engine {
   absl::Status SetUpExperts(const Backend& backend, int64_t activation_bytes,
                             const CalibrationProfile* profile);
   absl::Status SetUpCompression();
+  // FailedPrecondition, naming `setting`, when compressor `co` reads the
+  // routing of MoE layers before the compression and none runs there.
+  absl::Status CheckCompressionRouting(const TokenCompressorOptions& co,
+                                       absl::string_view setting) const;
   void FillInfo();
   // The request's own checks (messages, sampling), before its prompt is built.
   static absl::Status CheckRequest(const GenerateRequest& request);
@@ -360,15 +364,31 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
 // (the paper pins 10 of Qwen3-VL's 48), or as many as the options say.
 absl::Status LocalEngine::SetUpCompression() {
   VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(options_.compression).status());
-  if (options_.gpu_memory_budget_bytes > 0) return absl::OkStatus();
-  int pinned = options_.compression_pinned_layers;
-  int moe_layers = 0;
-  for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
-    moe_layers += config_.text.IsMoeLayer(l) ? 1 : 0;
+  if (options_.gpu_memory_budget_bytes <= 0) {
+    int pinned = options_.compression_pinned_layers;
+    int moe_layers = 0;
+    for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
+      moe_layers += config_.text.IsMoeLayer(l) ? 1 : 0;
+    }
+    if (pinned < 0) pinned = std::max(1, (moe_layers + 2) / 5);
+    compress_layer_ = CompressionLayer(config_.text, pinned);
   }
-  if (pinned < 0) pinned = std::max(1, (moe_layers + 2) / 5);
-  compress_layer_ = CompressionLayer(config_.text, pinned);
-  return absl::OkStatus();
+  // A default that cannot work here fails the start, not every request.
+  return CheckCompressionRouting(options_.compression, "token_compressor");
+}
+
+absl::Status LocalEngine::CheckCompressionRouting(const TokenCompressorOptions& co,
+                                                  absl::string_view setting) const {
+  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
+  if (!compressor->needs_routing()) return absl::OkStatus();
+  for (int l = 0; l < compress_layer_; ++l) {
+    if (config_.text.IsMoeLayer(l)) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      setting, " \"", co.kind,
+      "\" chooses tokens by the routing of the pinned MoE layers before it, and this server pins "
+      "none: pin one (pinned_layers >= 1, or a calibration profile whose plan pins one) or choose "
+      "saliency or random"));
 }
 
 void LocalEngine::FillInfo() {
@@ -406,7 +426,9 @@ absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
   TokenCompressorOptions co = options_.compression;
   if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
   if (request.policy.keep_ratio.has_value()) co = WithKeepRatio(co, *request.policy.keep_ratio);
-  VISMOE_RETURN_IF_ERROR(MakeTokenCompressor(co).status());
+  // Checked here, so a request that cannot compress fails alone, before it
+  // joins a batch.
+  VISMOE_RETURN_IF_ERROR(CheckCompressionRouting(co, "policy.token_compressor"));
   // The predictor feeds the shared slab cache, so it is chosen per engine,
   // not per request: a request may only name the one that is running.
   if (request.policy.expert_predictor.has_value() &&

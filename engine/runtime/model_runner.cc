@@ -181,10 +181,32 @@ void ModelRunner::InstallCompression(Sequence* s) {
   };
 }
 
+namespace {
+
+// What a forward pass adds to a sequence's policy counters: undone before
+// the pass runs again.
+struct PassCounts {
+  ExpertSkipCounts skipping;
+  CommitCounts commit;
+  SpeculativeCounts speculative;
+};
+
+PassCounts CountsOf(const Sequence& s) {
+  return {s.result.expert_skipping, s.result.commit, s.result.speculative};
+}
+
+void Restore(const PassCounts& c, Sequence* s) {
+  s->result.expert_skipping = c.skipping;
+  s->result.commit = c.commit;
+  s->result.speculative = c.speculative;
+}
+
+}  // namespace
+
 std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step) {
   std::vector<absl::Status> st(step.size());
-  std::vector<DecoderBatchEntry> batch;
   std::vector<char> ran(step.size(), 0);  // in the forward pass
+  std::vector<size_t> live;               // the chunks in the next pass
   for (size_t i = 0; i < step.size(); ++i) {
     Sequence* s = step[i].seq;
     if (!s->started) {
@@ -193,15 +215,31 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
       st[i] = Restart(s);
     }
     if (!st[i].ok()) continue;
-    BuildInput(step[i]);
-    batch.push_back(
-        {&s->input, s->cache.get(), &s->logits, s->greedy_only() ? &s->greedy_token : nullptr});
+    live.push_back(i);
     ran[i] = 1;
   }
-  if (batch.empty()) return st;
-  const absl::Status fwd = p_.model->ForwardBatch(batch, p_.experts);
-  for (size_t i = 0; i < step.size(); ++i) {
-    if (!st[i].ok()) continue;
+  std::vector<PassCounts> before(step.size());
+  for (size_t i : live) before[i] = CountsOf(*step[i].seq);
+  absl::Status fwd = absl::OkStatus();
+  while (!live.empty()) {
+    std::vector<DecoderBatchEntry> batch;
+    for (size_t i : live) {
+      Sequence* s = step[i].seq;
+      BuildInput(step[i]);
+      batch.push_back(
+          {&s->input, s->cache.get(), &s->logits, s->greedy_only() ? &s->greedy_token : nullptr});
+    }
+    fwd = p_.model->ForwardBatch(batch, p_.experts);
+    const std::optional<size_t> failed = FailedEntry(fwd);
+    if (fwd.ok() || !failed.has_value() || *failed >= live.size()) break;
+    // One sequence's own error ends it alone; the others run the step again
+    // (no cache advanced), each as it would have without it.
+    st[live[*failed]] = WithoutEntry(fwd);
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(*failed));
+    for (size_t i : live) Restore(before[i], step[i].seq);
+  }
+  fwd = WithoutEntry(fwd);
+  for (size_t i : live) {
     st[i] = fwd;
     Sequence* s = step[i].seq;
     if (!fwd.ok() || !s->prefilling()) continue;

@@ -51,9 +51,12 @@ class ModelRunner {
   explicit ModelRunner(RunnerParts parts) : p_(std::move(parts)) {}
 
   // Runs `step`. Returns one status per chunk: a sequence whose setup failed
-  // is left out of the step with its error; if the forward pass fails, every
-  // sequence in it gets that error. On success a sequence's logits hold its
-  // last row's and `prefilled` counts the chunk.
+  // is left out of the step with its error; when the forward pass fails for
+  // one sequence's own reason (TextDecoder's FailedEntry: its input, its
+  // compression), that sequence gets the error and the others run the step
+  // again without it; any other failure of the pass goes to every sequence
+  // in it. On success a sequence's logits hold its last row's (or its greedy
+  // token) and `prefilled` counts the chunk.
   std::vector<absl::Status> Run(absl::Span<const ScheduledChunk> step);
   // The sequence's prefill is done and it goes on decoding: starts its
   // preload (if it has one), whose copies count as its own offload counters.
