@@ -1,6 +1,9 @@
 #include "server/scheduler.h"
 
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -26,19 +29,32 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Options& opti
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler: preparers must be >= 1, got ", options.preparers));
   }
-  return std::unique_ptr<Scheduler>(new Scheduler(options, engine, metrics));
+  std::unique_ptr<Scheduler> s(new Scheduler(options, engine, metrics));
+  VISMOE_RETURN_IF_ERROR(s->StartThreads());
+  return s;
 }
 
 Scheduler::Scheduler(const Options& options, Engine* engine, ServerMetrics* metrics)
     : options_(options), engine_(engine), metrics_(metrics) {
-  {
-    absl::MutexLock lock(&mu_);
-    idle_workers_ = options_.workers;
-    PublishGauges();
-  }
+  absl::MutexLock lock(&mu_);
+  idle_workers_ = options_.workers;
+  PublishGauges();
+}
+
+absl::Status Scheduler::StartThreads() {
   threads_.reserve(options_.preparers + options_.workers);
-  for (int i = 0; i < options_.preparers; ++i) threads_.emplace_back([this] { PrepareLoop(); });
-  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  try {
+    for (int i = 0; i < options_.preparers; ++i) threads_.emplace_back([this] { PrepareLoop(); });
+    for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  } catch (const std::system_error& e) {
+    // The system would give no more threads: stop those that started.
+    const size_t started = threads_.size();
+    Drain(absl::ZeroDuration());
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start thread ", started + 1, " of ", options_.preparers + options_.workers,
+        " (prepare_threads + workers): ", e.what(), "; lower --workers or --prepare_threads"));
+  }
+  return absl::OkStatus();
 }
 
 Scheduler::~Scheduler() { Drain(absl::ZeroDuration()); }
@@ -193,8 +209,8 @@ void Scheduler::Drain(absl::Duration timeout) {
     draining_ = true;
     const absl::Time deadline = absl::Now() + timeout;
     mu_.AwaitWithDeadline(
-        absl::Condition(+[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->Idle(); },
-                        this),
+        absl::Condition(
+            +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->Idle(); }, this),
         deadline);
     if (!Idle()) {
       spdlog::warn(

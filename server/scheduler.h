@@ -85,6 +85,9 @@ class Scheduler {
   int64_t running() const;
 
  private:
+  // Starts the preparer and worker threads; ResourceExhausted (the started
+  // ones stopped) when the system gives no more.
+  absl::Status StartThreads();
   Scheduler(const Options& options, Engine* engine, ServerMetrics* metrics);
   struct Queued {
     std::unique_ptr<SchedulerJob> job;

@@ -406,6 +406,19 @@ absl::Status RequirePositive(absl::string_view key, int64_t value) {
   return absl::OkStatus();
 }
 
+// Options that start one thread each: beyond this the system runs out of
+// threads (or stacks) before the server could use them.
+constexpr int64_t kMaxThreads = 1024;
+
+absl::Status RequireThreads(absl::string_view key, int64_t value, int64_t min) {
+  if (value < min || value > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("option ", key, " must be in [", min, ", ",
+                                                   kMaxThreads, "] (one thread each), got ",
+                                                   value));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::vector<std::string>& ServerOptionKeys() {
@@ -474,28 +487,26 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   }
   if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
   if (o->gpu_memory_budget < 0) return BadValue("gpu_memory_budget", "", "must be >= 0");
-  if (o->engine_threads < 0) {
-    return absl::InvalidArgumentError("option engine_threads must be >= 0");
-  }
+  VISMOE_RETURN_IF_ERROR(RequireThreads("engine_threads", o->engine_threads, 0));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_context_tokens", o->max_context_tokens));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_message_bytes", o->max_message_bytes));
   if (o->max_message_bytes > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError("option max_message_bytes must be below 2 GiB");
   }
   if (o->max_queue < 0) return absl::InvalidArgumentError("option max_queue must be >= 0");
-  VISMOE_RETURN_IF_ERROR(RequirePositive("workers", o->workers));
+  VISMOE_RETURN_IF_ERROR(RequireThreads("workers", o->workers, 1));
   if (o->max_step_tokens < o->workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option max_step_tokens (", o->max_step_tokens, ") must be >= workers (", o->workers,
-        "): every running request decodes one token per step"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("option max_step_tokens (", o->max_step_tokens, ") must be >= workers (",
+                     o->workers, "): every running request decodes one token per step"));
   }
   if (o->kv_cache_tokens != 0 && o->kv_cache_tokens < o->max_context_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option kv_cache_tokens (", o->kv_cache_tokens, ") must be 0 or >= max_context_tokens (",
-        o->max_context_tokens, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("option kv_cache_tokens (", o->kv_cache_tokens,
+                                                   ") must be 0 or >= max_context_tokens (",
+                                                   o->max_context_tokens, ")"));
   }
-  VISMOE_RETURN_IF_ERROR(RequirePositive("prepare_threads", o->prepare_threads));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("decode_threads", o->decode_threads));
+  VISMOE_RETURN_IF_ERROR(RequireThreads("prepare_threads", o->prepare_threads, 1));
+  VISMOE_RETURN_IF_ERROR(RequireThreads("decode_threads", o->decode_threads, 1));
   if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_pixels", o->max_image_pixels));

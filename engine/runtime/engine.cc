@@ -260,7 +260,23 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
 absl::Status LocalEngine::LoadFiles() {
   const std::string& dir = options_.model_path;
   VISMOE_ASSIGN_OR_RETURN(config_, ModelConfig::Load(dir));
+  const int max_positions = config_.text.max_position_embeddings;
+  if (max_positions > 0 && options_.max_context_tokens > max_positions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_context_tokens (", options_.max_context_tokens,
+                     ") exceeds the model's max_position_embeddings (", max_positions, ", ", dir,
+                     "/config.json)"));
+  }
   VISMOE_ASSIGN_OR_RETURN(eos_ids_, LoadEosIds(dir));
+  for (int id : eos_ids_) {
+    // An end token outside the vocabulary can never be sampled: the model
+    // would never stop at its real end.
+    if (id < 0 || id >= config_.text.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/generation_config.json: eos_token_id ",
+                                                     id, " is outside the vocabulary [0, ",
+                                                     config_.text.vocab_size, ")"));
+    }
+  }
   pool_ = std::make_unique<ThreadPool>(options_.num_threads);
   if (options_.synthetic_weights) {
     VISMOE_ASSIGN_OR_RETURN(checkpoint_,

@@ -132,5 +132,33 @@ TEST(ServerBinaryE2eTest, BadConfigExitsWithAClearMessage) {
   EXPECT_THAT(ReadAll(dir + "/vismoe_server_bad_model.log"), HasSubstr("/nonexistent/model"));
 }
 
+// Sizes the machine or the model cannot hold end the start with a message
+// naming the flag and a non-zero exit, never an abort (issue #37).
+TEST(ServerBinaryE2eTest, ImpossibleSizesExitNamingTheFlag) {
+  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
+      << ServerBinary() << " is missing: build the vismoe-server target";
+  struct Case {
+    std::vector<std::string> flags;
+    int code;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{"--workers=100000", "--max_step_tokens=200000"}, 2, "option workers must be in"},
+      {{"--kv_cache_tokens=1000000000"}, 1, "kv_cache_tokens"},
+      {{"--max_context_tokens=2147483647"}, 1, "max_context_tokens (2147483647) exceeds"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags[0]);
+    const std::string log = ::testing::TempDir() + "/vismoe_server_size_" + std::to_string(i++);
+    std::vector<std::string> args = {"--model=" + vismoe::testing::TinyModelDir(),
+                                     "--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const pid_t pid = Spawn(args, log);
+    EXPECT_EQ(WaitExit(pid, absl::Seconds(60)), c.code) << ReadAll(log);
+    EXPECT_THAT(ReadAll(log), HasSubstr(c.says));
+  }
+}
+
 }  // namespace
 }  // namespace vismoe::server

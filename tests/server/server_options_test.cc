@@ -67,6 +67,17 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o = base;
   o.tls_cert = "/c.pem";
   fails(o, "tls_cert and tls_key");
+  // Options that start a thread each stay within what a system gives.
+  o = base;
+  o.workers = 100000;
+  o.max_step_tokens = 200000;
+  fails(o, "option workers must be in [1, 1024] (one thread each), got 100000");
+  o = base;
+  o.prepare_threads = 5000;
+  fails(o, "option prepare_threads must be in [1, 1024]");
+  o = base;
+  o.engine_threads = 4096;
+  fails(o, "option engine_threads must be in [0, 1024]");
   o = base;
   o.token_compressor = "magic";
   fails(o, "unknown token_compressor \"magic\"");

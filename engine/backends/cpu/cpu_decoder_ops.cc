@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
+#include "engine/offload/host_store_mode.h"
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/attention.h"
 #include "engine/ops/cpu/linear.h"
@@ -519,8 +522,23 @@ absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t bloc
         absl::StrCat("KV pool: bad shape blocks=", blocks, " block_tokens=", block_tokens));
   }
   const TextConfig& c = config_.text;
-  return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens,
-                                  int64_t{c.num_key_value_heads} * c.head_dim);
+  const int64_t row_elems = int64_t{c.num_key_value_heads} * c.head_dim;
+  const double bytes = 2.0 * c.num_hidden_layers * static_cast<double>(blocks) *
+                       static_cast<double>(block_tokens) * row_elems * sizeof(float);
+  const int64_t available = HostMemoryAvailable();
+  const std::string too_big =
+      absl::StrCat("a KV cache of ", blocks * block_tokens, " tokens needs ", bytes / (1 << 20),
+                   " MiB of host memory",
+                   available > 0 ? absl::StrCat(", ", available >> 20, " MiB are free") : "",
+                   ": lower kv_cache_tokens or max_context_tokens");
+  if (available > 0 && bytes > static_cast<double>(available)) {
+    return absl::ResourceExhaustedError(too_big);
+  }
+  try {
+    return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens, row_elems);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(too_big);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<DecoderStep>> CpuDecoderOps::BeginStep(

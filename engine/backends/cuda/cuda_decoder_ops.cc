@@ -201,10 +201,16 @@ absl::StatusOr<std::unique_ptr<KvPool>> CudaDecoderOps::CreateKvPool(int64_t blo
                                                                      int64_t block_tokens) const {
   const TextConfig& c = config_.text;
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // may run on any thread
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool,
-                          DeviceKvPool::Create(c.num_hidden_layers, blocks, block_tokens,
-                                               int64_t{c.num_key_value_heads} * c.head_dim));
-  return std::unique_ptr<KvPool>(std::move(pool));
+  absl::StatusOr<std::unique_ptr<DeviceKvPool>> pool = DeviceKvPool::Create(
+      c.num_hidden_layers, blocks, block_tokens, int64_t{c.num_key_value_heads} * c.head_dim);
+  if (!pool.ok()) {
+    return absl::Status(pool.status().code(),
+                        absl::StrCat("a KV cache of ", blocks * block_tokens,
+                                     " tokens does not fit the device (lower kv_cache_tokens or "
+                                     "max_context_tokens): ",
+                                     pool.status().message()));
+  }
+  return std::unique_ptr<KvPool>(*std::move(pool));
 }
 
 absl::Status CudaDecoderOps::CheckStepSize(int64_t tokens) const {

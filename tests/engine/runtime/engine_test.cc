@@ -405,6 +405,47 @@ TEST(EngineCreateTest, BadOptionsAreClearErrors) {
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent/model"));
 }
 
+// Sizes and files the engine cannot honour are errors naming the setting or
+// the file (issue #37), never an abort: a KV cache larger than the host's
+// memory, a context past the model's positions, an end token outside the
+// vocabulary.
+TEST(EngineCreateTest, ImpossibleSizesAndEndTokensAreClearErrors) {
+  EngineOptions o;
+  o.model_path = testing::TinyModelDir();
+  o.backend = "cpu";
+  o.max_context_tokens = 256;
+  o.kv_cache_tokens = 1000000000;
+  auto huge_kv = Engine::Create(o);
+  ASSERT_FALSE(huge_kv.ok());
+  EXPECT_EQ(huge_kv.status().code(), absl::StatusCode::kResourceExhausted) << huge_kv.status();
+  EXPECT_THAT(std::string(huge_kv.status().message()), HasSubstr("kv_cache_tokens"));
+
+  o.kv_cache_tokens = 0;
+  o.max_context_tokens = 2147483647;
+  auto huge_context = Engine::Create(o);
+  ASSERT_FALSE(huge_context.ok());
+  EXPECT_EQ(huge_context.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge_context.status().message()),
+              HasSubstr("max_context_tokens (2147483647) exceeds"));
+
+  // The fixture with end tokens outside its vocabulary.
+  const std::string dir = ::testing::TempDir() + "/tiny_bad_eos";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(testing::TinyModelDir())) {
+    std::filesystem::create_symlink(e.path(), dir + "/" + e.path().filename().string());
+  }
+  std::filesystem::remove(dir + "/generation_config.json");
+  std::ofstream(dir + "/generation_config.json") << R"({"eos_token_id": [999999, -5]})";
+  o.model_path = dir;
+  o.max_context_tokens = 256;
+  auto bad_eos = Engine::Create(o);
+  ASSERT_FALSE(bad_eos.ok());
+  EXPECT_EQ(bad_eos.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_eos.status().message()),
+              HasSubstr("generation_config.json: eos_token_id 999999 is outside the vocabulary"));
+}
+
 TEST(SamplerTest, GreedyTopKAndTopPLimits) {
   std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f};
   SamplingParams p;
