@@ -29,6 +29,7 @@ absl::StatusOr<Prompt> PromptBuilder::Build(const GenerateRequest& request) cons
   VISMOE_ASSIGN_OR_RETURN(p.ids, template_->Tokenize(*tokenizer_, request.messages,
                                                      request.add_generation_prompt, text_tokens));
   if (p.ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  VISMOE_RETURN_IF_ERROR(CheckPlaceholders(p.ids, image_order.size()));
   for (size_t i = 0; i < image_order.size(); ++i) {
     auto img = preprocessor_->Process(request.images[image_order[i]]);
     if (!img.ok()) {
@@ -49,6 +50,27 @@ absl::StatusOr<Prompt> PromptBuilder::Build(const GenerateRequest& request) cons
                      " tokens is too long for max_context_tokens = ", max_context_tokens_));
   }
   return p;
+}
+
+// Image placeholders come only from attached images (the chat template
+// writes one per image); text that spells them (allowed special tokens)
+// would make the model read a picture that is not there.
+absl::Status PromptBuilder::CheckPlaceholders(absl::Span<const int> ids, size_t images) const {
+  int64_t image_pads = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == config_.video_token_id && config_.video_token_id >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the prompt holds a video placeholder token (id ", ids[i], ") at token ", i,
+                       "; video input is not supported"));
+    }
+    if (ids[i] == config_.image_token_id && config_.image_token_id >= 0) ++image_pads;
+  }
+  if (image_pads != static_cast<int64_t>(images)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt holds ", image_pads, " image placeholder token(s) (id ", config_.image_token_id,
+        ") for ", images, " attached image(s): placeholders come only from image parts"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vismoe

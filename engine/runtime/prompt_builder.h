@@ -44,11 +44,16 @@ class PromptBuilder {
         max_context_tokens_(max_context_tokens) {}
 
   // InvalidArgument naming the message or image for a bad image reference,
-  // an image for a text-only model, an undecodable image, an empty prompt or
-  // one with no room for a generated token.
+  // an image for a text-only model, an undecodable image, an empty prompt,
+  // image placeholder tokens that are not the attached images' (text with
+  // allowed special tokens may spell them), a video placeholder, or a prompt
+  // with no room for a generated token.
   absl::StatusOr<Prompt> Build(const GenerateRequest& request) const;
 
  private:
+  // The template's placeholders: one image pad per attached image, no video pad.
+  absl::Status CheckPlaceholders(absl::Span<const int> ids, size_t images) const;
+
   ModelConfig config_;
   const Tokenizer* tokenizer_;
   const ChatTemplate* template_;
