@@ -160,8 +160,9 @@ class DecoderStep {
   virtual absl::Status Logits(bool all_rows, std::vector<float>* logits) = 0;
   // The greedy token of each sequence's last row, one per sequence, where the
   // caller needs no logits: GreedyArgmax (engine/core/argmax.h) of the
-  // logits Logits(false) would give. A device backend copies only the ids
-  // back (the CPU one takes the argmax of its logits).
+  // logits Logits(false) would give, or -1 where that row holds a NaN or an
+  // infinity (AllFinite). A device backend copies only the ids back (the CPU
+  // one takes the argmax of its logits).
   virtual absl::Status GreedyTokens(std::vector<int>* tokens) = 0;
 
   // ---- Pinned layers without the host (engine/backends/cuda/README.md) ----

@@ -8,6 +8,8 @@
 #ifndef VISMOE_ENGINE_CORE_ARGMAX_H_
 #define VISMOE_ENGINE_CORE_ARGMAX_H_
 
+#include <cmath>
+
 #include "absl/types/span.h"
 
 namespace vismoe {
@@ -19,6 +21,16 @@ inline int GreedyArgmax(absl::Span<const float> logits) {
     if (logits[i] > logits[best]) best = i;
   }
   return best;
+}
+
+// Whether every logit is a finite number: a NaN or an infinity means the
+// weights or the activations broke, and no token drawn from them is an
+// answer (the request fails instead).
+inline bool AllFinite(absl::Span<const float> logits) {
+  for (float v : logits) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
 }
 
 }  // namespace vismoe

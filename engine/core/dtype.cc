@@ -67,7 +67,7 @@ uint16_t FloatToF16(float f) {
   std::memcpy(&bits, &f, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow -> inf (after rounding)
   if (abs < 0x38800000u) {                        // subnormal or zero in f16
     if (abs < 0x33000000u) return sign;
@@ -103,6 +103,33 @@ void ToFloat(DType t, const void* src, size_t n, float* dst) {
       for (size_t i = 0; i < n; ++i) dst[i] = F16ToFloat(s[i]);
       return;
     }
+  }
+}
+
+namespace {
+
+// The first value whose exponent bits are all ones (NaN or infinity).
+template <typename Bits>
+int64_t FirstAllOnesExponent(const void* src, size_t n, Bits mask) {
+  const Bits* v = static_cast<const Bits*>(src);
+  for (size_t i = 0; i < n; ++i) {
+    if ((v[i] & mask) == mask) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(DType t, const void* src, size_t n) {
+  switch (t) {
+    case DType::kBF16:
+      return FirstAllOnesExponent<uint16_t>(src, n, 0x7F80);
+    case DType::kF16:
+      return FirstAllOnesExponent<uint16_t>(src, n, 0x7C00);
+    case DType::kF32:
+      return FirstAllOnesExponent<uint32_t>(src, n, 0x7F800000u);
+    default:
+      return -1;
   }
 }
 

@@ -43,6 +43,11 @@ uint16_t FloatToF16(float f);
 // Widens `n` elements of type `t` at `src` into fp32 `dst`.
 void ToFloat(DType t, const void* src, size_t n, float* dst);
 
+// The index of the first NaN or infinity among `n` values of float dtype `t`
+// at `src` (read from the bits: a bf16 value costs one mask and compare),
+// or -1 when every value is finite or `t` is not a float dtype.
+int64_t FirstNonFinite(DType t, const void* src, size_t n);
+
 }  // namespace vismoe
 
 #endif  // VISMOE_ENGINE_CORE_DTYPE_H_

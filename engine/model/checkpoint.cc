@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -160,6 +161,14 @@ std::vector<std::string> Checkpoint::Names() const {
   for (const auto& [name, view] : in_memory_) names.push_back(name);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+absl::Status CheckFinite(const Checkpoint& checkpoint, const std::string& name,
+                         const TensorView& view) {
+  const int64_t bad = FirstNonFinite(view.dtype, view.data, static_cast<size_t>(view.numel()));
+  if (bad < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(checkpoint.dir(), ": tensor ", name,
+                                                 " holds a NaN or an infinity at element ", bad));
 }
 
 }  // namespace vismoe

@@ -78,6 +78,14 @@ class Checkpoint {
   absl::flat_hash_map<std::string, TensorView> in_memory_;             // views into storage_
 };
 
+// InvalidArgument naming the checkpoint and tensor `name` when `view` holds a
+// NaN or an infinity (FirstNonFinite): broken weights are refused at load,
+// where every answer would otherwise come out garbled. One pass over the
+// bytes; the loaders check every non-expert tensor (about 2.4 GB for the
+// 30B-A3B shape), the experts are not scanned.
+absl::Status CheckFinite(const Checkpoint& checkpoint, const std::string& name,
+                         const TensorView& view);
+
 }  // namespace vismoe
 
 #endif  // VISMOE_ENGINE_MODEL_CHECKPOINT_H_

@@ -79,6 +79,7 @@ absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
       return absl::InternalError(absl::StrCat("tensor list: no slot for ", s.name));
     }
     VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.Get(s.name, s.shape));
+    VISMOE_RETURN_IF_ERROR(CheckFinite(checkpoint, s.name, *slot));
   }
   if (w.lm_head.empty()) {  // tied: a checkpoint may still carry the projection
     const TextConfig& c = config.text;

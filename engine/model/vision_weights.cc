@@ -95,6 +95,7 @@ absl::StatusOr<VisionWeights> VisionWeights::Load(const ModelConfig& config,
       return absl::InternalError(absl::StrCat("tensor list: no vision slot for ", s.name));
     }
     VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.Get(s.name, s.shape));
+    VISMOE_RETURN_IF_ERROR(CheckFinite(checkpoint, s.name, *slot));
   }
   return w;
 }

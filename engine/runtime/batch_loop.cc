@@ -3,6 +3,10 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "engine/core/argmax.h"
+#include "spdlog/spdlog.h"
+
 namespace vismoe {
 namespace {
 
@@ -133,6 +137,16 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
     return;
   }
   if (seq->prefilling()) return;  // more prompt chunks to come
+  // Broken weights or activations give NaN or Inf logits: no token drawn
+  // from them is an answer.
+  if (seq->logits.empty() ? seq->greedy_token < 0 : !AllFinite(seq->logits)) {
+    spdlog::error("the model's logits are not finite (NaN or Inf) at generated token {}",
+                  seq->result.token_ids.size());
+    Finish(seq, absl::InternalError(absl::StrCat(
+                    "the model produced non-finite logits (NaN or Inf) at generated token ",
+                    seq->result.token_ids.size(), ": its weights or activations overflowed")));
+    return;
+  }
   const bool first = seq->result.token_ids.empty();
   if (first && seq->callbacks.on_prefill_logits) seq->callbacks.on_prefill_logits(seq->logits);
   const bool room = seq->cache->CheckRoom(1).ok();

@@ -486,7 +486,8 @@ absl::Status CpuDecoderStep::GreedyTokens(std::vector<int>* tokens) {
   const size_t vocab = static_cast<size_t>(c_.vocab_size);
   tokens->clear();
   for (size_t s = 0; s < seq_rows_.size(); ++s) {
-    tokens->push_back(GreedyArgmax(absl::MakeConstSpan(logits).subspan(s * vocab, vocab)));
+    const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
+    tokens->push_back(AllFinite(row) ? GreedyArgmax(row) : -1);
   }
   return absl::OkStatus();
 }

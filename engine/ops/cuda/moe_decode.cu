@@ -434,13 +434,16 @@ __global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
   const int warp = threadIdx.x / kWarp;
   float bv = 0.0f;
   int bi = -1;
+  bool finite = true;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = row[i];
+    finite = finite && isfinite(v);
     if (!isnan(v) && (bi < 0 || v > bv)) {  // ascending i: the first of equal maxima
       bv = v;
       bi = static_cast<int>(i);
     }
   }
+  finite = __syncthreads_and(finite) != 0;
   for (int o = kWarp / 2; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -461,8 +464,8 @@ __global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
         bi = s_i[w];
       }
     }
-    // The host's scan never moves off a NaN at index 0.
-    out[blockIdx.x] = isnan(row[0]) || bi < 0 ? 0 : bi;
+    // A row with a NaN or an infinity gives no token.
+    out[blockIdx.x] = finite ? bi : -1;
   }
 }
 

@@ -83,8 +83,9 @@ absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, 
                               int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream);
 
 // out[r] = GreedyArgmax (engine/core/argmax.h) of logits row r [vocab] fp32:
-// the first index of the maximum among the non-NaN values, 0 when the first
-// value is NaN. `out` may be device-visible host memory.
+// the first index of the maximum, or -1 when the row holds a NaN or an
+// infinity (AllFinite: no token is an answer then). `out` may be
+// device-visible host memory.
 absl::Status GreedyArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
                               StreamHandle stream);
 

@@ -304,6 +304,9 @@ TEST(GreedyArgmaxTest, FirstOfEqualMaximaAndNaN) {
   EXPECT_EQ(GreedyArgmax(std::vector<float>{nan, 5, 7}), 0);  // never moves off a NaN
   EXPECT_EQ(GreedyArgmax(std::vector<float>{-inf, -inf}), 0);
   EXPECT_EQ(GreedyArgmax(std::vector<float>{-inf, nan, -1, inf}), 3);
+  EXPECT_TRUE(AllFinite(std::vector<float>{1, -2, 3e38f}));
+  EXPECT_FALSE(AllFinite(std::vector<float>{1, nan}));
+  EXPECT_FALSE(AllFinite(std::vector<float>{-inf, 1}));
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "engine/backend/kv_cache.h"
+#include "engine/core/dtype.h"
+#include "engine/model/safetensors_file.h"
+#include "engine/model/safetensors_writer.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
 #include "gmock/gmock.h"
@@ -444,6 +447,78 @@ TEST(EngineCreateTest, ImpossibleSizesAndEndTokensAreClearErrors) {
   EXPECT_EQ(bad_eos.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad_eos.status().message()),
               HasSubstr("generation_config.json: eos_token_id 999999 is outside the vocabulary"));
+}
+
+// tiny-qwen3-moe copied to a fresh directory with NaN written into every
+// tensor whose name contains `poison` (F16: the whole tensor).
+std::string PoisonedModel(const std::string& name, const std::string& poison) {
+  const std::string src = testing::FixturesDir() + "/tiny-qwen3-moe";
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(src)) {
+    if (e.path().extension() != ".safetensors") {
+      std::filesystem::create_symlink(e.path(), dir + "/" + e.path().filename().string());
+    }
+  }
+  auto file = SafetensorsFile::Open(src + "/model.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return dir;
+  std::vector<std::vector<uint16_t>> owned;
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  owned.reserve((*file)->names().size());
+  for (const std::string& n : (*file)->names()) {
+    auto v = (*file)->Get(n);
+    EXPECT_TRUE(v.ok() && v->dtype == DType::kF16) << n;
+    if (!v.ok()) return dir;
+    const auto* data = static_cast<const uint16_t*>(v->data);
+    owned.emplace_back(data, data + v->numel());
+    if (n.find(poison) != std::string::npos) {
+      std::fill(owned.back().begin(), owned.back().end(), uint16_t{0x7E00});  // F16 NaN
+    }
+    TensorView t = *v;
+    t.data = owned.back().data();
+    tensors.emplace_back(n, t);
+  }
+  EXPECT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors).ok());
+  return dir;
+}
+
+// Broken weights (issue #37): a NaN in a non-expert tensor is refused at
+// load, naming it; a NaN in the experts (not scanned) makes every request
+// that reaches them fail INTERNAL -- never an answer of garbage -- and the
+// engine goes on serving.
+TEST(EngineCreateTest, NonFiniteWeightsAreRefusedOrFailTheRequest) {
+  EngineOptions o;
+  o.backend = "cpu";
+  o.max_context_tokens = 256;
+  o.model_path = PoisonedModel("tiny_nan_router", "layers.1.mlp.gate.weight");
+  auto router = Engine::Create(o);
+  ASSERT_FALSE(router.ok());
+  EXPECT_EQ(router.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(router.status().message()),
+              HasSubstr("tensor model.layers.1.mlp.gate.weight holds a NaN or an infinity"));
+
+  o.model_path = PoisonedModel("tiny_nan_experts", "layers.0.mlp.experts.");
+  auto experts = Engine::Create(o);
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  GenerateRequest r;
+  ChatMessage m;
+  m.role = "user";
+  ContentPart p;
+  p.text = "hello";
+  m.content.push_back(p);
+  r.messages.push_back(m);
+  r.sampling.max_new_tokens = 4;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto out = (*experts)->Generate(r, {});
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal) << out.status();
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("non-finite logits"));
+  }
+  r.sampling.temperature = 0.7f;  // the logits path, sampled on the host
+  auto sampled = (*experts)->Generate(r, {});
+  EXPECT_EQ(sampled.status().code(), absl::StatusCode::kInternal) << sampled.status();
 }
 
 TEST(SamplerTest, GreedyTopKAndTopPLimits) {
