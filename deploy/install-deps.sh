@@ -11,7 +11,7 @@ RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623
   libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406 libwebp7
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
-  libpcre2-8-0 libutf8proc2 libspdlog1.10 ca-certificates
+  libpcre2-8-0 libutf8proc2 libspdlog1.10 libssl3 ca-certificates
 )
 BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config git curl
@@ -20,6 +20,8 @@ BUILD_PKGS=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev libwebp-dev
   # vismoe-bench-lite (the GPU bundle's benchmark) reads PNG files without OpenCV.
   libpng-dev
+  # the server checks its TLS certificate and key files with OpenSSL.
+  libssl-dev
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev

@@ -5,12 +5,11 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "webp/decode.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/image.h"
 #include "server/image_header.h"
+#include "webp/decode.h"
 
 namespace vismoe::server {
 namespace {
@@ -75,6 +74,10 @@ absl::StatusOr<std::unique_ptr<ImageDecoder>> ImageDecoder::Create(const Options
     return absl::InvalidArgumentError(
         absl::StrCat("max_image_pixels must be positive, got ", options.max_pixels));
   }
+  if (options.max_jpeg_scans < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_jpeg_scans must be >= 1, got ", options.max_jpeg_scans));
+  }
   if (options.num_threads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("image decode threads must be >= 1, got ", options.num_threads));
@@ -100,6 +103,12 @@ absl::Status ImageDecoder::CheckLimits(absl::string_view data) const {
     return absl::InvalidArgumentError(absl::StrCat(
         ImageFormatName(header->format), " image is ", header->width, "x", header->height, " = ",
         header->pixels(), " pixels, over the limit of ", options_.max_pixels, " pixels"));
+  }
+  if (header->format == ImageFormat::kJpeg &&
+      JpegScanCount(data, options_.max_jpeg_scans) > options_.max_jpeg_scans) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JPEG image has more than ", options_.max_jpeg_scans,
+                     " scans (the server's max_jpeg_scans): each scan is a full decoding pass"));
   }
   return absl::OkStatus();
 }

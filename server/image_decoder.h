@@ -1,6 +1,6 @@
 // ImageDecoder: turns encoded JPEG / PNG / WebP bytes into 8-bit RGB images
 // with OpenCV, under limits checked BEFORE decoding (encoded size, and the
-// pixel count read from the header), on a bounded pool of worker threads.
+// pixel count read from the header, a JPEG's scan count), on a bounded pool of worker threads.
 // Truncated files are rejected (JPEG: no end-of-image marker), and so is
 // WebP data libwebp rejects (OpenCV would try its other decoders on it, GDAL
 // among them). A JPEG's EXIF orientation is applied, as transformers'
@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/core/thread_pool.h"
 #include "engine/api/request.h"
+#include "engine/core/thread_pool.h"
 
 namespace vismoe::server {
 
@@ -32,6 +32,9 @@ class ImageDecoder {
     int64_t max_pixels = 4096LL * 4096;    // width * height from the header
     int num_threads = 2;                   // concurrent decodes (>= 1)
     bool apply_exif_orientation = true;    // rotate/flip JPEGs upright
+    // Scans per JPEG: libjpeg makes a pass over every block per scan, so this
+    // times max_pixels bounds the decode work (encoders write 1 to ~12).
+    int max_jpeg_scans = 64;
   };
 
   static absl::StatusOr<std::unique_ptr<ImageDecoder>> Create(const Options& options);
@@ -46,7 +49,7 @@ class ImageDecoder {
   // order) is returned, prefixed with "image <i>: ".
   absl::StatusOr<std::vector<RgbImage>> DecodeAll(const std::vector<absl::string_view>& blobs);
 
-  // Cheap checks without decoding: size and header pixel limits.
+  // Cheap checks without decoding: size, header pixel and JPEG scan limits.
   absl::Status CheckLimits(absl::string_view data) const;
 
   const Options& options() const { return options_; }

@@ -126,6 +126,43 @@ absl::Status CheckJpegComplete(absl::string_view data) {
   return absl::OkStatus();
 }
 
+namespace {
+
+bool IsStandaloneMarker(uint32_t marker) {
+  return marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7);
+}
+
+// The offset of the first marker at or after i in entropy-coded data (0xFF
+// followed by a byte that is not a stuffed 0x00, an RSTn or a fill 0xFF), or
+// npos.
+size_t NextMarker(absl::string_view d, size_t i) {
+  while ((i = d.find('\xFF', i)) != absl::string_view::npos && i + 1 < d.size()) {
+    const uint32_t next = Byte(d, i + 1);
+    if (next != 0x00 && next != 0xFF && !(next >= 0xD0 && next <= 0xD7)) return i;
+    ++i;
+  }
+  return absl::string_view::npos;
+}
+
+}  // namespace
+
+int JpegScanCount(absl::string_view data, int stop_after) {
+  int scans = 0;
+  size_t i = 2;  // after SOI
+  while (i < data.size() && Byte(data, i) == 0xFF && scans <= stop_after) {
+    while (i < data.size() && Byte(data, i) == 0xFF) ++i;  // fill bytes
+    if (i >= data.size()) break;
+    const uint32_t marker = Byte(data, i++);
+    if (IsStandaloneMarker(marker)) continue;
+    if (marker == 0xD9 || i + 2 > data.size() || Be16(data, i) < 2) break;
+    i += Be16(data, i);
+    if (marker != 0xDA) continue;
+    ++scans;
+    i = NextMarker(data, i);  // past the scan's entropy-coded data
+  }
+  return scans;
+}
+
 int JpegExifOrientation(absl::string_view data) {
   int orientation = 1;
   WalkJpegSegments(data, [&](uint32_t marker, absl::string_view payload) {

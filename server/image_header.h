@@ -39,6 +39,14 @@ absl::StatusOr<ImageHeader> ParseImageHeader(absl::string_view data);
 // the missing rows with grey.) Data after the marker is allowed.
 absl::Status CheckJpegComplete(absl::string_view data);
 
+// JPEG only: the number of scans (SOS segments) in the data, counting no
+// further than stop_after + 1. Each scan of a progressive JPEG is a full pass
+// over the image's blocks in libjpeg, so the scan count times the pixel count
+// bounds the decode work; a file that repeats a tiny scan thousands of times
+// would otherwise take tens of seconds of CPU. Malformed data ends the count
+// (the decoder reports it).
+int JpegScanCount(absl::string_view data, int stop_after);
+
 // JPEG only: the EXIF orientation (1..8, TIFF tag 0x0112 of IFD0 in the APP1
 // "Exif" segment), or 1 when there is none or it is malformed.
 int JpegExifOrientation(absl::string_view data);

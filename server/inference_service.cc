@@ -92,6 +92,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     };
     job->on_delta = [this](const TokenDelta& d) { return OnDelta(d); };
     job->cancel_status = [this] { return CancelStatus(); };
+    job->text_only = shared->image_data.empty();
     job->on_done = [this](absl::StatusOr<GenerateResult> r, double queue_seconds) {
       OnJobDone(std::move(r), queue_seconds);
     };

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/core/commit_miss_policy.h"  // kMaxOwaAlpha
 #include "server/policy_names.h"
 
 namespace vismoe::server {
@@ -204,17 +205,17 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
     pol.commit_threshold = po.commit_threshold();
   }
   if (po.has_commit_owa_alpha1()) {
-    if (!(std::isfinite(po.commit_owa_alpha1()) && po.commit_owa_alpha1() >= 0)) {
-      return Invalid(
-          "policy.commit_owa_alpha1",
-          absl::StrCat(po.commit_owa_alpha1(), " must be finite and >= 0 (0 = OWA off)"));
+    if (!(po.commit_owa_alpha1() >= 0 && po.commit_owa_alpha1() <= kMaxOwaAlpha)) {
+      return Invalid("policy.commit_owa_alpha1",
+                     absl::StrCat(po.commit_owa_alpha1(), " must be in [0, ", kMaxOwaAlpha,
+                                  "] (0 = OWA off)"));
     }
     pol.commit_owa_alpha1 = po.commit_owa_alpha1();
   }
   if (po.has_commit_owa_alpha2()) {
-    if (!(std::isfinite(po.commit_owa_alpha2()) && po.commit_owa_alpha2() > 0)) {
+    if (!(po.commit_owa_alpha2() > 0 && po.commit_owa_alpha2() <= kMaxOwaAlpha)) {
       return Invalid("policy.commit_owa_alpha2",
-                     absl::StrCat(po.commit_owa_alpha2(), " must be finite and > 0"));
+                     absl::StrCat(po.commit_owa_alpha2(), " must be in (0, ", kMaxOwaAlpha, "]"));
     }
     pol.commit_owa_alpha2 = po.commit_owa_alpha2();
   }

@@ -2,6 +2,7 @@
 
 #include <system_error>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "server/metrics.h"
@@ -42,17 +43,21 @@ Scheduler::Scheduler(const Options& options, Engine* engine, ServerMetrics* metr
 }
 
 absl::Status Scheduler::StartThreads() {
-  threads_.reserve(options_.preparers + options_.workers);
+  const int total = options_.preparers + 1 + options_.workers;
+  threads_.reserve(total);
   try {
-    for (int i = 0; i < options_.preparers; ++i) threads_.emplace_back([this] { PrepareLoop(); });
+    for (int i = 0; i < options_.preparers; ++i) {
+      threads_.emplace_back([this] { PrepareLoop(/*text_lane=*/false); });
+    }
+    threads_.emplace_back([this] { PrepareLoop(/*text_lane=*/true); });
     for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   } catch (const std::system_error& e) {
     // The system would give no more threads: stop those that started.
     const size_t started = threads_.size();
     Drain(absl::ZeroDuration());
     return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot start thread ", started + 1, " of ", options_.preparers + options_.workers,
-        " (prepare_threads + workers): ", e.what(), "; lower --workers or --prepare_threads"));
+        "cannot start thread ", started + 1, " of ", total,
+        " (prepare_threads + 1 + workers): ", e.what(), "; lower --workers or --prepare_threads"));
   }
   return absl::OkStatus();
 }
@@ -81,25 +86,29 @@ bool Scheduler::Idle() const {
   return queue_.empty() && ready_.empty() && preparing_ == 0 && running_ == 0;
 }
 
-bool Scheduler::CanPrepare() const {
+std::deque<Scheduler::Queued>::iterator Scheduler::NextToPrepare(bool text_lane) {
   // Only as far ahead of the workers as there are workers (plus the jobs
   // being prepared): prepared requests hold their pixels.
-  return !queue_.empty() && static_cast<int64_t>(ready_.size()) < options_.workers;
+  if (static_cast<int64_t>(ready_.size()) >= options_.workers) return queue_.end();
+  if (!text_lane) return queue_.begin();
+  return absl::c_find_if(queue_, [](const Queued& q) { return q.job->text_only; });
 }
 
-void Scheduler::PrepareLoop() {
+bool Scheduler::PreparerMayGo() { return stop_ || NextToPrepare(false) != queue_.end(); }
+bool Scheduler::TextLaneMayGo() { return stop_ || NextToPrepare(true) != queue_.end(); }
+
+void Scheduler::PrepareLoop(bool text_lane) {
   while (true) {
     Queued item;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Scheduler* s)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->stop_ || s->CanPrepare(); },
-          this));
+      mu_.Await(text_lane ? absl::Condition(this, &Scheduler::TextLaneMayGo)
+                          : absl::Condition(this, &Scheduler::PreparerMayGo));
       // stop_ is set with queue_ empty (drained or dropped), and Submit refuses from then on.
-      if (!CanPrepare()) return;
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      const auto next = NextToPrepare(text_lane);
+      if (next == queue_.end()) return;
+      item = std::move(*next);
+      queue_.erase(next);
       ++preparing_;
       PublishGauges();
     }

@@ -7,7 +7,9 @@
 //              tokenizer, image preprocessing, checks), so this host work
 //              never holds up the engine. A preparer takes a job only while
 //              fewer than `workers` prepared jobs wait for the engine (their
-//              pixels are memory).
+//              pixels are memory). One more preparer, the text lane, takes
+//              only jobs without images, so requests whose images take long
+//              to decode never hold up a text-only request.
 //   workers    per prepared job: Engine::Generate with cancellation polled
 //              between decode steps, then on_done().
 //   Drain()    stops accepting, lets waiting and running jobs finish until
@@ -54,6 +56,8 @@ struct SchedulerJob {
   // Called exactly once, last: the result or the error, and the time the job
   // waited in the queue.
   std::function<void(absl::StatusOr<GenerateResult>, double queue_seconds)> on_done;
+  // No images to decode: the text lane may prepare it.
+  bool text_only = false;
 };
 
 class Scheduler {
@@ -61,7 +65,7 @@ class Scheduler {
   struct Options {
     int max_queue = 64;  // jobs waiting for a worker
     int workers = 1;     // jobs running on the engine at once
-    int preparers = 2;   // jobs being prepared at once
+    int preparers = 2;   // jobs being prepared at once (plus the text lane)
   };
 
   // REQUIRES: engine != nullptr; both pointers outlive the scheduler.
@@ -96,7 +100,8 @@ class Scheduler {
     std::unique_ptr<PreparedRequest> prepared;
   };
 
-  void PrepareLoop();
+  // text_lane: take only text-only jobs.
+  void PrepareLoop(bool text_lane);
   void WorkerLoop();
   // Runs job.prepare(); returns false when the job is finished (on_done called).
   bool Prepare(Queued& item);
@@ -105,7 +110,10 @@ class Scheduler {
   absl::Status CancelStatus(const SchedulerJob& job) const;
   bool Aborted() const;
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool CanPrepare() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job a preparer of this lane takes next, or queue_.end().
+  std::deque<Queued>::iterator NextToPrepare(bool text_lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PreparerMayGo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TextLaneMayGo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -123,7 +131,7 @@ class Scheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;      // threads exit when idle
   bool drain_started_ ABSL_GUARDED_BY(mu_) = false;
   bool drained_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;  // preparers and workers
+  std::vector<std::thread> threads_;  // preparers, the text lane and workers
 };
 
 }  // namespace vismoe::server

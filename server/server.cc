@@ -1,8 +1,6 @@
 #include "server/server.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -10,21 +8,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/request_bytes.h"
+#include "server/tls_files.h"
 #include "spdlog/spdlog.h"
 
 namespace vismoe::server {
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& option, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::InvalidArgumentError(absl::StrCat("option ", option, ": cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 VismoeServer::VismoeServer(const ServerOptions& options, EngineFactory factory)
     : options_(options), factory_(std::move(factory)) {}
@@ -36,6 +23,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   ImageDecoder::Options dec;
   dec.max_encoded_bytes = options.max_image_bytes;
   dec.max_pixels = options.max_image_pixels;
+  dec.max_jpeg_scans = options.max_jpeg_scans;
   dec.num_threads = options.decode_threads;
   dec.apply_exif_orientation = options.apply_exif_orientation;
   VISMOE_ASSIGN_OR_RETURN(s->decoder_, ImageDecoder::Create(dec));
@@ -66,10 +54,8 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.tls_cert.empty()) {
     grpc::SslServerCredentialsOptions ssl;
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    VISMOE_ASSIGN_OR_RETURN(pair.cert_chain, ReadFile("tls_cert", options.tls_cert));
-    VISMOE_ASSIGN_OR_RETURN(pair.private_key, ReadFile("tls_key", options.tls_key));
-    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    VISMOE_ASSIGN_OR_RETURN(TlsKeyPair files, LoadTlsKeyPair(options.tls_cert, options.tls_key));
+    ssl.pem_key_cert_pairs.push_back({std::move(files.private_key), std::move(files.cert_chain)});
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/internal/parse.h"
 #include "absl/flags/reflection.h"
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "engine/core/commit_miss_policy.h"  // kMaxOwaAlpha
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "server/policy_names.h"
@@ -73,6 +75,9 @@ ABSL_FLAG(std::string, max_image_bytes, absl::StrCat(kDefaults.max_image_bytes),
           "Encoded bytes per image (bytes or with a unit)");
 ABSL_FLAG(int64_t, max_image_pixels, kDefaults.max_image_pixels,
           "width*height per image, checked from the header before decoding");
+ABSL_FLAG(int, max_jpeg_scans, kDefaults.max_jpeg_scans,
+          "Scans per JPEG, checked before decoding: each scan is a full pass over the image, so "
+          "a file repeating a tiny scan thousands of times would hold a decoder for seconds");
 ABSL_FLAG(bool, apply_exif_orientation, kDefaults.apply_exif_orientation,
           "Rotate/flip JPEGs by their EXIF orientation tag, as transformers' load_image does");
 ABSL_FLAG(int, max_prompt_tokens, kDefaults.max_prompt_tokens,
@@ -335,6 +340,7 @@ const std::vector<OptionDef>& OptionDefs() {
                   return ParseInt64(k, v, &o->max_image_pixels);
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.max_image_pixels); }},
+      VISMOE_INT_OPTION(max_jpeg_scans),
       VISMOE_BOOL_OPTION(apply_exif_orientation),
       VISMOE_INT_OPTION(max_prompt_tokens),
       VISMOE_BYTES_OPTION(max_prompt_bytes),
@@ -381,11 +387,12 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(host_experts),
       SkipThresholdOption("commit_threshold", &ServerOptions::commit_threshold),
       NumberOption(
-          "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1, [](double x) { return x >= 0; },
-          "expected a number >= 0 (0 = OWA off)"),
+          "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1,
+          [](double x) { return x >= 0 && x <= kMaxOwaAlpha; },
+          "expected a number in [0, 16] (0 = OWA off; the paper's values are near 1)"),
       NumberOption(
-          "commit_owa_alpha2", &ServerOptions::commit_owa_alpha2, [](double x) { return x > 0; },
-          "expected a number > 0"),
+          "commit_owa_alpha2", &ServerOptions::commit_owa_alpha2,
+          [](double x) { return x > 0 && x <= kMaxOwaAlpha; }, "expected a number in (0, 16]"),
       CorrectBoundOption("commit_owa_min_correct", &ServerOptions::commit_owa_min_correct),
       CorrectBoundOption("commit_owa_max_correct", &ServerOptions::commit_owa_max_correct),
       VISMOE_BOOL_OPTION(speculative_execution),
@@ -402,6 +409,28 @@ absl::Status RequirePositive(absl::string_view key, int64_t value) {
   if (value <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("option ", key, " must be positive, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+// host:port with a port in [0, 65535] (0: the system picks one); gRPC's own
+// schemes (unix:, unix-abstract:, vsock:) pass through. gRPC would otherwise
+// take port 99999 modulo 65536 or pick a random one without a word. The
+// metrics server (civetweb) also takes a bare port.
+absl::Status RequireListenAddress(absl::string_view key, absl::string_view value,
+                                  bool bare_port_ok) {
+  for (absl::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
+    if (!bare_port_ok && absl::StartsWith(value, scheme)) return absl::OkStatus();
+  }
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos && !bare_port_ok) {
+    return BadValue(key, value, "expected host:port");
+  }
+  const absl::string_view port = colon == absl::string_view::npos ? value : value.substr(colon + 1);
+  int64_t number = -1;
+  if (port.empty() || port.size() > 5 || !absl::c_all_of(port, absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return BadValue(key, value, "the port must be a number in 1-65535 (or 0 for any free port)");
   }
   return absl::OkStatus();
 }
@@ -486,6 +515,10 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return BadValue("backend", o->backend, "expected auto, cpu or cuda");
   }
   if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
+  VISMOE_RETURN_IF_ERROR(RequireListenAddress("listen", o->listen, false));
+  if (!o->metrics_listen.empty()) {
+    VISMOE_RETURN_IF_ERROR(RequireListenAddress("metrics_listen", o->metrics_listen, true));
+  }
   if (o->gpu_memory_budget < 0) return BadValue("gpu_memory_budget", "", "must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequireThreads("engine_threads", o->engine_threads, 0));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_context_tokens", o->max_context_tokens));
@@ -510,6 +543,7 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_pixels", o->max_image_pixels));
+  VISMOE_RETURN_IF_ERROR(RequirePositive("max_jpeg_scans", o->max_jpeg_scans));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_tokens", o->max_prompt_tokens));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_bytes", o->max_prompt_bytes));
   VISMOE_RETURN_IF_ERROR(RequirePositive("max_new_tokens_limit", o->max_new_tokens_limit));
@@ -544,6 +578,11 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   if (o->host_moe_layers < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("option host_moe_layers must be >= 0, got ", o->host_moe_layers));
+  }
+  if (o->host_moe_layers > 0 && o->gpu_memory_budget == 0) {
+    return absl::InvalidArgumentError(
+        "option host_moe_layers needs --gpu_memory_budget: without a budget every expert is "
+        "resident and none is computed on the host");
   }
   if (!o->token_compressor.empty()) {
     VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));

@@ -42,17 +42,18 @@ struct ServerOptions {
   std::string api_key;       // "" = no authentication
   std::string api_key_file;  // alternative to api_key
   // ---- admission ----
-  int max_queue = 64;      // requests waiting for a worker
-  int workers = 8;         // requests the engine runs at once, batched into each step
+  int max_queue = 64;          // requests waiting for a worker
+  int workers = 8;             // requests the engine runs at once, batched into each step
   int max_step_tokens = 2048;  // rows of one forward step (decode tokens + prefill chunks)
-  int kv_cache_tokens = 0;    // KV cache shared by all requests; 0 = max_context_tokens
-  int prepare_threads = 2;  // requests prepared (images decoded, prompt built) at once
-  int decode_threads = 2;  // concurrent image decodes
+  int kv_cache_tokens = 0;     // KV cache shared by all requests; 0 = max_context_tokens
+  int prepare_threads = 2;     // requests prepared (images decoded, prompt built) at once
+  int decode_threads = 2;      // concurrent image decodes
   absl::Duration drain_timeout = absl::Seconds(30);
   // ---- request limits ----
   int max_images = 8;
   int64_t max_image_bytes = 20LL << 20;
   int64_t max_image_pixels = 4096LL * 4096;
+  int max_jpeg_scans = 64;             // scans per JPEG (each a full decoding pass)
   bool apply_exif_orientation = true;  // turn JPEGs upright by their EXIF tag
   int max_prompt_tokens = 16384;
   int64_t max_prompt_bytes = 1LL << 20;  // text bytes per request, checked before tokenizing
@@ -65,7 +66,7 @@ struct ServerOptions {
   int pinned_layers = -1;        // MoE layers in the pinned prefix; -1 = VisMMOE Eq. 10
   int64_t copy_bandwidth = 0;    // CPU backend copy engine bytes/s; 0 = unthrottled
   std::string eviction = "lru";  // lru | lfu | guarded
-  int host_moe_layers = 0;  // the last N MoE layers always computed on the host
+  int host_moe_layers = 0;       // the last N MoE layers always computed on the host
 
   // ---- default policies ("" / 0 = the engine's default) ----
   std::string token_compressor;
@@ -126,7 +127,6 @@ const std::vector<std::string>& ServerOptionKeys();
 // key is an error.
 absl::Status SetServerOption(absl::string_view key, absl::string_view value,
                              ServerOptions* options);
-
 
 // Applies a JSON object of {key: value} (strings, numbers or booleans).
 // `source` names the file in error messages.

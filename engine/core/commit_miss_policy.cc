@@ -147,11 +147,11 @@ absl::Status ValidateCommitMissPolicy(const CommitMissPolicy& rule, int top_k) {
   if (!std::isfinite(rule.threshold) || rule.threshold < 0) {
     return bad("threshold", "a finite value >= 0", rule.threshold);
   }
-  if (!std::isfinite(rule.owa_alpha1) || rule.owa_alpha1 < 0) {
-    return bad("owa_alpha1", "a finite value >= 0 (0 = OWA off)", rule.owa_alpha1);
+  if (!(rule.owa_alpha1 >= 0 && rule.owa_alpha1 <= kMaxOwaAlpha)) {
+    return bad("owa_alpha1", "in [0, 16] (0 = OWA off)", rule.owa_alpha1);
   }
-  if (!std::isfinite(rule.owa_alpha2) || rule.owa_alpha2 <= 0) {
-    return bad("owa_alpha2", "a finite value > 0", rule.owa_alpha2);
+  if (!(rule.owa_alpha2 > 0 && rule.owa_alpha2 <= kMaxOwaAlpha)) {
+    return bad("owa_alpha2", "in (0, 16]", rule.owa_alpha2);
   }
   if (!rule.owa()) return absl::OkStatus();
   if (rule.owa_min_correct < 1 || rule.owa_min_correct > rule.owa_max_correct ||

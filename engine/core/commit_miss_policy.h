@@ -80,6 +80,11 @@ struct CommitMissPolicy {
   bool owa() const { return owa_alpha1 > 0.0f; }
 };
 
+// Largest OWA alpha accepted: each scales the MoE output's gates (the paper's
+// values are near 1); far beyond that the layer's output is meaningless, and
+// near FLT_MAX the gates overflow to infinity.
+inline constexpr float kMaxOwaAlpha = 16.0f;
+
 // What the rule did, in (token, MoE layer) pairs and (token, slot) activations.
 struct CommitCounts {
   uint64_t tokens = 0;            // pairs the rule looked at (layers with a non-resident expert)
@@ -112,7 +117,7 @@ struct CommitCounts {
 float RouterCertainty(const float* logits, int num_experts);
 
 // InvalidArgument naming the field at fault unless the threshold is finite
-// and >= 0, alpha1 finite and >= 0, alpha2 finite and > 0, and, with OWA on,
+// and >= 0, alpha1 in [0, kMaxOwaAlpha], alpha2 in (0, kMaxOwaAlpha], and, with OWA on,
 // 1 <= owa_min_correct <= owa_max_correct <= top_k - 1.
 absl::Status ValidateCommitMissPolicy(const CommitMissPolicy& rule, int top_k);
 

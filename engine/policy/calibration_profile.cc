@@ -140,15 +140,10 @@ absl::Status ParseCommit(const FieldReader& r, CommitCalibration* c) {
   return absl::OkStatus();
 }
 
-// Parses the JSON part into `p` (everything but the tensors).
-absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string* tensor_file,
-                       bool* has_mlp, float* bn_eps, bool* has_default_vectors) {
+// Parses the header and the "model" section into `p`.
+absl::Status ParseModel(const FieldReader& r, CalibrationProfile* p) {
   VISMOE_ASSIGN_OR_RETURN(std::string format, r.String("format"));
   if (format != kFormat) return r.Error("format", absl::StrCat("is '", format, "'"));
-  VISMOE_ASSIGN_OR_RETURN(const int64_t version, r.Int("version", kMinVersion, kVersion));
-  VISMOE_ASSIGN_OR_RETURN(*tensor_file, r.String("tensor_file"));
-  if (tensor_file->empty()) return r.Error("tensor_file", "is empty");
-
   VISMOE_ASSIGN_OR_RETURN(p->model_type, r.String("model.model_type"));
   VISMOE_ASSIGN_OR_RETURN(int64_t num_layers, r.Int("model.num_layers", 1, 1 << 16));
   VISMOE_ASSIGN_OR_RETURN(int64_t num_experts, r.Int("model.num_experts", 1, 1 << 20));
@@ -157,6 +152,18 @@ absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string*
   p->num_experts = static_cast<int>(num_experts);
   p->hidden_size = static_cast<int>(hidden);
   VISMOE_ASSIGN_OR_RETURN(p->has_vision, r.Bool("model.has_vision"));
+  return absl::OkStatus();
+}
+
+// Parses the rest of the JSON part into `p` (everything but the tensors).
+// REQUIRES: ParseModel(r, p) succeeded.
+absl::Status ParseJson(const FieldReader& r, CalibrationProfile* p, std::string* tensor_file,
+                       bool* has_mlp, float* bn_eps, bool* has_default_vectors) {
+  VISMOE_ASSIGN_OR_RETURN(const int64_t version, r.Int("version", kMinVersion, kVersion));
+  VISMOE_ASSIGN_OR_RETURN(*tensor_file, r.String("tensor_file"));
+  if (tensor_file->empty()) return r.Error("tensor_file", "is empty");
+  const int64_t num_layers = p->num_layers;
+  const int64_t num_experts = p->num_experts;
 
   VISMOE_ASSIGN_OR_RETURN(int64_t window, r.Int("predictor.window", 1, 1 << 16));
   VISMOE_ASSIGN_OR_RETURN(double gamma, r.Number("predictor.gamma", 0.0, 1.0));
@@ -335,7 +342,8 @@ absl::Status CalibrationProfile::Save(const std::string& json_path) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CalibrationProfile> CalibrationProfile::Load(const std::string& json_path) {
+absl::StatusOr<CalibrationProfile> CalibrationProfile::Load(const std::string& json_path,
+                                                            const ModelConfig* served) {
   std::ifstream in(json_path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("calibration profile ", json_path, " not found"));
@@ -352,6 +360,14 @@ absl::StatusOr<CalibrationProfile> CalibrationProfile::Load(const std::string& j
   bool has_mlp = false, has_dv = false;
   float bn_eps = 1e-5f;
   const FieldReader r(json_path, root);
+  VISMOE_RETURN_IF_ERROR(ParseModel(r, &p));
+  if (served != nullptr) {
+    const absl::Status match = p.CheckMatches(*served);
+    if (!match.ok()) {
+      return absl::Status(match.code(),
+                          absl::StrCat("calibration profile ", json_path, ": ", match.message()));
+    }
+  }
   VISMOE_RETURN_IF_ERROR(ParseJson(r, &p, &tensor_file, &has_mlp, &bn_eps, &has_dv));
 
   std::filesystem::path tpath(tensor_file);

@@ -98,8 +98,12 @@ struct CalibrationProfile {
   // Writes `json_path` and its tensor file (json_path with ".json" replaced
   // by ".safetensors", or with ".safetensors" appended).
   absl::Status Save(const std::string& json_path) const;
-  // NotFound / InvalidArgument naming the file and field.
-  static absl::StatusOr<CalibrationProfile> Load(const std::string& json_path);
+  // NotFound / InvalidArgument naming the file and field. With `served`, the
+  // profile's model fields are checked against it (CheckMatches) before any
+  // other field, so a profile made for another model is reported as that
+  // and not as the first field its model makes out of range.
+  static absl::StatusOr<CalibrationProfile> Load(const std::string& json_path,
+                                                 const ModelConfig* served = nullptr);
   // FailedPrecondition naming the first field that differs from `config`.
   absl::Status CheckMatches(const ModelConfig& config) const;
 };

@@ -18,13 +18,17 @@ absl::Status CheckCommitMissOptions(const std::string& miss_policy,
   if (!std::isfinite(options.threshold)) {
     return absl::InvalidArgumentError(absl::StrCat(names.threshold, " must be finite"));
   }
-  if (!std::isfinite(options.owa_alpha1) || options.owa_alpha1 < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        names.owa_alpha1, " must be a finite value >= 0 (0 = OWA off), got ", options.owa_alpha1));
+  // NaN fails both comparisons.
+  if (!(options.owa_alpha1 >= 0 && options.owa_alpha1 <= kMaxOwaAlpha)) {
+    return absl::InvalidArgumentError(absl::StrCat(names.owa_alpha1, " must be in [0, ",
+                                                   kMaxOwaAlpha,
+                                                   "] (0 = OWA off; the paper's values "
+                                                   "are near 1), got ",
+                                                   options.owa_alpha1));
   }
-  if (!std::isfinite(options.owa_alpha2) || options.owa_alpha2 <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(names.owa_alpha2, " must be a finite value > 0, got ", options.owa_alpha2));
+  if (!(options.owa_alpha2 > 0 && options.owa_alpha2 <= kMaxOwaAlpha)) {
+    return absl::InvalidArgumentError(absl::StrCat(names.owa_alpha2, " must be in (0, ",
+                                                   kMaxOwaAlpha, "], got ", options.owa_alpha2));
   }
   for (int bound : {options.owa_min_correct, options.owa_max_correct}) {
     if (bound < 1 && bound != -1) {

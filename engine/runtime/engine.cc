@@ -195,15 +195,10 @@ absl::Status CheckOptions(const EngineOptions& options) {
 absl::StatusOr<std::optional<CalibrationProfile>> LoadProfile(const EngineOptions& options,
                                                               const ModelConfig& config) {
   if (options.calibration_profile.empty()) return std::nullopt;
-  // Load's errors name the file and field.
+  // Load's errors name the file and field; a profile for another model is
+  // reported as that before its other fields are read.
   VISMOE_ASSIGN_OR_RETURN(CalibrationProfile profile,
-                          CalibrationProfile::Load(options.calibration_profile));
-  absl::Status match = profile.CheckMatches(config);
-  if (!match.ok()) {
-    return absl::Status(
-        match.code(),
-        absl::StrCat("calibration_profile ", options.calibration_profile, ": ", match.message()));
-  }
+                          CalibrationProfile::Load(options.calibration_profile, &config));
   spdlog::info("engine: calibration profile {} (mlp-lookahead {}, default vectors {})",
                options.calibration_profile, profile.mlp.has_value() ? "trained" : "absent",
                profile.default_vectors.empty() ? "absent" : "present");
@@ -339,6 +334,12 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   // A decoder that reads experts from device memory only always runs behind
   // the offload provider; without a budget, one that holds every expert.
   if (options_.gpu_memory_budget_bytes <= 0 && !backend.experts_in_device_memory()) {
+    if (options_.offload.host_moe_layers > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host_moe_layers=", options_.offload.host_moe_layers,
+          " needs a GPU memory budget (gpu_memory_budget): without one every expert is resident "
+          "and none is computed on the host"));
+    }
     // Resident: every expert lookup is a hit (the offload provider reports its own).
     experts_->set_stats(options_.stats);
     return absl::OkStatus();

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/jpeg_test_util.h"
 
 namespace vismoe::server {
 namespace {
@@ -116,6 +117,29 @@ TEST(ImageHeaderTest, RejectsUnknownTruncatedAndZeroSized) {
   EXPECT_THAT(std::string(ParseImageHeader(not_ihdr).status().message()), HasSubstr("IHDR"));
 }
 
+// Scans are counted by walking the segments and skipping entropy-coded data
+// (0xFF 0x00 stuffing, RSTn), so bytes that spell a marker inside a segment's
+// payload or the pixel data are not scans.
+TEST(ImageHeaderTest, JpegScanCountCountsEveryScan) {
+  EXPECT_EQ(JpegScanCount(Encode(".jpg", 64, 48), 100), 1);  // baseline
+  const std::string progressive = testing::ProgressiveGreyJpeg(64);
+  EXPECT_EQ(JpegScanCount(progressive, 100), 6);  // libjpeg's grey progression
+  EXPECT_EQ(JpegScanCount(Encode(".jpg", 64, 48, CV_8UC3, {cv::IMWRITE_JPEG_PROGRESSIVE, 1}), 100),
+            10);  // and its colour one
+  const std::string bomb = testing::RepeatLastJpegScan(progressive, 3000);
+  EXPECT_EQ(JpegScanCount(bomb, 5000), 3006);
+  EXPECT_EQ(JpegScanCount(bomb, 64), 65) << "counts no further than the limit + 1";
+  // A comment segment full of FF DA bytes is one segment, not scans.
+  std::string comment = "\xFF\xFE";
+  comment += static_cast<char>(0);
+  comment += static_cast<char>(2 + 40);
+  for (int i = 0; i < 20; ++i) comment += "\xFF\xDA";
+  std::string with_comment = progressive;
+  with_comment.insert(2, comment);
+  EXPECT_EQ(JpegScanCount(with_comment, 100), 6);
+  EXPECT_LT(JpegScanCount(progressive.substr(0, progressive.size() / 2), 100), 6);  // cut short
+}
+
 TEST(ImageHeaderTest, RandomBytesNeverCrash) {
   uint32_t state = 12345;
   for (int trial = 0; trial < 2000; ++trial) {
@@ -130,6 +154,7 @@ TEST(ImageHeaderTest, RandomBytesNeverCrash) {
       d.replace(0, 4, "RIFF");
       d.replace(8, 4, "WEBP");
     }
+    EXPECT_GE(JpegScanCount(d, 8), 0);
     absl::StatusOr<ImageHeader> h = ParseImageHeader(d);
     if (h.ok()) {
       EXPECT_GT(h->width, 0);

@@ -267,7 +267,12 @@ TEST_F(RequestValidatorTest, RejectsBadRequests) {
   {
     v1::GenerateRequest r = TextRequest("x");
     r.mutable_policy()->set_commit_owa_alpha2(0.0f);
-    ExpectInvalid(r, "policy.commit_owa_alpha2: 0 must be finite and > 0");
+    ExpectInvalid(r, "policy.commit_owa_alpha2: 0 must be in (0, 16]");
+  }
+  {
+    v1::GenerateRequest r = TextRequest("x");
+    r.mutable_policy()->set_commit_owa_alpha1(3e38f);
+    ExpectInvalid(r, "policy.commit_owa_alpha1: 3e+38 must be in [0, 16] (0 = OWA off)");
   }
   {
     v1::GenerateRequest r = TextRequest("x");

@@ -259,6 +259,39 @@ TEST(SchedulerTest, ASlowPreparationDoesNotBlockTheEngine) {
   EXPECT_TRUE(slow.status.ok()) << slow.status;
 }
 
+// Requests whose images take long to decode hold every preparer; a text-only
+// request still gets prepared (by the text lane) and answered meanwhile.
+TEST(SchedulerTest, SlowImagesDoNotHoldUpATextOnlyRequest) {
+  testing::FakeEngine engine;
+  auto scheduler =
+      std::move(*Scheduler::Create({8, /*workers=*/2, /*preparers=*/2}, &engine, nullptr));
+  absl::Notification release_images;
+  std::atomic<int> decoding{0};
+  Outcome images[2], text;
+  for (Outcome& o : images) {
+    ASSERT_TRUE(scheduler
+                    ->Submit(MakeJob(&o, 2, absl::OkStatus(),
+                                     [&] {
+                                       decoding.fetch_add(1);
+                                       release_images.WaitForNotification();
+                                     }))
+                    .ok());
+  }
+  WaitUntil([&] { return decoding.load() == 2; });
+  std::unique_ptr<SchedulerJob> job = MakeJob(&text, 3);
+  job->text_only = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(job)).ok());
+  const bool answered = text.done.WaitForNotificationWithTimeout(absl::Seconds(20));
+  release_images.Notify();  // before any assertion can return
+  ASSERT_TRUE(answered) << "the text-only request waited for the image requests";
+  EXPECT_TRUE(text.status.ok()) << text.status;
+  EXPECT_EQ(text.deltas.load(), 3);
+  for (Outcome& o : images) {
+    o.done.WaitForNotification();
+    EXPECT_TRUE(o.status.ok()) << o.status;
+  }
+}
+
 // A drain that times out while a job is still being prepared ends that job
 // with UNAVAILABLE once its preparation returns; it never reaches the engine.
 TEST(SchedulerTest, DrainTimeoutEndsAJobBeingPrepared) {

@@ -146,6 +146,9 @@ TEST(ServerBinaryE2eTest, ImpossibleSizesExitNamingTheFlag) {
       {{"--workers=100000", "--max_step_tokens=200000"}, 2, "option workers must be in"},
       {{"--kv_cache_tokens=1000000000"}, 1, "kv_cache_tokens"},
       {{"--max_context_tokens=2147483647"}, 1, "max_context_tokens (2147483647) exceeds"},
+      {{"--listen=127.0.0.1:99999"}, 2, "option listen: invalid value \"127.0.0.1:99999\""},
+      {{"--metrics_listen=127.0.0.1:http"}, 2, "option metrics_listen"},
+      {{"--max_jpeg_scans=0"}, 2, "option max_jpeg_scans must be positive"},
   };
   int i = 0;
   for (const Case& c : cases) {

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "server/image_decoder.h"
 #include "server/server.h"
+#include "tests/server/jpeg_test_util.h"
 #include "tests/server/server_test_util.h"
 #include "tests/testing/paths.h"
 
@@ -198,6 +199,9 @@ std::vector<BadCase> BadCases() {
   bomb.replace(16, 8, huge, 8);
   add("png bomb", with_image(bomb), "100000x100000");
   add("truncated header", with_image(png.substr(0, 20)), "truncated PNG");
+  add("jpeg scan bomb",
+      with_image(testing::RepeatLastJpegScan(testing::ProgressiveGreyJpeg(512), 3000)),
+      "more than 64 scans");
   std::string corrupt = png.substr(0, 33);  // intact IHDR, then garbage
   corrupt += std::string(200, '\x42');
   add("corrupt pixels", with_image(corrupt), "cannot decode PNG");

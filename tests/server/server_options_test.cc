@@ -67,6 +67,31 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o = base;
   o.tls_cert = "/c.pem";
   fails(o, "tls_cert and tls_key");
+  // Ports are 0-65535 (gRPC would take 99999 modulo 65536 silently).
+  for (const char* bad :
+       {"127.0.0.1:99999", "127.0.0.1:", "localhost", "[::1]:-1", "h:+80", "h:123456"}) {
+    o = base;
+    o.listen = bad;
+    fails(o, "option listen: invalid value");
+  }
+  for (const char* good : {"127.0.0.1:0", "0.0.0.0:65535", "[::1]:50051", "unix:/tmp/v.sock"}) {
+    o = base;
+    o.listen = good;
+    EXPECT_TRUE(FinalizeServerOptions(&o).ok()) << good;
+  }
+  o = base;
+  o.metrics_listen = "9464";  // civetweb takes a bare port
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  o.metrics_listen = "127.0.0.1:70000";
+  fails(o, "option metrics_listen: invalid value");
+  o = base;
+  o.host_moe_layers = 3;  // without a budget nothing is offloaded
+  fails(o, "option host_moe_layers needs --gpu_memory_budget");
+  o.gpu_memory_budget = 1 << 30;
+  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  o = base;
+  o.max_jpeg_scans = 0;
+  fails(o, "option max_jpeg_scans must be positive");
   // Options that start a thread each stay within what a system gives.
   o = base;
   o.workers = 100000;
@@ -138,6 +163,8 @@ TEST(ServerOptionsTest, HostExecutionOptions) {
   EXPECT_EQ(o.host_moe_layers, 0);
   ASSERT_TRUE(SetServerOption("miss_policy", "cpu", &o).ok());
   ASSERT_TRUE(SetServerOption("host_moe_layers", "2", &o).ok());
+  EXPECT_FALSE(FinalizeServerOptions(&o).ok()) << "host layers without a budget do nothing";
+  ASSERT_TRUE(SetServerOption("gpu_memory_budget", "24GB", &o).ok());
   EXPECT_TRUE(FinalizeServerOptions(&o).ok());
   EXPECT_EQ(o.miss_policy, "cpu");
   EXPECT_EQ(o.host_moe_layers, 2);
@@ -189,8 +216,14 @@ TEST(ServerOptionsTest, MissPolicyFlags) {
   o.calibration_profile = "/p.json";
   EXPECT_TRUE(FinalizeServerOptions(&o).ok());
   absl::Status bad = SetServerOption("commit_owa_alpha2", "0", &o);
+  EXPECT_THAT(
+      std::string(bad.message()),
+      HasSubstr("option commit_owa_alpha2: invalid value \"0\": expected a number in (0, 16]"));
+  bad = SetServerOption("commit_owa_alpha1", "3e38", &o);
   EXPECT_THAT(std::string(bad.message()),
-              HasSubstr("option commit_owa_alpha2: invalid value \"0\": expected a number > 0"));
+              HasSubstr("option commit_owa_alpha1: invalid value \"3e38\": expected a number in"));
+  bad = SetServerOption("commit_owa_alpha2", "17", &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_alpha2"));
   bad = SetServerOption("commit_owa_alpha1", "-2", &o);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("option commit_owa_alpha1"));
   bad = SetServerOption("commit_owa_min_correct", "0", &o);

@@ -260,6 +260,14 @@ TEST(CommitMissPolicyTest, ValidationNamesTheField) {
   rule.owa_alpha2 = 1;
   rule.owa_alpha1 = -1;
   EXPECT_THAT(ValidateCommitMissPolicy(rule, 4).message(), HasSubstr("owa_alpha1"));
+  rule.owa_alpha1 = 3e38f;  // gates times this overflow to infinity
+  EXPECT_THAT(ValidateCommitMissPolicy(rule, 4).message(),
+              HasSubstr("owa_alpha1 must be in [0, 16]"));
+  rule.owa_alpha1 = 1;
+  rule.owa_alpha2 = std::nanf("");
+  EXPECT_THAT(ValidateCommitMissPolicy(rule, 4).message(),
+              HasSubstr("owa_alpha2 must be in (0, 16]"));
+  rule.owa_alpha2 = 1;
   rule.owa_alpha1 = 1.2f;
   rule.owa_min_correct = 2;
   rule.owa_max_correct = 4;  // a perfect prediction needs no adjustment

@@ -276,6 +276,16 @@ TEST(OffloadParityTest, EngineWithHostExecutionMatchesResident) {
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("host_moe_layers"), std::string::npos)
       << too_many.status();
+  // Without a budget every expert is resident: host layers would do nothing.
+  EngineOptions no_budget = base;
+  ASSERT_LE(no_budget.gpu_memory_budget_bytes, 0);
+  no_budget.offload.host_moe_layers = 1;
+  auto ignored = Engine::Create(no_budget);
+  ASSERT_FALSE(ignored.ok());
+  EXPECT_EQ(ignored.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ignored.status().message().find("host_moe_layers=1 needs a GPU memory budget"),
+            std::string::npos)
+      << ignored.status();
 
   for (const auto& c : cases) {
     GenerateRequest req;

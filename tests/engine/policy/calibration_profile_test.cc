@@ -329,6 +329,23 @@ TEST_F(CalibrationProfileTest, WrongTensorShapesAreRejected) {
   EXPECT_EQ(r.Save(json_).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A profile whose model has fewer experts than its prefetch count: loaded for
+// the served model, the error is the model mismatch, not the prefetch count
+// the smaller model puts out of range.
+TEST_F(CalibrationProfileTest, LoadForAModelReportsTheMismatchFirst) {
+  auto config = ModelConfig::Load(testing::TinyModelDir());
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(TinyProfile(false).Save(json_).ok());
+  EXPECT_TRUE(CalibrationProfile::Load(json_, &*config).ok());
+  EditJson("\"num_experts\": 16", "\"num_experts\": 2");
+  auto p = CalibrationProfile::Load(json_, &*config);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(p.status().message(), HasSubstr("'num_experts' is 2 but the served model has 16"));
+  EXPECT_THAT(p.status().message(), HasSubstr(json_));
+  p = CalibrationProfile::Load(json_);  // on its own: its fields disagree
+  EXPECT_THAT(p.status().message(), HasSubstr("predictor.prefetch_count"));
+}
+
 TEST_F(CalibrationProfileTest, CheckMatchesTinyFixture) {
   auto config = ModelConfig::Load(testing::TinyModelDir());
   ASSERT_TRUE(config.ok()) << config.status();
