@@ -1,6 +1,6 @@
 // Fuzzes the image header parsers (server/image_header.h): format sniffing,
 // the JPEG / PNG / WebP dimension parsers, the JPEG completeness check and the
-// EXIF orientation reader, on arbitrary bytes as a client would send them.
+// EXIF orientation reader and the scan counter, on arbitrary bytes as a client would send them.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +23,9 @@ void Fuzz(absl::string_view data) {
     (void)CheckJpegComplete(data);
     const int orientation = JpegExifOrientation(data);
     if (orientation < 1 || orientation > 8) std::abort();
+    // Counts no further than the limit + 1.
+    const int scans = JpegScanCount(data, 3);
+    if (scans < 0 || scans > 4) std::abort();
   }
 }
 
