@@ -124,9 +124,13 @@ void TransferEngine::Run() {
     const Clock::time_point start = Clock::now();
     absl::Status copied = CopyOne(r);
     if (copied.ok() && options_.bandwidth_bytes_per_s > 0) {
-      std::this_thread::sleep_until(
+      // The throttle is simulated time (the bytes are in place): Shutdown
+      // cuts it short rather than waiting out a slow setting.
+      const Clock::time_point until =
           start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                      static_cast<double>(r.bytes) / options_.bandwidth_bytes_per_s)));
+                      static_cast<double>(r.bytes) / options_.bandwidth_bytes_per_s));
+      std::unique_lock<std::mutex> throttle(mu_);
+      cv_.wait_until(throttle, until, [&] { return stopping_; });
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     lock.lock();

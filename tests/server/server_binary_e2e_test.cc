@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "gmock/gmock.h"
@@ -63,18 +64,8 @@ int WaitExit(pid_t pid, absl::Duration timeout) {
   return -1;
 }
 
-TEST(ServerBinaryE2eTest, ServesThenDrainsOnSigterm) {
-  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
-      << ServerBinary() << " is missing: build the vismoe-server target";
-  const std::string dir = ::testing::TempDir();
-  const std::string config = dir + "/vismoe_server_test_config.json";
-  std::ofstream(config) << R"({"max_queue": 3, "max_images": 5, "engine_threads": 1})";
-  const std::string log = absl::StrCat(dir, "/vismoe_server_test_", getpid(), ".log");
-  const pid_t pid = Spawn({"--config=" + config, "--max_queue=7", "--listen=127.0.0.1:0",
-                           "--metrics_listen=", "--api_key=topsecret-123", "--backend=cpu",
-                           "--model=" + vismoe::testing::TinyModelDir()},
-                          log);
-  ASSERT_GT(pid, 0);
+// The gRPC port once the server says SERVING on health, or 0 after 60 s.
+int WaitServing(const std::string& log) {
   int port = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   // The start-up log says "... (port N, plaintext) ...".
@@ -88,11 +79,27 @@ TEST(ServerBinaryE2eTest, ServesThenDrainsOnSigterm) {
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_NE(port, 0) << ReadAll(log);
-  while (vismoe::testing::HealthStatus(port, "") != 1 && absl::Now() < deadline) {
+  while (port != 0 && vismoe::testing::HealthStatus(port, "") != 1) {
+    if (absl::Now() >= deadline) return 0;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(vismoe::testing::HealthStatus(port, ""), 1) << ReadAll(log);
+  return port;
+}
+
+TEST(ServerBinaryE2eTest, ServesThenDrainsOnSigterm) {
+  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
+      << ServerBinary() << " is missing: build the vismoe-server target";
+  const std::string dir = ::testing::TempDir();
+  const std::string config = dir + "/vismoe_server_test_config.json";
+  std::ofstream(config) << R"({"max_queue": 3, "max_images": 5, "engine_threads": 1})";
+  const std::string log = absl::StrCat(dir, "/vismoe_server_test_", getpid(), ".log");
+  const pid_t pid = Spawn({"--config=" + config, "--max_queue=7", "--listen=127.0.0.1:0",
+                           "--metrics_listen=", "--api_key=topsecret-123", "--backend=cpu",
+                           "--model=" + vismoe::testing::TinyModelDir()},
+                          log);
+  ASSERT_GT(pid, 0);
+  const int port = WaitServing(log);
+  ASSERT_NE(port, 0) << ReadAll(log);
 
   auto stub = vismoe::testing::MakeStub(port);
   vismoe::testing::StreamResult r = vismoe::testing::RunGenerate(
@@ -160,6 +167,52 @@ TEST(ServerBinaryE2eTest, ImpossibleSizesExitNamingTheFlag) {
     const pid_t pid = Spawn(args, log);
     EXPECT_EQ(WaitExit(pid, absl::Seconds(60)), c.code) << ReadAll(log);
     EXPECT_THAT(ReadAll(log), HasSubstr(c.says));
+  }
+}
+
+// A request whose step waits on a copy that never ends (1 byte/s) cannot
+// hold the process: it exits kShutdownGrace (5 s) after --drain_timeout, or
+// at once on a second signal (issue #37, item 4).
+TEST(ServerBinaryE2eTest, DrainTimeoutIsAHardLimit) {
+  ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
+      << ServerBinary() << " is missing: build the vismoe-server target";
+  for (const bool second_signal : {false, true}) {
+    SCOPED_TRACE(second_signal ? "second signal" : "drain timeout");
+    const std::string log =
+        absl::StrCat(::testing::TempDir(), "/vismoe_server_hung_", second_signal, ".log");
+    const pid_t pid = Spawn({"--model=" + vismoe::testing::TinyModelDir(), "--listen=127.0.0.1:0",
+                             "--metrics_listen=", "--backend=cpu", "--engine_threads=1",
+                             "--gpu_memory_budget=11M", "--max_context_tokens=512",
+                             "--pinned_layers=0", "--copy_bandwidth=1", "--drain_timeout=1s"},
+                            log);
+    ASSERT_GT(pid, 0);
+    const int port = WaitServing(log);
+    ASSERT_NE(port, 0) << ReadAll(log);
+    std::thread client([port] {
+      auto stub = vismoe::testing::MakeStub(port);
+      vismoe::testing::RunGenerate(*stub, vismoe::testing::TextRequest("Hi there", 8),
+                                   std::chrono::seconds(30));
+    });
+    absl::SleepFor(absl::Seconds(1));  // the request is in its first step by now
+    const absl::Time signalled = absl::Now();
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    if (second_signal) {
+      absl::SleepFor(absl::Milliseconds(200));
+      ASSERT_EQ(kill(pid, SIGTERM), 0);
+    }
+    const int code = WaitExit(pid, absl::Seconds(30));
+    const absl::Duration took = absl::Now() - signalled;
+    client.join();
+    const std::string text = ReadAll(log);
+    EXPECT_EQ(code, 1) << text;
+    if (second_signal) {
+      EXPECT_THAT(text, HasSubstr("second signal during shutdown: exiting now"));
+      EXPECT_LT(took, absl::Seconds(6)) << "the second signal ends it at once";
+    } else {
+      EXPECT_THAT(text, HasSubstr("after drain_timeout (1s): exiting now"));
+      EXPECT_GE(took, absl::Seconds(6)) << "drain_timeout 1 s + 5 s grace";
+      EXPECT_THAT(text, HasSubstr("drain timeout (1s) reached"));
+    }
   }
 }
 
