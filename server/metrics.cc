@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/listen_address.h"
 
 namespace vismoe {
 
@@ -107,22 +108,6 @@ class SlidingWindowRatios : public prometheus::Collectable {
 
 namespace {
 
-// "host:port" with a numeric port in [0, 65535]; IPv6 hosts in brackets.
-absl::Status ValidateListenAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics listen address '", address, "' is not host:port"));
-  }
-  int port = -1;
-  if (!absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics listen address '", address, "' has an invalid port"));
-  }
-  return absl::OkStatus();
-}
-
 // Bucket layouts: requests span 10 ms .. minutes on a memory-starved GPU
 // (offload stalls), per-token steps 5 ms .. seconds, policy overheads
 // tens of microseconds .. 100 ms.
@@ -194,7 +179,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const Optio
                      absl::FormatDuration(options.window)));
   }
   if (!options.listen_address.empty()) {
-    absl::Status s = ValidateListenAddress(options.listen_address);
+    absl::Status s = server::CheckHostPort("metrics_listen", options.listen_address);
     if (!s.ok()) return s;
   }
   std::unique_ptr<ServerMetrics> m(new ServerMetrics(options));

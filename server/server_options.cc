@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/internal/parse.h"
 #include "absl/flags/reflection.h"
@@ -21,6 +20,7 @@
 #include "engine/core/commit_miss_policy.h"  // kMaxOwaAlpha
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
+#include "server/listen_address.h"
 #include "server/policy_names.h"
 
 #ifndef VISMOE_DEFAULT_MODEL_DIR
@@ -413,26 +413,13 @@ absl::Status RequirePositive(absl::string_view key, int64_t value) {
   return absl::OkStatus();
 }
 
-// host:port with a port in [0, 65535] (0: the system picks one); gRPC's own
-// schemes (unix:, unix-abstract:, vsock:) pass through. gRPC would otherwise
-// take port 99999 modulo 65536 or pick a random one without a word. The
-// metrics server (civetweb) also takes a bare port.
-absl::Status RequireListenAddress(absl::string_view key, absl::string_view value,
-                                  bool bare_port_ok) {
+// gRPC's own schemes (unix:, unix-abstract:, vsock:) pass through; anything
+// else is host:port.
+absl::Status RequireGrpcAddress(absl::string_view key, absl::string_view value) {
   for (absl::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
-    if (!bare_port_ok && absl::StartsWith(value, scheme)) return absl::OkStatus();
+    if (absl::StartsWith(value, scheme)) return absl::OkStatus();
   }
-  const size_t colon = value.rfind(':');
-  if (colon == absl::string_view::npos && !bare_port_ok) {
-    return BadValue(key, value, "expected host:port");
-  }
-  const absl::string_view port = colon == absl::string_view::npos ? value : value.substr(colon + 1);
-  int64_t number = -1;
-  if (port.empty() || port.size() > 5 || !absl::c_all_of(port, absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(port, &number) || number > 65535) {
-    return BadValue(key, value, "the port must be a number in 1-65535 (or 0 for any free port)");
-  }
-  return absl::OkStatus();
+  return CheckHostPort(key, value);
 }
 
 // Options that start one thread each: beyond this the system runs out of
@@ -515,9 +502,9 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return BadValue("backend", o->backend, "expected auto, cpu or cuda");
   }
   if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
-  VISMOE_RETURN_IF_ERROR(RequireListenAddress("listen", o->listen, false));
+  VISMOE_RETURN_IF_ERROR(RequireGrpcAddress("listen", o->listen));
   if (!o->metrics_listen.empty()) {
-    VISMOE_RETURN_IF_ERROR(RequireListenAddress("metrics_listen", o->metrics_listen, true));
+    VISMOE_RETURN_IF_ERROR(CheckHostPort("metrics_listen", o->metrics_listen));
   }
   if (o->gpu_memory_budget < 0) return BadValue("gpu_memory_budget", "", "must be >= 0");
   VISMOE_RETURN_IF_ERROR(RequireThreads("engine_threads", o->engine_threads, 0));

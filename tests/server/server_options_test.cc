@@ -80,8 +80,8 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
     EXPECT_TRUE(FinalizeServerOptions(&o).ok()) << good;
   }
   o = base;
-  o.metrics_listen = "9464";  // civetweb takes a bare port
-  EXPECT_TRUE(FinalizeServerOptions(&o).ok());
+  o.metrics_listen = "9464";  // the metrics endpoint wants host:port as well
+  fails(o, "option metrics_listen: invalid value \"9464\": expected host:port");
   o.metrics_listen = "127.0.0.1:70000";
   fails(o, "option metrics_listen: invalid value");
   o = base;

@@ -5,13 +5,14 @@
 #include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 #include "engine/ops/cuda/moe_decode.h"
+#include "engine/ops/cuda/router_topk.cuh"
 
 namespace vismoe::cuda {
 namespace {
 
 using detail::kWarp;
 using detail::LoadBf16;
-using detail::WarpMax;
+using detail::WarpRouteToken;
 using detail::WarpSum;
 
 constexpr int kThreads = 256;
@@ -21,9 +22,8 @@ constexpr int kWarps = kThreads / kWarp;
 constexpr int kLanesPerRow = 4;
 constexpr int kRowLanes = kThreads / kLanesPerRow;
 
-// Eight bf16 weights in one 16-byte load, streamed (each is read once).
-__device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
-  const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
+// Eight bf16 (a 16-byte load) as floats: bf16 is the top half of an fp32.
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& u, float* v) {
   const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -32,15 +32,14 @@ __device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
   }
 }
 
+// Eight bf16 weights in one 16-byte load, streamed (each is read once).
+__device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
+  Bf16x8ToFloat(__ldcs(reinterpret_cast<const uint4*>(p)), v);
+}
+
 // Eight bf16 activations (read by every block of the layer: cached).
 __device__ __forceinline__ void LoadActs8(const Bf16* p, float* v) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
+  Bf16x8ToFloat(__ldg(reinterpret_cast<const uint4*>(p)), v);
 }
 
 __device__ __forceinline__ void LoadActs8(const float* p, float* v) {
@@ -68,9 +67,9 @@ __device__ __forceinline__ BlockExpert ExpertOfBlock(const MoeDecodeRouting& r) 
 
 // ---- Routing --------------------------------------------------------------
 
-// One block. Warps take tokens in turn and pick each one's top-k exactly as
-// moe_router.cu's RouterKernel does (same operations, same order, so the same
-// bits); then the block counts, scans and scatters the assignments.
+// One block. Warps take tokens in turn and route each one as moe_router.cu's
+// RouterKernel does (WarpRouteToken); then the block counts, scans and
+// scatters the assignments.
 __global__ void RouteKernel(const float* logits, int n, int num_experts, int top_k,
                             bool renormalize, MoeDecodeRouting r, int32_t* host_ids) {
   extern __shared__ float smem[];
@@ -80,48 +79,10 @@ __global__ void RouteKernel(const float* logits, int n, int num_experts, int top
   int* ids = reinterpret_cast<int*>(smem + kWarps * num_experts);  // [total]
   int* start = ids + total;                                        // [E + 1]
   for (int t = warp; t < n; t += kWarps) {
-    float* p = smem + warp * num_experts;
-    const float* row = logits + static_cast<int64_t>(t) * num_experts;
-    float mx = -INFINITY;
-    for (int e = lane; e < num_experts; e += kWarp) mx = fmaxf(mx, row[e]);
-    mx = WarpMax(mx);
-    float sum = 0.0f;
-    for (int e = lane; e < num_experts; e += kWarp) {
-      p[e] = expf(row[e] - mx);
-      sum += p[e];
-    }
-    sum = WarpSum(sum);
-    for (int e = lane; e < num_experts; e += kWarp) p[e] /= sum;
-    __syncwarp();
-    float picked_sum = 0.0f;
-    for (int s = 0; s < top_k; ++s) {
-      float best = -1.0f;
-      int best_e = num_experts;
-      for (int e = lane; e < num_experts; e += kWarp) {
-        if (p[e] > best) {
-          best = p[e];
-          best_e = e;
-        }
-      }
-      for (int o = kWarp / 2; o > 0; o >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-        if (ob > best || (ob == best && oe < best_e)) {
-          best = ob;
-          best_e = oe;
-        }
-      }
-      if (lane == 0) {
-        r.experts[t * top_k + s] = best_e;
-        r.weights[t * top_k + s] = best;
-        ids[t * top_k + s] = best_e;
-        if (best_e < num_experts) p[best_e] = -2.0f;  // taken
-      }
-      picked_sum += best;
-      __syncwarp();
-    }
-    if (renormalize && lane == 0) {
-      for (int s = 0; s < top_k; ++s) r.weights[t * top_k + s] /= picked_sum;
+    WarpRouteToken(logits + static_cast<int64_t>(t) * num_experts, num_experts, top_k, renormalize,
+                   smem + warp * num_experts, r.experts + t * top_k, r.weights + t * top_k);
+    if (lane == 0) {
+      for (int s = 0; s < top_k; ++s) ids[t * top_k + s] = r.experts[t * top_k + s];
     }
     __syncwarp();  // p is the next token's
   }

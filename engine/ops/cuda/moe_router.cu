@@ -2,13 +2,13 @@
 #include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 #include "engine/ops/cuda/moe_router.h"
+#include "engine/ops/cuda/router_topk.cuh"
 
 namespace vismoe::cuda {
 namespace {
 
 using detail::kWarp;
-using detail::WarpMax;
-using detail::WarpSum;
+using detail::WarpRouteToken;
 
 constexpr int kWarpsPerBlock = 4;
 
@@ -16,61 +16,11 @@ constexpr int kWarpsPerBlock = 4;
 __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, int top_k,
                              bool renormalize, int32_t* experts, float* weights) {
   extern __shared__ float smem[];
-  const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (t >= n) return;  // whole warp leaves together: no block barrier below
-  float* p = smem + warp * num_experts;
-  const float* row = logits + t * num_experts;
-
-  float mx = -INFINITY;
-  for (int e = lane; e < num_experts; e += kWarp) mx = fmaxf(mx, row[e]);
-  mx = WarpMax(mx);
-  float sum = 0.0f;
-  for (int e = lane; e < num_experts; e += kWarp) {
-    p[e] = expf(row[e] - mx);
-    sum += p[e];
-  }
-  sum = WarpSum(sum);
-  // Divide (not multiply by 1/sum) so each p matches cpu::Route bit for bit
-  // given the same sum: ties and the top-k order then agree with the CPU.
-  for (int e = lane; e < num_experts; e += kWarp) p[e] /= sum;
-  __syncwarp();
-
-  float picked_sum = 0.0f;
-  for (int r = 0; r < top_k; ++r) {
-    // Lane-local best (ties: lower index), then a warp arg-max.
-    float best = -1.0f;
-    int best_e = num_experts;
-    for (int e = lane; e < num_experts; e += kWarp) {
-      if (p[e] > best) {  // ascending e: keeps the lowest index among ties
-        best = p[e];
-        best_e = e;
-      }
-    }
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
-    if (lane == 0) {
-      // best_e == num_experts only when no candidate compares > -1 (NaN
-      // probabilities from NaN/inf logits): the out-of-range id is reported
-      // (the caller checks ids on the host), but must not be used to index p,
-      // which would overwrite the next warp's row (or run past the allocation).
-      experts[t * top_k + r] = best_e;
-      weights[t * top_k + r] = best;
-      if (best_e < num_experts) p[best_e] = -2.0f;  // taken: below any probability
-    }
-    picked_sum += best;  // same order as cpu::Route's renormalisation sum
-    __syncwarp();
-  }
-  if (renormalize && lane == 0) {
-    for (int r = 0; r < top_k; ++r) weights[t * top_k + r] /= picked_sum;
-  }
+  WarpRouteToken(logits + t * num_experts, num_experts, top_k, renormalize,
+                 smem + warp * num_experts, experts + t * top_k, weights + t * top_k);
 }
 
 }  // namespace
