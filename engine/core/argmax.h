@@ -8,9 +8,8 @@
 #ifndef VISMOE_ENGINE_CORE_ARGMAX_H_
 #define VISMOE_ENGINE_CORE_ARGMAX_H_
 
-#include <cmath>
-
 #include "absl/types/span.h"
+#include "engine/core/dtype.h"
 
 namespace vismoe {
 
@@ -27,10 +26,7 @@ inline int GreedyArgmax(absl::Span<const float> logits) {
 // weights or the activations broke, and no token drawn from them is an
 // answer (the request fails instead).
 inline bool AllFinite(absl::Span<const float> logits) {
-  for (float v : logits) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
+  return FirstNonFinite(DType::kF32, logits.data(), logits.size()) < 0;
 }
 
 }  // namespace vismoe
