@@ -4,7 +4,8 @@
 // max(compute, missed bytes / measured copy bandwidth) measured in this run.
 // --ablation adds the VisMMOE Table 4 rows (ablation.h), --micro the policy
 // micro benchmarks (micro.h), --micro_kernels the CPU matrix kernels
-// (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h),
+// (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h), --concurrency the
+// concurrency sweep (concurrency_sweep.h),
 // --device_op_timing the device time per op family (device_op_times.h).
 // Flags: bench_options.cc; README.md documents them.
 //
@@ -23,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "engine/bench/ablation.h"
 #include "engine/bench/batch_sweep.h"
+#include "engine/bench/concurrency_sweep.h"
 #include "engine/bench/bench_options.h"
 #include "engine/bench/device_op_times.h"
 #include "engine/bench/kernel_micro.h"
@@ -73,6 +75,15 @@ int Main() {
     std::fprintf(stderr, "request failed: %s\n", summary.status().ToString().c_str());
     return 1;
   }
+  std::vector<ConcurrencyRow> concurrency;
+  if (!b.concurrency.empty()) {
+    auto rows = RunConcurrencySweep(**engine, requests->front(), b.concurrency);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "concurrency sweep: %s\n", rows.status().ToString().c_str());
+      return 1;
+    }
+    concurrency = *std::move(rows);
+  }
   const std::string backend = (*engine)->info().backend;
   const int64_t peak_rss = PeakRssBytes();  // before the ablation engines load
   engine->reset();                          // free its memory before the ablation engines load
@@ -104,6 +115,7 @@ int Main() {
       {"startup_seconds", startup_seconds}};
   report.update(SummaryJson(*summary, expert_bytes, bw));
   report["device_op_timing"] = phases.Json();
+  if (!concurrency.empty()) report["concurrency_sweep"] = ConcurrencyJson(concurrency);
   if (b.engine.device_op_timing) std::fprintf(stderr, "%s", phases.Table().c_str());
 
   if (b.ablation) {

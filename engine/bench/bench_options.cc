@@ -95,6 +95,10 @@ ABSL_FLAG(std::vector<std::string>, batch_sizes, {},
           "sizes, e.g. 1,4,16");
 ABSL_FLAG(int, batch_prompt_tokens, 32, "prompt tokens of each batch sweep sequence");
 ABSL_FLAG(int, batch_decode_steps, 16, "decode steps of each batch sweep run");
+ABSL_FLAG(std::vector<std::string>, concurrency, {},
+          "also run the concurrency sweep on the loaded engine and its backend: the (first) "
+          "request from this many streams at once, e.g. 1,8 (batched decode through the engine; "
+          "at most 8 run together)");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
 ABSL_FLAG(bool, device_op_timing, false,
           "time each op family of every step with device events (CUDA): the report's "
@@ -274,6 +278,14 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
           absl::StrCat("--batch_sizes: '", v, "' is not a batch size (an integer >= 1)"));
     }
     b.batch_sizes.push_back(n);
+  }
+  for (const std::string& v : absl::GetFlag(FLAGS_concurrency)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n < 1 || n > 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--concurrency: '", v, "' is not a stream count (an integer in [1, 256])"));
+    }
+    b.concurrency.push_back(n);
   }
   b.batch_prompt_tokens = absl::GetFlag(FLAGS_batch_prompt_tokens);
   b.batch_decode_steps = absl::GetFlag(FLAGS_batch_decode_steps);

@@ -3,8 +3,9 @@
 # built .gpu-bundle.tgz here and the device tool carried it:
 #
 #   tests/gpu/run_bundle.sh all                    everything below but `accelerate`, in one
-#       device command of about five minutes: tests, vqa, the 30B shape all resident (beside
-#       the bundle's baseline build when it has one) and at 24G, and profile
+#       device command of about six minutes: tests, vqa, the 30B shape all resident (with
+#       and without our GEMV, beside the bundle's baseline build when it has one, and from 1
+#       and 8 concurrent streams) and at 24G, profile, and ncu (VISMOE_ALL_NCU=0: not ncu)
 #   tests/gpu/run_bundle.sh tests                  every gpu test and the op tests with a
 #       cuda parameter (gtest JSON)
 #   tests/gpu/run_bundle.sh vqa                    the trained VQA model's 639 eval questions
@@ -96,6 +97,10 @@ r = json.load(open(sys.argv[1]))
 print(f"== {sys.argv[2]}: TTFT {r['ttft_seconds_mean']*1e3:.1f} ms, TPOT {r['tpot_seconds_mean']*1e3:.3f} ms, "
       f"decode hits {r.get('decode_hit_ratio', 0):.4f}, H2D {r['bytes_h2d']/1e9:.2f} GB, "
       f"bound {r.get('bound_seconds', 0):.3f} s of {r['total_seconds']:.3f} s, start-up {r['startup_seconds']:.1f} s")
+for row in r.get("concurrency_sweep", []):
+    print(f"   {row['streams']} streams: {row['output_tokens_per_s']:.1f} output tok/s "
+          f"({row.get('output_tokens_per_s_vs_one', 0):.2f}x one), decode {row['decode_tokens_per_s']:.1f} tok/s "
+          f"({row.get('decode_tokens_per_s_vs_one', 0):.2f}x one), TPOT {row['mean_tpot_seconds']*1e3:.3f} ms")
 EOF
 }
 
@@ -204,12 +209,17 @@ case "$what" in
     run_vqa
     note "-- vqa done at $(( $(date +%s) - start )) s"
     bench30b 30b-0-1img 0 1
-    # The same op by op (no CUDA graphs), and the baseline build if it came along.
-    VISMOE_CUDA_GRAPHS=0 bench30b 30b-0-1img-nographs 0 1
+    # The same with every Linear on cuBLAS (no GEMV), and the baseline build if it came along.
+    VISMOE_CUDA_GEMV=0 bench30b 30b-0-1img-cublas 0 1
     [ -x "$bin/vismoe-bench-lite-base" ] && VISMOE_BENCH=base bench30b 30b-0-1img-base 0 1
+    # Batched decode through the engine: one text request from 1 and 8 streams.
+    bench30b 30b-0-streams 0 0 --prompt="Write a long story about a lighthouse keeper." \
+      --concurrency=1,8
     bench30b 30b-24G-1img 24G 1
     note "-- 30B runs done at $(( $(date +%s) - start )) s"
     run_profile
+    note "-- profile done at $(( $(date +%s) - start )) s"
+    [ "${VISMOE_ALL_NCU:-1}" = 1 ] && run_ncu
     note "-- all done at $(( $(date +%s) - start )) s"
     ;;
   accelerate)

@@ -72,6 +72,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
   total += b(n * h, 2) + b(n, 4);  // each sequence's last row for the logits, and its index
   total += b(kLogitRowsPerChunk * int64_t{c.vocab_size}, 4);
+  total += b(GreedyArgmaxWorkspaceBytes(kLogitRowsPerChunk), 1);  // device argmax partials
   // DeviceMoe's, in steps of at most kMaxDecodeRows rows: the active experts,
   // fp32 SwiGLU rows and expert outputs.
   const int64_t d = std::min(n, kMaxDecodeRows);

@@ -448,12 +448,14 @@ absl::Status CudaDecoderStep::GreedyTokens(std::vector<int>* tokens) {
   const int64_t chunk = std::min(rows, CudaDecoderOps::kLogitRowsPerChunk);
   VISMOE_ASSIGN_OR_RETURN(Bf16 * normed, scratch().AllocateArray<Bf16>(chunk * h_));
   VISMOE_ASSIGN_OR_RETURN(float* out, scratch().AllocateArray<float>(chunk * vocab));
+  VISMOE_ASSIGN_OR_RETURN(char* argmax_work,
+                          scratch().AllocateArray<char>(GreedyArgmaxWorkspaceBytes(chunk)));
   auto* ids = static_cast<int32_t*>(ops_.greedy_ids_.device_data());
   // Stream order lets the next chunk reuse `normed` and `out`: no wait inside.
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t m = std::min(chunk, rows - r);
     VISMOE_RETURN_IF_ERROR(LmHead(src, r, m, normed, out));
-    VISMOE_RETURN_IF_ERROR(GreedyArgmaxRows(out, m, vocab, ids + r, st_));
+    VISMOE_RETURN_IF_ERROR(GreedyArgmaxRows(out, m, vocab, ids + r, argmax_work, st_));
   }
   VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
   ReleaseHeld();

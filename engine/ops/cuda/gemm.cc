@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/cublas_loader.h"
+#include "engine/ops/cuda/gemv.h"
 #include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/pointer_table.h"
 #include "spdlog/spdlog.h"
@@ -36,6 +39,9 @@ absl::StatusOr<Blas> Blas::Create(StreamHandle stream, void* workspace, size_t w
   if (!table.ok()) return table.status();
   blas.pointer_table_ = *std::move(table);
   blas.grouped_ = api.gemm_grouped_batched_ex != nullptr;
+  // VISMOE_CUDA_GEMV=0: every Linear through cuBLAS (A/B timing on a device).
+  const char* gemv = std::getenv("VISMOE_CUDA_GEMV");
+  blas.gemv_ = gemv == nullptr || std::string(gemv) != "0";
   return blas;
 }
 
@@ -44,7 +50,8 @@ Blas::Blas(Blas&& o) noexcept
       handle_(std::exchange(o.handle_, nullptr)),
       stream_(std::exchange(o.stream_, nullptr)),
       pointer_table_(std::move(o.pointer_table_)),
-      grouped_(o.grouped_) {}
+      grouped_(o.grouped_),
+      gemv_(o.gemv_) {}
 Blas& Blas::operator=(Blas&& o) noexcept {
   if (this != &o) {
     if (handle_ != nullptr) api_->destroy(handle_);
@@ -53,6 +60,7 @@ Blas& Blas::operator=(Blas&& o) noexcept {
     stream_ = std::exchange(o.stream_, nullptr);
     pointer_table_ = std::move(o.pointer_table_);
     grouped_ = o.grouped_;
+    gemv_ = o.gemv_;
   }
   return *this;
 }
@@ -72,6 +80,10 @@ absl::Status Blas::Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w, W
                                                    " in=", in, " out=", out, " ldy=", ldy));
   }
   if (n == 0) return absl::OkStatus();
+  if (gemv_ && layout == WeightLayout::kOutIn && GemvSupports(n, in, out, x, w)) {
+    return GemvOutIn(x, n, in, w, out, y, out_type == GemmOut::kF32, beta, ldy ? ldy : out,
+                     stream_);
+  }
   const float alpha = 1.0f;
   const bool out_in = layout == WeightLayout::kOutIn;
   VISMOE_CUBLAS_RETURN_IF_ERROR(

@@ -71,6 +71,7 @@ class Blas {
 
   // y [n, out] (with row stride ldy >= out; 0 = out) = alpha * x [n, in] . W + beta * y.
   // beta = 1 accumulates (fused residual add). y is bf16 or fp32 per `out_type`.
+  // Decode-sized kOutIn shapes (GemvSupports, gemv.h) run our GEMV instead.
   absl::Status Linear(const Bf16* x, int64_t n, int64_t in, const Bf16* w, WeightLayout layout,
                       int64_t out, void* y, GemmOut out_type, float beta = 0.0f, int64_t ldy = 0);
 
@@ -104,6 +105,8 @@ class Blas {
   // Runs the grouped calls as one GEMM per problem, as happens by itself
   // (with a warning) when cuBLAS reports the grouped bf16 GEMM unsupported.
   void DisableGroupedGemm() { grouped_ = false; }
+  // Every Linear through cuBLAS, the GEMV shapes too (also VISMOE_CUDA_GEMV=0).
+  void DisableGemv() { gemv_ = false; }
 
  private:
   struct Problem;  // one GEMM of a grouped call (gemm.cc)
@@ -119,6 +122,7 @@ class Blas {
   StreamHandle stream_ = nullptr;
   DeviceBuffer pointer_table_;  // 3 * kMaxGroupedProblems device pointers
   bool grouped_ = true;         // false: one gemm_ex per problem
+  bool gemv_ = true;            // false: no GemvOutIn for small kOutIn shapes
 };
 
 }  // namespace vismoe::cuda

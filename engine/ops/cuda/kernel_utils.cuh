@@ -22,6 +22,32 @@ __device__ __forceinline__ void StoreBf16(Bf16* p, int64_t i, float v) {
   reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
+// Eight bf16 (a 16-byte load) as floats: bf16 is the top half of an fp32.
+__device__ __forceinline__ void Bf16x8ToFloat(const uint4& u, float* v) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Eight bf16 weights in one 16-byte load, streamed (each is read once).
+__device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
+  Bf16x8ToFloat(__ldcs(reinterpret_cast<const uint4*>(p)), v);
+}
+
+// Eight bf16 activations (read by every block of the layer: cached).
+__device__ __forceinline__ void LoadActs8(const Bf16* p, float* v) {
+  Bf16x8ToFloat(__ldg(reinterpret_cast<const uint4*>(p)), v);
+}
+
+__device__ __forceinline__ void LoadActs8(const float* p, float* v) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -11,7 +11,9 @@ namespace vismoe::cuda {
 namespace {
 
 using detail::kWarp;
+using detail::LoadActs8;
 using detail::LoadBf16;
+using detail::LoadWeights8;
 using detail::WarpRouteToken;
 using detail::WarpSum;
 
@@ -21,32 +23,6 @@ constexpr int kWarps = kThreads / kWarp;
 // 32 output columns (8 each, one 16-byte load), 64 row lanes split the rows.
 constexpr int kLanesPerRow = 4;
 constexpr int kRowLanes = kThreads / kLanesPerRow;
-
-// Eight bf16 (a 16-byte load) as floats: bf16 is the top half of an fp32.
-__device__ __forceinline__ void Bf16x8ToFloat(const uint4& u, float* v) {
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-// Eight bf16 weights in one 16-byte load, streamed (each is read once).
-__device__ __forceinline__ void LoadWeights8(const Bf16* p, float* v) {
-  Bf16x8ToFloat(__ldcs(reinterpret_cast<const uint4*>(p)), v);
-}
-
-// Eight bf16 activations (read by every block of the layer: cached).
-__device__ __forceinline__ void LoadActs8(const Bf16* p, float* v) {
-  Bf16x8ToFloat(__ldg(reinterpret_cast<const uint4*>(p)), v);
-}
-
-__device__ __forceinline__ void LoadActs8(const float* p, float* v) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
 
 __device__ __forceinline__ float Silu(float v) { return v / (1.0f + expf(-v)); }
 
@@ -66,6 +42,58 @@ __device__ __forceinline__ BlockExpert ExpertOfBlock(const MoeDecodeRouting& r) 
 }
 
 // ---- Routing --------------------------------------------------------------
+
+// Exclusive prefix sums over the block of (a, b) pairs, in thread order;
+// `totals` gets the block's sums. part: 2 * kWarps ints of shared memory.
+__device__ __forceinline__ void BlockExclusiveScan2(int& a, int& b, int* part, int* totals) {
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  int ia = a, ib = b;  // inclusive within the warp
+#pragma unroll
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const int na = __shfl_up_sync(0xffffffffu, ia, o);
+    const int nb = __shfl_up_sync(0xffffffffu, ib, o);
+    if (lane >= o) ia += na, ib += nb;
+  }
+  if (lane == kWarp - 1) part[warp] = ia, part[kWarps + warp] = ib;
+  __syncthreads();
+  int wa = 0, wb = 0, ta = 0, tb = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) wa += part[w], wb += part[kWarps + w];
+    ta += part[w], tb += part[kWarps + w];
+  }
+  a = wa + ia - a;
+  b = wb + ib - b;
+  totals[0] = ta, totals[1] = tb;
+}
+
+// start[0, E) holds each expert's row count: turns it into the row offsets
+// (start[E] = the total) and writes r.offsets, r.active (the experts with
+// rows, ascending) and *r.active_count. Each thread takes a contiguous run of
+// experts, so a block-wide scan gives every run's offsets at once.
+// REQUIRES: blockDim.x == kThreads; called by the whole block.
+__device__ __forceinline__ void ScanCounts(int* start, int num_experts, const MoeDecodeRouting& r) {
+  __shared__ int part[2 * kWarps];
+  const int per = (num_experts + kThreads - 1) / kThreads;
+  const int e0 = min(static_cast<int>(threadIdx.x) * per, num_experts);
+  const int e1 = min(e0 + per, num_experts);
+  int rows = 0, active = 0;
+  for (int e = e0; e < e1; ++e) rows += start[e], active += start[e] > 0;
+  int totals[2];
+  BlockExclusiveScan2(rows, active, part, totals);
+  for (int e = e0; e < e1; ++e) {
+    const int count = start[e];
+    start[e] = rows;
+    r.offsets[e] = rows;
+    if (count > 0) r.active[active++] = e;
+    rows += count;
+  }
+  if (threadIdx.x == 0) {
+    start[num_experts] = totals[0];
+    r.offsets[num_experts] = totals[0];
+    *r.active_count = totals[1];
+  }
+}
 
 // One block. Warps take tokens in turn and route each one as moe_router.cu's
 // RouterKernel does (WarpRouteToken); then the block counts, scans and
@@ -94,20 +122,7 @@ __global__ void RouteKernel(const float* logits, int n, int num_experts, int top
     if (e >= 0 && e < num_experts) atomicAdd(&start[e], 1);  // counts: order-free
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int off = 0;
-    int active = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      const int count = start[e];
-      start[e] = off;
-      r.offsets[e] = off;
-      if (count > 0) r.active[active++] = e;
-      off += count;
-    }
-    start[num_experts] = off;
-    r.offsets[num_experts] = off;
-    *r.active_count = active;
-  }
+  ScanCounts(start, num_experts, r);
   __syncthreads();
   // Within an expert, rows in ascending (token, slot) order: the rank of an
   // assignment among the earlier ones to the same expert.
@@ -364,21 +379,32 @@ __global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDeco
 
 // ---- Combine, argmax ----------------------------------------------------------
 
-__global__ void CombineKernel(const float* yp, const int32_t* slot_row, const float* weights,
-                              int top_k, int hidden, Bf16* y, Bf16* hs) {
-  const int64_t t = blockIdx.x;
-  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int s = 0; s < top_k; ++s) {
-      const int row = slot_row[t * top_k + s];
-      if (row >= 0) acc += weights[t * top_k + s] * yp[static_cast<int64_t>(row) * hidden + c];
-    }
-    const int64_t i = t * hidden + c;
-    const __nv_bfloat16 yb = __float2bfloat16_rn(acc);
-    reinterpret_cast<__nv_bfloat16*>(y)[i] = yb;
-    reinterpret_cast<__nv_bfloat16*>(hs)[i] =
-        __float2bfloat16_rn(LoadBf16(hs, i) + __bfloat162float(yb));
+// Block (x, t) sums columns [256x, 256x + 256) of token t: the slots' rows
+// and weights read once into shared memory, many blocks per token (one block
+// per token left the step waiting on one SM's loads, 20 us a layer).
+__global__ void CombineKernel(const float* __restrict__ yp, const int32_t* __restrict__ slot_row,
+                              const float* __restrict__ weights, int top_k, int hidden, Bf16* y,
+                              Bf16* hs) {
+  __shared__ int s_row[32];
+  __shared__ float s_w[32];
+  const int64_t t = blockIdx.y;
+  if (threadIdx.x < top_k) {
+    s_row[threadIdx.x] = slot_row[t * top_k + threadIdx.x];
+    s_w[threadIdx.x] = weights[t * top_k + threadIdx.x];
   }
+  __syncthreads();
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= hidden) return;
+  float acc = 0.0f;
+  for (int s = 0; s < top_k; ++s) {  // the slots in order, as cpu::Combine
+    const int row = s_row[s];
+    if (row >= 0) acc += s_w[s] * yp[static_cast<int64_t>(row) * hidden + c];
+  }
+  const int64_t i = t * hidden + c;
+  const __nv_bfloat16 yb = __float2bfloat16_rn(acc);
+  reinterpret_cast<__nv_bfloat16*>(y)[i] = yb;
+  reinterpret_cast<__nv_bfloat16*>(hs)[i] =
+      __float2bfloat16_rn(LoadBf16(hs, i) + __bfloat162float(yb));
 }
 
 // (v, i) beats (bv, bi): a candidate (i >= 0) that is greater, or equal at a
@@ -387,16 +413,29 @@ __device__ __forceinline__ bool Beats(float v, int i, float bv, int bi) {
   return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
 }
 
-__global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
+// One row's best candidate over a slice, and whether the slice was finite.
+struct ArgmaxPartial {
+  float v;
+  int i;  // -1: none (an empty or all-NaN slice)
+  int finite;
+  int pad;
+};
+
+// Block (slice, row): the first index of the maximum in its slice of the row
+// (NaNs skipped), so the merge sees slices in index order.
+__global__ void ArgmaxSliceKernel(const float* logits, int64_t vocab, int64_t slice,
+                                  ArgmaxPartial* part) {
   __shared__ float s_v[32];
   __shared__ int s_i[32];
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const float* row = logits + static_cast<int64_t>(blockIdx.y) * vocab;
+  const int64_t lo = blockIdx.x * slice;
+  const int64_t hi = min(lo + slice, vocab);
   const int lane = threadIdx.x % kWarp;
   const int warp = threadIdx.x / kWarp;
   float bv = 0.0f;
   int bi = -1;
   bool finite = true;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     const float v = row[i];
     finite = finite && isfinite(v);
     if (!isnan(v) && (bi < 0 || v > bv)) {  // ascending i: the first of equal maxima
@@ -408,26 +447,45 @@ __global__ void ArgmaxKernel(const float* logits, int64_t vocab, int32_t* out) {
   for (int o = kWarp / 2; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (Beats(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
+    if (Beats(ov, oi, bv, bi)) bv = ov, bi = oi;
   }
-  if (lane == 0) {
-    s_v[warp] = bv;
-    s_i[warp] = bi;
-  }
+  if (lane == 0) s_v[warp] = bv, s_i[warp] = bi;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < static_cast<int>(blockDim.x / kWarp); ++w) {
-      if (Beats(s_v[w], s_i[w], bv, bi)) {
-        bv = s_v[w];
-        bi = s_i[w];
-      }
+      if (Beats(s_v[w], s_i[w], bv, bi)) bv = s_v[w], bi = s_i[w];
     }
-    // A row with a NaN or an infinity gives no token.
-    out[blockIdx.x] = finite ? bi : -1;
+    part[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = {bv, bi, finite ? 1 : 0, 0};
   }
+}
+
+// One warp per row merges its slices' partials.
+__global__ void ArgmaxMergeKernel(const ArgmaxPartial* part, int slices, int32_t* out) {
+  const ArgmaxPartial* p = part + static_cast<int64_t>(blockIdx.x) * slices;
+  float bv = 0.0f;
+  int bi = -1;
+  bool finite = true;
+  for (int s = threadIdx.x; s < slices; s += kWarp) {
+    finite = finite && p[s].finite != 0;
+    if (Beats(p[s].v, p[s].i, bv, bi)) bv = p[s].v, bi = p[s].i;
+  }
+  finite = __all_sync(0xffffffffu, finite);
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (Beats(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  // A row with a NaN or an infinity gives no token.
+  if (threadIdx.x == 0) out[blockIdx.x] = finite ? bi : -1;
+}
+
+constexpr int kArgmaxThreads = 256;
+
+// Slices per row: enough blocks to spread a row over the SMs, each slice at
+// least a few loads per thread.
+int ArgmaxSlices(int64_t vocab) {
+  return static_cast<int>(
+      std::clamp<int64_t>(vocab / (4 * kArgmaxThreads), 1, kGreedyArgmaxMaxSlices));
 }
 
 absl::Status CheckRows(const char* op, int64_t n, int hidden, int inter, int num_experts,
@@ -529,25 +587,38 @@ absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, i
 
 absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, int64_t n,
                               int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream) {
-  if (n < 1 || n > kMaxDecodeRows || top_k < 1 || hidden < 1) {
+  if (n < 1 || n > kMaxDecodeRows || top_k < 1 || top_k > 32 || hidden < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda::MoeDecodeCombine: n=", n, " top_k=", top_k, " hidden=", hidden));
   }
-  CombineKernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+  const dim3 grid((hidden + kThreads - 1) / kThreads, static_cast<unsigned>(n));
+  CombineKernel<<<grid, kThreads, 0, stream>>>(
       yp, routing.slot_row, routing.weights, top_k, hidden, y, hs);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("MoeDecodeCombine");
   return absl::OkStatus();
 }
 
+int64_t GreedyArgmaxWorkspaceBytes(int64_t rows) {
+  return rows * kGreedyArgmaxMaxSlices * static_cast<int64_t>(sizeof(ArgmaxPartial));
+}
+
 absl::Status GreedyArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
-                              StreamHandle stream) {
-  if (rows < 0 || rows > 65535 || vocab < 1 || vocab > 0x7fffffffLL) {
+                              void* workspace, StreamHandle stream) {
+  if (rows < 0 || rows > 65535 || vocab < 1 || vocab > 0x7fffffffLL ||
+      (rows > 0 && workspace == nullptr)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cuda::GreedyArgmaxRows: rows=", rows, " vocab=", vocab));
+        absl::StrCat("cuda::GreedyArgmaxRows: rows=", rows, " vocab=", vocab,
+                     workspace == nullptr ? " without a workspace" : ""));
   }
   if (rows == 0) return absl::OkStatus();
-  ArgmaxKernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(logits, vocab, out);
-  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ArgmaxKernel");
+  const int slices = ArgmaxSlices(vocab);
+  const int64_t slice = (vocab + slices - 1) / slices;
+  auto* part = static_cast<ArgmaxPartial*>(workspace);
+  ArgmaxSliceKernel<<<dim3(slices, static_cast<unsigned>(rows)), kArgmaxThreads, 0, stream>>>(
+      logits, vocab, slice, part);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ArgmaxSliceKernel");
+  ArgmaxMergeKernel<<<static_cast<unsigned>(rows), kWarp, 0, stream>>>(part, slices, out);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ArgmaxMergeKernel");
   return absl::OkStatus();
 }
 

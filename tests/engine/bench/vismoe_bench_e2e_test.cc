@@ -307,6 +307,34 @@ TEST(VismoeBenchE2eTest, BatchSweepReportsEveryBatchSize) {
   EXPECT_NE(bad.log.find("--batch_sizes"), std::string::npos) << bad.log;
 }
 
+// The concurrency sweep: one row per stream count, each stream's tokens
+// counted once, the one-stream row its own reference.
+TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
+  const BenchRun run = RunBench("vismoe_bench_streams", {"--max_new_tokens=6", "--concurrency=1,3"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& rows = run.report["concurrency_sweep"];
+  ASSERT_TRUE(rows.is_array()) << run.log;
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int streams = i == 0 ? 1 : 3;
+    const nlohmann::json& r = rows[i];
+    EXPECT_EQ(r["streams"].get<int>(), streams);
+    const int64_t tokens = r["completion_tokens"].get<int64_t>();
+    EXPECT_GE(tokens, streams);
+    EXPECT_LE(tokens, 6 * streams);
+    EXPECT_EQ(r["decode_tokens"].get<int64_t>(), tokens - streams);
+    EXPECT_GT(r["wall_seconds"].get<double>(), 0);
+    EXPECT_LE(r["decode_seconds"].get<double>(), r["wall_seconds"].get<double>());
+    EXPECT_NEAR(r["output_tokens_per_s"].get<double>(),
+                tokens / r["wall_seconds"].get<double>(), 1e-6 * tokens);
+    ASSERT_TRUE(r.contains("output_tokens_per_s_vs_one")) << r.dump();
+  }
+  EXPECT_DOUBLE_EQ(rows[0]["output_tokens_per_s_vs_one"].get<double>(), 1.0);
+  const BenchRun bad = RunBench("vismoe_bench_bad_streams", {"--concurrency=2,0"});
+  EXPECT_EQ(bad.rc, 2) << bad.log;
+  EXPECT_NE(bad.log.find("--concurrency"), std::string::npos) << bad.log;
+}
+
 // --synthetic_weights on the scaled "mid" config, whose directory holds no
 // safetensors: the run offloads, and expert_bytes is the config's (3 x 512 x 256 BF16).
 TEST(VismoeBenchE2eTest, SyntheticWeightsRunOnAConfigOnlyDirectory) {

@@ -18,6 +18,7 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/ops/cpu/activations.h"
@@ -69,6 +70,32 @@ TEST(CudaOpsGpuTest, RmsNormMatchesCpu) {
   ASSERT_OK(RmsNorm(dx->as<Bf16>(), kDim, kN, 1, kDim, dw->as<Bf16>(), 1e-6f, dy->as<Bf16>(), kDim,
                     nullptr));
   ExpectClose(DownloadBf16(*dy, kN * kDim), ref, kBf16Tol, kBf16Tol, "rms_norm");
+}
+
+// Rows the 16-byte kernel does not take run the strided one: a dim that is
+// not a multiple of 8, and rows one element off 16-byte alignment.
+TEST(CudaOpsGpuTest, RmsNormOddDimsAndUnalignedRowsMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 3;
+  for (const auto& [dim, offset] : {std::pair<int, int>{1000, 0}, std::pair<int, int>{2048, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim << " offset=" << offset);
+    const int64_t stride = dim + offset;
+    const auto x = RandomBf16(kN * stride + offset, 11, 2.0f);
+    const auto w = RandomBf16(dim, 12, 1.5f);
+    std::vector<float> ref(kN * dim);
+    std::vector<float> xf(kN * dim);
+    for (int64_t r = 0; r < kN; ++r) {
+      for (int i = 0; i < dim; ++i) xf[r * dim + i] = Bf16ToFloat(x[offset + r * stride + i]);
+    }
+    cpu::RmsNorm(nullptr, xf.data(), kN, dim, testing::Bf16View(w, {dim}), 1e-6f, ref.data());
+    auto dx = Upload(x);
+    auto dw = Upload(w);
+    auto dy = DeviceBuffer::Allocate(kN * dim * 2);
+    ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
+    ASSERT_OK(RmsNorm(dx->as<Bf16>() + offset, stride, kN, 1, dim, dw->as<Bf16>(), 1e-6f,
+                      dy->as<Bf16>(), dim, nullptr));
+    ExpectClose(DownloadBf16(*dy, kN * dim), ref, kBf16Tol, kBf16Tol, "rms_norm");
+  }
 }
 
 TEST(CudaOpsGpuTest, QkNormInPlaceInsideFusedQkvRows) {

@@ -22,6 +22,7 @@ TEST(CudaGemmGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; 
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cuda/gemm.h"
+#include "engine/ops/cuda/gemv.h"
 #include "engine/ops/cuda/moe_permute.h"
 #include "engine/ops/cuda/pointer_table.h"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
@@ -91,6 +92,58 @@ TEST_F(CudaGemmGpuTest, LinearOutInBf16AndF32MatchCpu) {
   std::vector<float> twice = ref;
   for (float& v : twice) v *= 2.0f;
   ExpectClose(*yf, twice, 2e-4f * scale, 1e-4f, "linear f32 accumulate");
+}
+
+// Decode-sized kOutIn shapes run GemvOutIn (gemv.h): each row count of its
+// kernels, an output count that is not a multiple of the block's eight, a
+// strided output with beta = 1 (the fused residual add), and cuBLAS for the
+// same call within the same tolerance.
+TEST_F(CudaGemmGpuTest, GemvRowsMatchCpuAndCublas) {
+  constexpr int64_t kIn = 2048, kOut = 131, kLdy = 160;
+  ASSERT_TRUE(GemvSupports(1, kIn, kOut, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512)));
+  EXPECT_FALSE(GemvSupports(9, kIn, kOut, nullptr, nullptr));
+  EXPECT_FALSE(GemvSupports(1, 2044, kOut, nullptr, nullptr));
+  EXPECT_FALSE(GemvSupports(1, kIn, kOut, reinterpret_cast<void*>(258), nullptr));
+  const auto w = RandomBf16(kOut * kIn, 51, 0.05f);
+  auto dw = Upload(w);
+  ASSERT_TRUE(dw.ok());
+  auto ws = DeviceBuffer::Allocate(kWorkspace);
+  ASSERT_TRUE(ws.ok());
+  auto cublas_only = Blas::Create(nullptr, ws->data(), kWorkspace);
+  ASSERT_TRUE(cublas_only.ok());
+  cublas_only->DisableGemv();
+  for (int64_t n : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const auto x = RandomBf16(n * kIn, 50 + static_cast<uint32_t>(n), 1.0f);
+    const std::vector<float> xf = ToF32(x);
+    std::vector<float> ref(n * kOut);
+    cpu::Linear(nullptr, xf.data(), n, kIn, Bf16View(w, {kOut, kIn}), nullptr, ref.data());
+    const float scale = Rms(ref);
+    auto dx = Upload(x);
+    auto dy = DeviceBuffer::Allocate(n * kOut * 2);
+    auto dyf = DeviceBuffer::Allocate(n * kLdy * 4);
+    ASSERT_TRUE(dx.ok() && dy.ok() && dyf.ok());
+    for (Blas* blas : {blas_.get(), &*cublas_only}) {
+      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                             dy->data(), GemmOut::kBf16));
+      ExpectClose(DownloadBf16(*dy, n * kOut), ref, 1e-2f * scale, 1e-2f, "gemv bf16");
+      // fp32 into rows of stride kLdy, twice with beta = 1: y = 2 x W^T.
+      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                             dyf->data(), GemmOut::kF32, 0.0f, kLdy));
+      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
+                             dyf->data(), GemmOut::kF32, 1.0f, kLdy));
+      auto yf = Download<float>(*dyf, n * kLdy);
+      ASSERT_TRUE(yf.ok());
+      std::vector<float> got(n * kOut), twice(n * kOut);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t o = 0; o < kOut; ++o) {
+          got[r * kOut + o] = (*yf)[r * kLdy + o];
+          twice[r * kOut + o] = 2.0f * ref[r * kOut + o];
+        }
+      }
+      ExpectClose(got, twice, 2e-4f * scale, 1e-4f, "gemv f32 accumulate, strided");
+    }
+  }
 }
 
 TEST_F(CudaGemmGpuTest, LinearInOutMatchesCpuTransposed) {
