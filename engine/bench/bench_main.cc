@@ -77,7 +77,8 @@ int Main() {
   }
   std::vector<ConcurrencyRow> concurrency;
   if (!b.concurrency.empty()) {
-    auto rows = RunConcurrencySweep(**engine, requests->front(), b.concurrency);
+    auto rows = RunConcurrencySweep(**engine, requests->front(), b.concurrency,
+                                    b.concurrency_same_prompt);
     if (!rows.ok()) {
       std::fprintf(stderr, "concurrency sweep: %s\n", rows.status().ToString().c_str());
       return 1;

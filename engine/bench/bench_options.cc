@@ -99,6 +99,9 @@ ABSL_FLAG(std::vector<std::string>, concurrency, {},
           "also run the concurrency sweep on the loaded engine and its backend: the (first) "
           "request from this many streams at once, e.g. 1,8 (batched decode through the engine; "
           "at most 8 run together)");
+ABSL_FLAG(bool, concurrency_same_prompt, false,
+          "the concurrency sweep's streams all send the same prompt (default: each prefixed "
+          "with its stream number)");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
 ABSL_FLAG(bool, device_op_timing, false,
           "time each op family of every step with device events (CUDA): the report's "
@@ -287,6 +290,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     }
     b.concurrency.push_back(n);
   }
+  b.concurrency_same_prompt = absl::GetFlag(FLAGS_concurrency_same_prompt);
   b.batch_prompt_tokens = absl::GetFlag(FLAGS_batch_prompt_tokens);
   b.batch_decode_steps = absl::GetFlag(FLAGS_batch_decode_steps);
   if (b.batch_prompt_tokens < 1 || b.batch_decode_steps < 1) {

@@ -38,6 +38,7 @@ struct BenchOptions {
   // Batch sweep (batch_sweep.h): batch sizes, empty = off.
   std::vector<int> batch_sizes;
   std::vector<int> concurrency;  // stream counts of the concurrency sweep
+  bool concurrency_same_prompt = false;
   int batch_prompt_tokens = 32;
   int batch_decode_steps = 16;
 

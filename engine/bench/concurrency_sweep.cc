@@ -20,11 +20,12 @@ struct StreamResult {
   Clock::time_point end;
 };
 
-absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& request, int n) {
+absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& request, int n,
+                                          bool same_prompt) {
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < n; ++i) {
     BenchRequest copy = request;
-    copy.prompt = absl::StrCat("Stream ", i + 1, ". ", request.prompt);
+    if (!same_prompt) copy.prompt = absl::StrCat("Stream ", i + 1, ". ", request.prompt);
     requests.push_back(copy.ToGenerateRequest());
   }
   std::vector<StreamResult> results(n);
@@ -40,6 +41,7 @@ absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& re
   }  // joined
   ConcurrencyRow row;
   row.streams = n;
+  row.identical_outputs = true;
   Clock::time_point last_end = start;
   double first_token = 1e30;
   for (int i = 0; i < n; ++i) {
@@ -48,6 +50,8 @@ absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& re
       return absl::Status(st.code(), absl::StrCat("stream ", i + 1, " of ", n, ": ", st.message()));
     }
     const GenerateResult& r = *results[i].result;
+    row.identical_outputs =
+        row.identical_outputs && r.token_ids == results[0].result->token_ids;
     row.completion_tokens += r.usage.completion_tokens;
     row.decode_tokens += std::max(r.usage.completion_tokens - 1, 0);
     row.mean_ttft_seconds += r.timings.ttft_seconds / n;
@@ -66,11 +70,12 @@ absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& re
 
 absl::StatusOr<std::vector<ConcurrencyRow>> RunConcurrencySweep(Engine& engine,
                                                                 const BenchRequest& request,
-                                                                const std::vector<int>& streams) {
+                                                                const std::vector<int>& streams,
+                                                                bool same_prompt) {
   std::vector<ConcurrencyRow> rows;
   for (int n : streams) {
     if (n < 1) return absl::InvalidArgumentError(absl::StrCat("concurrency sweep: ", n, " streams"));
-    absl::StatusOr<ConcurrencyRow> row = RunStreams(engine, request, n);
+    absl::StatusOr<ConcurrencyRow> row = RunStreams(engine, request, n, same_prompt);
     if (!row.ok()) return row.status();
     rows.push_back(*row);
   }
@@ -92,7 +97,8 @@ nlohmann::json ConcurrencyJson(const std::vector<ConcurrencyRow>& rows) {
                         {"output_tokens_per_s", r.output_tokens_per_s()},
                         {"decode_tokens_per_s", r.decode_tokens_per_s()},
                         {"mean_ttft_seconds", r.mean_ttft_seconds},
-                        {"mean_tpot_seconds", r.mean_tpot_seconds}};
+                        {"mean_tpot_seconds", r.mean_tpot_seconds},
+                        {"identical_outputs", r.identical_outputs}};
     if (one != nullptr && one->output_tokens_per_s() > 0 && one->decode_tokens_per_s() > 0) {
       j["output_tokens_per_s_vs_one"] = r.output_tokens_per_s() / one->output_tokens_per_s();
       j["decode_tokens_per_s_vs_one"] = r.decode_tokens_per_s() / one->decode_tokens_per_s();

@@ -28,6 +28,7 @@ struct ConcurrencyRow {
   double decode_seconds = 0;    // earliest first token to last completion
   double mean_ttft_seconds = 0;
   double mean_tpot_seconds = 0;
+  bool identical_outputs = false;  // every stream generated the same token ids
   double output_tokens_per_s() const { return wall_seconds > 0 ? completion_tokens / wall_seconds : 0; }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? decode_tokens / decode_seconds : 0;
@@ -38,7 +39,8 @@ struct ConcurrencyRow {
 // REQUIRES: every entry of `streams` >= 1.
 absl::StatusOr<std::vector<ConcurrencyRow>> RunConcurrencySweep(Engine& engine,
                                                                 const BenchRequest& request,
-                                                                const std::vector<int>& streams);
+                                                                const std::vector<int>& streams,
+                                                                bool same_prompt);
 
 // One object per row, with each tokens/s figure also as a ratio to the row of
 // one stream when the sweep has it.

@@ -6,6 +6,8 @@
 #       device command of about six minutes: tests, vqa, the 30B shape all resident (with
 #       and without our GEMV, beside the bundle's baseline build when it has one, and from 1
 #       and 8 concurrent streams) and at 24G, profile, and ncu (VISMOE_ALL_NCU=0: not ncu)
+#   tests/gpu/run_bundle.sh kernels                the checks of a kernel change in about four
+#       minutes: tests, vqa, the 30B shape all resident (beside the base build), streams, ncu30b
 #   tests/gpu/run_bundle.sh tests                  every gpu test and the op tests with a
 #       cuda parameter (gtest JSON)
 #   tests/gpu/run_bundle.sh vqa                    the trained VQA model's 639 eval questions
@@ -15,11 +17,15 @@
 #       Qwen3-VL-30B-A3B-shaped synthetic model at one budget (0 = all resident), per image
 #       count (VISMOE_HOST_EXPERTS=mapped|packed: --host_experts; default auto;
 #       VISMOE_BENCH=base: the baseline build, bin/vismoe-bench-lite-base)
+#   tests/gpu/run_bundle.sh streams                batched decode: the 30B shape all resident,
+#       one text request from 1 and 8 concurrent streams (--concurrency), the same prompt
+#       from every stream and one prompt per stream
 #   tests/gpu/run_bundle.sh profile                device time per op family
 #       (--device_op_timing) of the VQA model and of the 30B shape all resident
 #       (VISMOE_PROFILE_30B=0: not the 30B shape), and each kernel's time under ncu
 #   tests/gpu/run_bundle.sh ncu                    each kernel's device time under ncu, op by
 #       op (no CUDA graphs), per decode step: the VQA model and the 30B shape all resident
+#       (ncu30b: the 30B shape only)
 #   tests/gpu/run_bundle.sh accelerate 24GiB 1 [TOKENS]
 #       the transformers + accelerate baseline (tests/bench/accelerate_baseline.py)
 #
@@ -36,10 +42,10 @@ mkdir -p "$OUT"
 what=${1:-}
 shift || true
 case "$what" in
-  all | tests | vqa | bench | profile | ncu | accelerate) ;;
+  all | kernels | tests | vqa | bench | streams | profile | ncu | ncu30b | accelerate) ;;
   *)
-    echo "usage: $0 all | tests | vqa | bench BUDGET [IMAGES...] | profile |" \
-      "accelerate MAX_GPU_MEMORY IMAGES [TOKENS]" >&2
+    echo "usage: $0 all | kernels | tests | vqa | bench BUDGET [IMAGES...] | streams | profile |" \
+      "ncu | ncu30b | accelerate MAX_GPU_MEMORY IMAGES [TOKENS]" >&2
     exit 2
     ;;
 esac
@@ -100,7 +106,8 @@ print(f"== {sys.argv[2]}: TTFT {r['ttft_seconds_mean']*1e3:.1f} ms, TPOT {r['tpo
 for row in r.get("concurrency_sweep", []):
     print(f"   {row['streams']} streams: {row['output_tokens_per_s']:.1f} output tok/s "
           f"({row.get('output_tokens_per_s_vs_one', 0):.2f}x one), decode {row['decode_tokens_per_s']:.1f} tok/s "
-          f"({row.get('decode_tokens_per_s_vs_one', 0):.2f}x one), TPOT {row['mean_tpot_seconds']*1e3:.3f} ms")
+          f"({row.get('decode_tokens_per_s_vs_one', 0):.2f}x one), TPOT {row['mean_tpot_seconds']*1e3:.3f} ms"
+          f"{', identical outputs' if row.get('identical_outputs') else ''}")
 EOF
 }
 
@@ -167,6 +174,16 @@ run_profile() {
   grep -A12 "device time per" "$work/30b-0-1img-profile.log" | tee -a "$summary"
 }
 
+# Batched decode through the engine, all resident: one text request from 1
+# and 8 concurrent streams, each stream's prompt its own (the experts of a
+# step are the union of the streams'), then the same prompt from all (every
+# stream routes alike: each expert read once per step serves all 8).
+run_streams() {
+  local story="Write a long story about a lighthouse keeper."
+  bench30b 30b-0-streams-same 0 0 --prompt="$story" --concurrency=1,8 --concurrency_same_prompt
+  bench30b 30b-0-streams 0 0 --prompt="$story" --concurrency=1,8
+}
+
 # One bench run under ncu: NAME, then its flags; graphs off, so every kernel
 # is its own launch and ncu times each.
 ncu_bench() {
@@ -184,6 +201,10 @@ ncu_bench() {
 run_ncu() {
   ncu_bench ncu-vqa --model="$vqa_model" --max_context_tokens=1024 \
     --prompt="What is seven plus five?" --max_new_tokens=16
+  ncu_30b
+}
+
+ncu_30b() {
   ncu_bench ncu-30b --model="$model30b" --synthetic_weights --max_context_tokens=1024 \
     --prompt="Describe a mixture of experts model in one sentence." --max_new_tokens=9
 }
@@ -191,6 +212,8 @@ run_ncu() {
 case "$what" in
   tests) run_tests ;;
   ncu) run_ncu ;;
+  ncu30b) ncu_30b ;;
+  streams) run_streams ;;
   vqa) run_vqa ;;
   profile) run_profile ;;
   bench)
@@ -202,6 +225,18 @@ case "$what" in
         "$budget" "$images"
     done
     ;;
+  kernels)
+    start=$(date +%s)
+    run_tests
+    run_vqa
+    note "-- tests and vqa done at $(( $(date +%s) - start )) s"
+    bench30b 30b-0-1img 0 1
+    [ -x "$bin/vismoe-bench-lite-base" ] && VISMOE_BENCH=base bench30b 30b-0-1img-base 0 1
+    run_streams
+    note "-- 30B runs done at $(( $(date +%s) - start )) s"
+    ncu_30b
+    note "-- kernels done at $(( $(date +%s) - start )) s"
+    ;;
   all)
     start=$(date +%s)
     run_tests
@@ -212,9 +247,7 @@ case "$what" in
     # The same with every Linear on cuBLAS (no GEMV), and the baseline build if it came along.
     VISMOE_CUDA_GEMV=0 bench30b 30b-0-1img-cublas 0 1
     [ -x "$bin/vismoe-bench-lite-base" ] && VISMOE_BENCH=base bench30b 30b-0-1img-base 0 1
-    # Batched decode through the engine: one text request from 1 and 8 streams.
-    bench30b 30b-0-streams 0 0 --prompt="Write a long story about a lighthouse keeper." \
-      --concurrency=1,8
+    run_streams
     bench30b 30b-24G-1img 24G 1
     note "-- 30B runs done at $(( $(date +%s) - start )) s"
     run_profile

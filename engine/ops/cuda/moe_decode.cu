@@ -107,11 +107,10 @@ __global__ void RouteKernel(const float* logits, int n, int num_experts, int top
   int* ids = reinterpret_cast<int*>(smem + kWarps * num_experts);  // [total]
   int* start = ids + total;                                        // [E + 1]
   for (int t = warp; t < n; t += kWarps) {
-    WarpRouteToken(logits + static_cast<int64_t>(t) * num_experts, num_experts, top_k, renormalize,
-                   smem + warp * num_experts, r.experts + t * top_k, r.weights + t * top_k);
-    if (lane == 0) {
-      for (int s = 0; s < top_k; ++s) ids[t * top_k + s] = r.experts[t * top_k + s];
-    }
+    const int e = WarpRouteToken(logits + static_cast<int64_t>(t) * num_experts, num_experts,
+                                 top_k, renormalize, smem + warp * num_experts,
+                                 r.experts + t * top_k, r.weights + t * top_k);
+    if (lane < top_k) ids[t * top_k + lane] = e;
     __syncwarp();  // p is the next token's
   }
   __syncthreads();

@@ -12,13 +12,17 @@
 namespace vismoe::cuda::detail {
 
 // row: the token's [E] logits; p: the warp's [E] floats of shared memory;
-// experts / weights: the token's [top_k] outputs, written by lane 0, by
-// decreasing probability (ties: the lower index). An id of num_experts means
-// no candidate compared (NaN probabilities from NaN/inf logits).
-// REQUIRES: called by the whole warp.
-__device__ __forceinline__ void WarpRouteToken(const float* row, int num_experts, int top_k,
-                                               bool renormalize, float* p, int32_t* experts,
-                                               float* weights) {
+// experts / weights: the token's [top_k] outputs, by decreasing probability
+// (ties: the lower index), written by lanes 0..top_k-1 (lane r: slot r). An
+// id of num_experts means no candidate compared (NaN probabilities from
+// NaN/inf logits). Returns lane r's expert id (-1 on lanes >= top_k), so a
+// caller needs no read back of what was just written to global memory (each
+// such read is a round trip to L2; lane 0 doing them one after another was
+// most of the routing kernel's time).
+// REQUIRES: called by the whole warp; top_k <= 32.
+__device__ __forceinline__ int WarpRouteToken(const float* row, int num_experts, int top_k,
+                                              bool renormalize, float* p, int32_t* experts,
+                                              float* weights) {
   const int lane = threadIdx.x % kWarp;
   float mx = -INFINITY;
   for (int e = lane; e < num_experts; e += kWarp) mx = fmaxf(mx, row[e]);
@@ -35,6 +39,8 @@ __device__ __forceinline__ void WarpRouteToken(const float* row, int num_experts
   __syncwarp();
 
   float picked_sum = 0.0f;
+  int my_e = -1;  // lane r keeps slot r
+  float my_w = 0.0f;
   for (int r = 0; r < top_k; ++r) {
     // Lane-local best (ties: lower index), then a warp arg-max.
     float best = -1.0f;
@@ -53,20 +59,19 @@ __device__ __forceinline__ void WarpRouteToken(const float* row, int num_experts
         best_e = oe;
       }
     }
-    if (lane == 0) {
-      // An out-of-range id is reported (the caller checks ids) but must not
-      // index p, which would overwrite the next warp's row (or run past the
-      // allocation).
-      experts[r] = best_e;
-      weights[r] = best;
-      if (best_e < num_experts) p[best_e] = -2.0f;  // taken: below any probability
-    }
+    if (lane == r) my_e = best_e, my_w = best;
+    // An out-of-range id is reported (the caller checks ids) but must not
+    // index p, which would overwrite the next warp's row (or run past the
+    // allocation).
+    if (lane == 0 && best_e < num_experts) p[best_e] = -2.0f;  // taken: below any probability
     picked_sum += best;  // same order as cpu::Route's renormalisation sum
     __syncwarp();
   }
-  if (renormalize && lane == 0) {
-    for (int r = 0; r < top_k; ++r) weights[r] /= picked_sum;
+  if (lane < top_k) {
+    experts[lane] = my_e;
+    weights[lane] = renormalize ? my_w / picked_sum : my_w;
   }
+  return my_e;
 }
 
 }  // namespace vismoe::cuda::detail

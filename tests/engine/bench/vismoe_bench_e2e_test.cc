@@ -330,6 +330,13 @@ TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
     ASSERT_TRUE(r.contains("output_tokens_per_s_vs_one")) << r.dump();
   }
   EXPECT_DOUBLE_EQ(rows[0]["output_tokens_per_s_vs_one"].get<double>(), 1.0);
+  // One prompt from every stream: batched greedy decoding gives each the same tokens.
+  const BenchRun same = RunBench("vismoe_bench_same_streams",
+                                 {"--max_new_tokens=6", "--concurrency=3",
+                                  "--concurrency_same_prompt"});
+  ASSERT_EQ(same.rc, 0) << same.log;
+  ASSERT_EQ(same.report["concurrency_sweep"].size(), 1u) << same.log;
+  EXPECT_TRUE(same.report["concurrency_sweep"][0]["identical_outputs"].get<bool>()) << same.log;
   const BenchRun bad = RunBench("vismoe_bench_bad_streams", {"--concurrency=2,0"});
   EXPECT_EQ(bad.rc, 2) << bad.log;
   EXPECT_NE(bad.log.find("--concurrency"), std::string::npos) << bad.log;

@@ -95,55 +95,62 @@ TEST_F(CudaGemmGpuTest, LinearOutInBf16AndF32MatchCpu) {
 }
 
 // Decode-sized kOutIn shapes run GemvOutIn (gemv.h): each row count of its
-// kernels, an output count that is not a multiple of the block's eight, a
-// strided output with beta = 1 (the fused residual add), and cuBLAS for the
-// same call within the same tolerance.
-TEST_F(CudaGemmGpuTest, GemvRowsMatchCpuAndCublas) {
-  constexpr int64_t kIn = 2048, kOut = 131, kLdy = 160;
-  ASSERT_TRUE(GemvSupports(1, kIn, kOut, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512)));
-  EXPECT_FALSE(GemvSupports(9, kIn, kOut, nullptr, nullptr));
-  EXPECT_FALSE(GemvSupports(1, 2044, kOut, nullptr, nullptr));
-  EXPECT_FALSE(GemvSupports(1, kIn, kOut, reinterpret_cast<void*>(258), nullptr));
-  const auto w = RandomBf16(kOut * kIn, 51, 0.05f);
+// kernels, outputs split over 1, 4 and 8 warps with a partly empty last
+// block, a strided output with beta = 1 (the fused residual add), and cuBLAS
+// for the same calls within the same tolerance.
+void CheckGemv(Blas& blas, Blas& cublas_only, int64_t in, int64_t out) {
+  SCOPED_TRACE(::testing::Message() << "in=" << in << " out=" << out);
+  const int64_t ldy = out + 29;
+  const auto w = RandomBf16(out * in, 51, 0.05f);
   auto dw = Upload(w);
   ASSERT_TRUE(dw.ok());
-  auto ws = DeviceBuffer::Allocate(kWorkspace);
-  ASSERT_TRUE(ws.ok());
-  auto cublas_only = Blas::Create(nullptr, ws->data(), kWorkspace);
-  ASSERT_TRUE(cublas_only.ok());
-  cublas_only->DisableGemv();
   for (int64_t n : {1, 2, 3, 5, 8}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
-    const auto x = RandomBf16(n * kIn, 50 + static_cast<uint32_t>(n), 1.0f);
+    const auto x = RandomBf16(n * in, 50 + static_cast<uint32_t>(n), 1.0f);
     const std::vector<float> xf = ToF32(x);
-    std::vector<float> ref(n * kOut);
-    cpu::Linear(nullptr, xf.data(), n, kIn, Bf16View(w, {kOut, kIn}), nullptr, ref.data());
+    std::vector<float> ref(n * out);
+    cpu::Linear(nullptr, xf.data(), n, in, Bf16View(w, {out, in}), nullptr, ref.data());
     const float scale = Rms(ref);
     auto dx = Upload(x);
-    auto dy = DeviceBuffer::Allocate(n * kOut * 2);
-    auto dyf = DeviceBuffer::Allocate(n * kLdy * 4);
+    auto dy = DeviceBuffer::Allocate(n * out * 2);
+    auto dyf = DeviceBuffer::Allocate(n * ldy * 4);
     ASSERT_TRUE(dx.ok() && dy.ok() && dyf.ok());
-    for (Blas* blas : {blas_.get(), &*cublas_only}) {
-      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
-                             dy->data(), GemmOut::kBf16));
-      ExpectClose(DownloadBf16(*dy, n * kOut), ref, 1e-2f * scale, 1e-2f, "gemv bf16");
-      // fp32 into rows of stride kLdy, twice with beta = 1: y = 2 x W^T.
-      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
-                             dyf->data(), GemmOut::kF32, 0.0f, kLdy));
-      ASSERT_OK(blas->Linear(dx->as<Bf16>(), n, kIn, dw->as<Bf16>(), WeightLayout::kOutIn, kOut,
-                             dyf->data(), GemmOut::kF32, 1.0f, kLdy));
-      auto yf = Download<float>(*dyf, n * kLdy);
+    for (Blas* b : {&blas, &cublas_only}) {
+      ASSERT_OK(b->Linear(dx->as<Bf16>(), n, in, dw->as<Bf16>(), WeightLayout::kOutIn, out,
+                          dy->data(), GemmOut::kBf16));
+      ExpectClose(DownloadBf16(*dy, n * out), ref, 1e-2f * scale, 1e-2f, "gemv bf16");
+      // fp32 into rows of stride ldy, twice with beta = 1: y = 2 x W^T.
+      ASSERT_OK(b->Linear(dx->as<Bf16>(), n, in, dw->as<Bf16>(), WeightLayout::kOutIn, out,
+                          dyf->data(), GemmOut::kF32, 0.0f, ldy));
+      ASSERT_OK(b->Linear(dx->as<Bf16>(), n, in, dw->as<Bf16>(), WeightLayout::kOutIn, out,
+                          dyf->data(), GemmOut::kF32, 1.0f, ldy));
+      auto yf = Download<float>(*dyf, n * ldy);
       ASSERT_TRUE(yf.ok());
-      std::vector<float> got(n * kOut), twice(n * kOut);
+      std::vector<float> got(n * out), twice(n * out);
       for (int64_t r = 0; r < n; ++r) {
-        for (int64_t o = 0; o < kOut; ++o) {
-          got[r * kOut + o] = (*yf)[r * kLdy + o];
-          twice[r * kOut + o] = 2.0f * ref[r * kOut + o];
+        for (int64_t o = 0; o < out; ++o) {
+          got[r * out + o] = (*yf)[r * ldy + o];
+          twice[r * out + o] = 2.0f * ref[r * out + o];
         }
       }
       ExpectClose(got, twice, 2e-4f * scale, 1e-4f, "gemv f32 accumulate, strided");
     }
   }
+}
+
+TEST_F(CudaGemmGpuTest, GemvRowsMatchCpuAndCublas) {
+  ASSERT_TRUE(GemvSupports(1, 2048, 131, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512)));
+  EXPECT_FALSE(GemvSupports(9, 2048, 131, nullptr, nullptr));
+  EXPECT_FALSE(GemvSupports(1, 2044, 131, nullptr, nullptr));
+  EXPECT_FALSE(GemvSupports(1, 2048, 131, reinterpret_cast<void*>(258), nullptr));
+  auto ws = DeviceBuffer::Allocate(kWorkspace);
+  ASSERT_TRUE(ws.ok());
+  auto cublas_only = Blas::Create(nullptr, ws->data(), kWorkspace);
+  ASSERT_TRUE(cublas_only.ok());
+  cublas_only->DisableGemv();
+  CheckGemv(*blas_, *cublas_only, 2048, 131);  // 4 warps per output, a half-empty last block
+  CheckGemv(*blas_, *cublas_only, 4096, 40);   // 8 warps per output
+  CheckGemv(*blas_, *cublas_only, 512, 8200);  // one warp per output
 }
 
 TEST_F(CudaGemmGpuTest, LinearInOutMatchesCpuTransposed) {
