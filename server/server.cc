@@ -106,6 +106,7 @@ absl::Status VismoeServer::LoadModel() {
   eo.model_path = options_.model;
   eo.synthetic_weights = options_.synthetic_weights;
   eo.synthetic_seed = static_cast<uint64_t>(options_.synthetic_seed);
+  eo.synthetic_routing = options_.synthetic_routing;
   if (eo.synthetic_weights) {
     spdlog::warn(
         "*** --synthetic_weights: serving RANDOM weights of {}'s config.json shapes (seed {}); "

@@ -38,6 +38,9 @@ ABSL_FLAG(bool, synthetic_weights, kDefaults.synthetic_weights,
           "Random BF16 weights of the config's shapes instead of the safetensors (the model "
           "directory needs only config.json + tokenizer files); outputs are MEANINGLESS");
 ABSL_FLAG(int64_t, synthetic_seed, kDefaults.synthetic_seed, "Seed of --synthetic_weights");
+ABSL_FLAG(std::string, synthetic_routing, kDefaults.synthetic_routing,
+          "How --synthetic_weights route: random (nearly every token to the same experts) | "
+          "realistic (like a real model's decode: engine/model/synthetic_routing.md)");
 ABSL_FLAG(std::string, backend, kDefaults.backend, "Compute backend: auto | cpu | cuda");
 ABSL_FLAG(std::string, gpu_memory_budget, "0",
           "Device memory budget: bytes or with a unit (24GB, 512MiB); 0 = all resident");
@@ -300,6 +303,7 @@ const std::vector<OptionDef>& OptionDefs() {
                   return absl::OkStatus();
                 },
                 [](const ServerOptions& o) { return absl::StrCat(o.synthetic_seed); }},
+      VISMOE_STRING_OPTION(synthetic_routing),
       VISMOE_STRING_OPTION(backend),
       VISMOE_BYTES_OPTION(gpu_memory_budget),
       VISMOE_INT_OPTION(engine_threads),
@@ -500,6 +504,9 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
   if (o->model.empty()) return absl::InvalidArgumentError("option model: no model directory given");
   if (o->backend != "auto" && o->backend != "cpu" && o->backend != "cuda") {
     return BadValue("backend", o->backend, "expected auto, cpu or cuda");
+  }
+  if (o->synthetic_routing != "random" && o->synthetic_routing != "realistic") {
+    return BadValue("synthetic_routing", o->synthetic_routing, "expected random or realistic");
   }
   if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
   VISMOE_RETURN_IF_ERROR(RequireGrpcAddress("listen", o->listen));

@@ -29,6 +29,7 @@ struct ServerOptions {
   // benchmarks only; every output is meaningless.
   bool synthetic_weights = false;
   int64_t synthetic_seed = 0;      // >= 0
+  std::string synthetic_routing = "random";  // random | realistic
   std::string backend = "auto";    // auto | cpu | cuda
   int64_t gpu_memory_budget = 0;   // bytes; 0 = everything resident
   int engine_threads = 0;          // CPU kernel threads; 0 = all cores

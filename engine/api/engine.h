@@ -91,6 +91,10 @@ struct EngineOptions {
   // run are those of the real model.
   bool synthetic_weights = false;
   uint64_t synthetic_seed = 0;
+  // How they route (engine/model/synthetic_routing.h): "random" (nearly every
+  // token to the same experts) or "realistic" (each token's experts partly
+  // shared with its recent neighbours, like a real model's decode).
+  std::string synthetic_routing = "random";
 };
 
 struct ModelInfo {

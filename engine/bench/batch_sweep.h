@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/synthetic_routing.h"
 #include "engine/offload/offload_options.h"
 #include "nlohmann/json.hpp"
 
@@ -27,6 +28,7 @@ struct BatchSweepOptions {
   std::string model_path;
   bool synthetic_weights = false;
   uint64_t synthetic_seed = 0;
+  SyntheticRouting synthetic_routing = SyntheticRouting::kRandom;
   // The engine's memory plan: 0 = every expert resident (nothing copied);
   // else the budget less a KV cache of kv_cache_tokens, as the engine reserves.
   int64_t budget_bytes = 0;

@@ -5,7 +5,8 @@
 // --ablation adds the VisMMOE Table 4 rows (ablation.h), --micro the policy
 // micro benchmarks (micro.h), --micro_kernels the CPU matrix kernels
 // (kernel_micro.h), --batch_sizes the batch sweep (batch_sweep.h), --concurrency the
-// concurrency sweep (concurrency_sweep.h),
+// concurrency sweep (concurrency_sweep.h), --routing_stats the routing statistics
+// (routing_stats_run.h),
 // --device_op_timing the device time per op family (device_op_times.h).
 // Flags: bench_options.cc; README.md documents them.
 //
@@ -25,6 +26,7 @@
 #include "engine/bench/ablation.h"
 #include "engine/bench/batch_sweep.h"
 #include "engine/bench/concurrency_sweep.h"
+#include "engine/bench/routing_stats_run.h"
 #include "engine/bench/bench_options.h"
 #include "engine/bench/device_op_times.h"
 #include "engine/bench/kernel_micro.h"
@@ -85,6 +87,17 @@ int Main() {
     }
     concurrency = *std::move(rows);
   }
+  nlohmann::json routing_stats;
+  if (b.routing_stats) {
+    auto stats = RunRoutingStats(**engine, *requests,
+                                 static_cast<float>(b.routing_stats_temperature));
+    if (!stats.ok()) {
+      std::fprintf(stderr, "%s\n", stats.status().ToString().c_str());
+      return 1;
+    }
+    routing_stats = *std::move(stats);
+    std::fprintf(stderr, "%s", RoutingStatsTable(routing_stats).c_str());
+  }
   const std::string backend = (*engine)->info().backend;
   const int64_t peak_rss = PeakRssBytes();  // before the ablation engines load
   engine->reset();                          // free its memory before the ablation engines load
@@ -94,6 +107,7 @@ int Main() {
   nlohmann::json report = {
       {"model", b.engine.model_path},
       {"synthetic_weights", b.engine.synthetic_weights},
+      {"synthetic_routing", b.engine.synthetic_routing},
       {"backend", backend},
       {"budget_bytes", b.engine.gpu_memory_budget_bytes},
       {"pinned_layers_flag", b.engine.offload.pinned_layers},
@@ -117,6 +131,7 @@ int Main() {
   report.update(SummaryJson(*summary, expert_bytes, bw));
   report["device_op_timing"] = phases.Json();
   if (!concurrency.empty()) report["concurrency_sweep"] = ConcurrencyJson(concurrency);
+  if (!routing_stats.is_null()) report["routing_stats"] = routing_stats;
   if (b.engine.device_op_timing) std::fprintf(stderr, "%s", phases.Table().c_str());
 
   if (b.ablation) {
@@ -164,6 +179,7 @@ int Main() {
     so.model_path = b.engine.model_path;
     so.synthetic_weights = b.engine.synthetic_weights;
     so.synthetic_seed = b.engine.synthetic_seed;
+    so.synthetic_routing = *ParseSyntheticRouting(b.engine.synthetic_routing);  // checked by the flags
     so.budget_bytes = b.engine.gpu_memory_budget_bytes;
     so.pinned_layers = b.engine.offload.pinned_layers;
     so.offload = b.engine.offload;

@@ -13,12 +13,15 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/synthetic_routing.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint directory");
 ABSL_FLAG(bool, synthetic_weights, false,
           "seeded random BF16 weights of --model's config.json shapes instead of its safetensors "
           "(the directory needs only config.json + tokenizer files); outputs are meaningless");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of --synthetic_weights");
+ABSL_FLAG(std::string, synthetic_routing, "random",
+          "how --synthetic_weights route: random | realistic (engine/model/synthetic_routing.h)");
 ABSL_FLAG(std::string, budget, "0",
           "device memory budget in bytes (K/M/G suffix ok); 0 = all resident");
 ABSL_FLAG(int, pinned_layers, -1, "MoE layers in the pinned prefix; -1 = Eq. 10");
@@ -102,6 +105,11 @@ ABSL_FLAG(std::vector<std::string>, concurrency, {},
 ABSL_FLAG(bool, concurrency_same_prompt, false,
           "the concurrency sweep's streams all send the same prompt (default: each prefixed "
           "with its stream number)");
+ABSL_FLAG(bool, routing_stats, false,
+          "also run the request set once more and report the model's routing statistics "
+          "(next-token repeat, reuse distance, LRU and Belady hit ratios: routing_stats_run.h)");
+ABSL_FLAG(double, routing_stats_temperature, 1.0,
+          "sampling temperature of the --routing_stats run (seeded per request)");
 ABSL_FLAG(std::string, json_out, "", "also write the report here");
 ABSL_FLAG(bool, device_op_timing, false,
           "time each op family of every step with device events (CUDA): the report's "
@@ -143,6 +151,10 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   if (e.model_path.empty()) return absl::InvalidArgumentError("--model is required");
   e.synthetic_weights = absl::GetFlag(FLAGS_synthetic_weights);
   e.synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed);
+  e.synthetic_routing = absl::GetFlag(FLAGS_synthetic_routing);
+  if (const auto routing = ParseSyntheticRouting(e.synthetic_routing); !routing.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--synthetic_routing: ", routing.status().message()));
+  }
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
   e.device_op_timing = absl::GetFlag(FLAGS_device_op_timing);
@@ -291,6 +303,12 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     b.concurrency.push_back(n);
   }
   b.concurrency_same_prompt = absl::GetFlag(FLAGS_concurrency_same_prompt);
+  b.routing_stats = absl::GetFlag(FLAGS_routing_stats);
+  b.routing_stats_temperature = absl::GetFlag(FLAGS_routing_stats_temperature);
+  if (!(b.routing_stats_temperature >= 0) || b.routing_stats_temperature > 100) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--routing_stats_temperature=", b.routing_stats_temperature, ": must be in [0, 100]"));
+  }
   b.batch_prompt_tokens = absl::GetFlag(FLAGS_batch_prompt_tokens);
   b.batch_decode_steps = absl::GetFlag(FLAGS_batch_decode_steps);
   if (b.batch_prompt_tokens < 1 || b.batch_decode_steps < 1) {

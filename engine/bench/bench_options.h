@@ -39,6 +39,8 @@ struct BenchOptions {
   std::vector<int> batch_sizes;
   std::vector<int> concurrency;  // stream counts of the concurrency sweep
   bool concurrency_same_prompt = false;
+  bool routing_stats = false;
+  double routing_stats_temperature = 1.0;
   int batch_prompt_tokens = 32;
   int batch_decode_steps = 16;
 

@@ -27,6 +27,7 @@
 #include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_routing.h"
 
 namespace vismoe {
 
@@ -42,12 +43,13 @@ struct SyntheticSizes {
 absl::StatusOr<SyntheticSizes> MeasureSynthetic(const ModelConfig& config);
 
 // Allocates every tensor of ExpectedTensors(config) in one block and fills it
-// (on `pool` when non-null). The Checkpoint's dir() is `label`. Logs the total
+// (on `pool` when non-null), then with kRealistic routing shapes it
+// (synthetic_routing.h). The Checkpoint's dir() is `label`. Logs the total
 // bytes. ResourceExhausted when the block exceeds physical memory or cannot be
 // allocated; InvalidArgument for a bad config.
-absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(const ModelConfig& config,
-                                                                 uint64_t seed, ThreadPool* pool,
-                                                                 const std::string& label);
+absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(
+    const ModelConfig& config, uint64_t seed, ThreadPool* pool, const std::string& label,
+    SyntheticRouting routing = SyntheticRouting::kRandom);
 
 }  // namespace vismoe
 

@@ -274,9 +274,11 @@ absl::Status LocalEngine::LoadFiles() {
   }
   pool_ = std::make_unique<ThreadPool>(options_.num_threads);
   if (options_.synthetic_weights) {
+    VISMOE_ASSIGN_OR_RETURN(const SyntheticRouting routing,
+                            ParseSyntheticRouting(options_.synthetic_routing));
     VISMOE_ASSIGN_OR_RETURN(checkpoint_,
                             SynthesizeCheckpoint(config_, options_.synthetic_seed, pool_.get(),
-                                                 absl::StrCat("synthetic:", dir)));
+                                                 absl::StrCat("synthetic:", dir), routing));
   } else {
     VISMOE_ASSIGN_OR_RETURN(checkpoint_, Checkpoint::Open(dir));
   }

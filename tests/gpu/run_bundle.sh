@@ -16,10 +16,14 @@
 #   tests/gpu/run_bundle.sh bench 24G [1 4]        the CUDA benchmark of the
 #       Qwen3-VL-30B-A3B-shaped synthetic model at one budget (0 = all resident), per image
 #       count (VISMOE_HOST_EXPERTS=mapped|packed: --host_experts; default auto;
+#       VISMOE_SYNTHETIC_ROUTING=realistic: --synthetic_routing;
 #       VISMOE_BENCH=base: the baseline build, bin/vismoe-bench-lite-base)
 #   tests/gpu/run_bundle.sh streams                batched decode: the 30B shape all resident,
 #       one text request from 1 and 8 concurrent streams (--concurrency), the same prompt
 #       from every stream and one prompt per stream
+#   tests/gpu/run_bundle.sh realistic              the 30B shape with routing-realistic
+#       synthetic weights: all resident with --routing_stats (the model's own next-token
+#       repeat, reuse distance, LRU/Belady hit ratios), then at 24G and 40G (about 4 minutes)
 #   tests/gpu/run_bundle.sh profile                device time per op family
 #       (--device_op_timing) of the VQA model and of the 30B shape all resident
 #       (VISMOE_PROFILE_30B=0: not the 30B shape), and each kernel's time under ncu
@@ -42,9 +46,9 @@ mkdir -p "$OUT"
 what=${1:-}
 shift || true
 case "$what" in
-  all | kernels | tests | vqa | bench | streams | profile | ncu | ncu30b | accelerate) ;;
+  all | kernels | tests | vqa | bench | streams | realistic | profile | ncu | ncu30b | accelerate) ;;
   *)
-    echo "usage: $0 all | kernels | tests | vqa | bench BUDGET [IMAGES...] | streams | profile |" \
+    echo "usage: $0 all | kernels | tests | vqa | bench BUDGET [IMAGES...] | streams | realistic | profile |" \
       "ncu | ncu30b | accelerate MAX_GPU_MEMORY IMAGES [TOKENS]" >&2
     exit 2
     ;;
@@ -119,6 +123,7 @@ bench30b() {  # NAME BUDGET IMAGES [flags...]
   bench "$name" --model="$model30b" --synthetic_weights --backend="$backend" --budget="$budget" \
     --synthetic_images="$images" --max_new_tokens=128 \
     ${VISMOE_HOST_EXPERTS:+--host_experts=$VISMOE_HOST_EXPERTS} \
+    ${VISMOE_SYNTHETIC_ROUTING:+--synthetic_routing=$VISMOE_SYNTHETIC_ROUTING} \
     --prefetch=router-lookahead --eviction=guarded --max_context_tokens=8192 \
     --prompt="Describe the images in detail." "$@"
 }
@@ -214,6 +219,15 @@ case "$what" in
   ncu) run_ncu ;;
   ncu30b) ncu_30b ;;
   streams) run_streams ;;
+  realistic)
+    # Routing-realistic synthetic weights (engine/model/synthetic_routing.md): the model's
+    # own routing statistics all resident, then the offload figures at 24 and 40 GiB.
+    export VISMOE_SYNTHETIC_ROUTING=realistic
+    bench30b 30b-0-1img-realistic 0 1 --routing_stats
+    grep -A4 "routing statistics" "$work/30b-0-1img-realistic.log" | tee -a "$summary"
+    bench30b 30b-24G-1img-realistic 24G 1
+    bench30b 30b-40G-1img-realistic 40G 1
+    ;;
   vqa) run_vqa ;;
   profile) run_profile ;;
   bench)

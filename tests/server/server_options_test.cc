@@ -148,6 +148,9 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.backend = "tpu";
   fails(o, "backend");
   o = base;
+  o.synthetic_routing = "zipf";
+  fails(o, "option synthetic_routing");
+  o = base;
   o.api_key = "a";
   o.api_key_file = "/f";
   fails(o, "mutually exclusive");

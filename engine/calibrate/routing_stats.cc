@@ -1,0 +1,188 @@
+#include "engine/calibrate/routing_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <list>
+#include <unordered_map>
+
+namespace vismoe {
+namespace {
+
+struct Sums {
+  double repeat = 0;
+  int64_t repeat_tokens = 0;
+  std::vector<int64_t> distances;  // finite reuse distances
+  int64_t selections = 0;
+  int64_t first_uses = 0;
+  double distinct = 0;
+  int64_t windows = 0;
+};
+
+void AddRepeatAndReuse(const LayerSequence& seq, int num_experts, int window, Sums* s) {
+  std::vector<int64_t> last(num_experts, -1);
+  for (size_t t = 0; t < seq.size(); ++t) {
+    for (int e : seq[t]) {
+      ++s->selections;
+      if (last[e] < 0) {
+        ++s->first_uses;
+      } else {
+        s->distances.push_back(static_cast<int64_t>(t) - last[e]);
+      }
+    }
+    if (t > 0) {
+      int common = 0;
+      for (int e : seq[t]) common += std::count(seq[t - 1].begin(), seq[t - 1].end(), e) > 0;
+      s->repeat += static_cast<double>(common) / std::max<size_t>(seq[t].size(), 1);
+      ++s->repeat_tokens;
+    }
+    for (int e : seq[t]) last[e] = static_cast<int64_t>(t);
+  }
+  for (size_t w = 0; w + window <= seq.size(); w += window) {
+    std::vector<char> seen(num_experts, 0);
+    int distinct = 0;
+    for (size_t t = w; t < w + window; ++t) {
+      for (int e : seq[t]) distinct += !seen[e], seen[e] = 1;
+    }
+    s->distinct += distinct;
+    ++s->windows;
+  }
+}
+
+struct HitCount {
+  int64_t hits = 0, queries = 0, warm_hits = 0, warm_queries = 0;
+};
+
+// LRU over one sequence: a token's experts are all looked up, then all
+// inserted (a token needs its k experts at once).
+void Lru(const LayerSequence& seq, int64_t capacity, int warmup, HitCount* c) {
+  std::list<int> order;  // most recent first
+  std::unordered_map<int, std::list<int>::iterator> where;
+  for (size_t t = 0; t < seq.size(); ++t) {
+    const bool warm = static_cast<int>(t) < warmup;
+    for (int e : seq[t]) {
+      auto it = where.find(e);
+      const bool hit = it != where.end();
+      (warm ? c->warm_hits : c->hits) += hit;
+      ++(warm ? c->warm_queries : c->queries);
+      if (hit) order.erase(it->second);
+      order.push_front(e);
+      where[e] = order.begin();
+    }
+    while (static_cast<int64_t>(order.size()) > std::max<int64_t>(capacity, 1)) {
+      where.erase(order.back());
+      order.pop_back();
+    }
+  }
+}
+
+// Belady: on overflow evict the cached expert whose next use is furthest
+// (never = infinitely far); the token's own experts are never the victims.
+void Belady(const LayerSequence& seq, int64_t capacity, int num_experts, int warmup, HitCount* c) {
+  // next_use[t][j]: the next token after t that selects seq[t][j].
+  std::vector<int64_t> next_of(num_experts, INT64_MAX);
+  std::vector<std::vector<int64_t>> next_use(seq.size());
+  for (size_t t = seq.size(); t-- > 0;) {
+    next_use[t].resize(seq[t].size());
+    for (size_t j = 0; j < seq[t].size(); ++j) next_use[t][j] = next_of[seq[t][j]];
+    for (int e : seq[t]) next_of[e] = static_cast<int64_t>(t);
+  }
+  std::unordered_map<int, int64_t> cached;  // expert -> its next use
+  for (size_t t = 0; t < seq.size(); ++t) {
+    const bool warm = static_cast<int>(t) < warmup;
+    for (size_t j = 0; j < seq[t].size(); ++j) {
+      const int e = seq[t][j];
+      const bool hit = cached.count(e) > 0;
+      (warm ? c->warm_hits : c->hits) += hit;
+      ++(warm ? c->warm_queries : c->queries);
+      cached[e] = next_use[t][j];
+    }
+    while (static_cast<int64_t>(cached.size()) > std::max<int64_t>(capacity, 1)) {
+      auto victim = cached.end();
+      for (auto it = cached.begin(); it != cached.end(); ++it) {
+        const bool own = std::count(seq[t].begin(), seq[t].end(), it->first) > 0;
+        if (own) continue;
+        if (victim == cached.end() || it->second > victim->second ||
+            (it->second == victim->second && it->first < victim->first)) {
+          victim = it;
+        }
+      }
+      if (victim == cached.end()) break;  // capacity below top_k: keep the token's own
+      cached.erase(victim);
+    }
+  }
+}
+
+double Share(int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / den : 0.0; }
+
+}  // namespace
+
+void RoutingStatsRecorder::OnRouting(Phase phase, int layer, const float* /*hidden*/,
+                                     const RouterResult& routing) {
+  std::vector<LayerSequence>& by_layer = phase == Phase::kDecode ? decode_ : prefill_;
+  if (layer < 0) return;
+  if (static_cast<size_t>(layer) >= by_layer.size()) by_layer.resize(layer + 1);
+  for (int64_t t = 0; t < routing.n; ++t) {
+    const auto* row = routing.experts.data() + t * routing.top_k;
+    by_layer[layer].emplace_back(row, row + routing.top_k);
+  }
+}
+
+RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequences,
+                                 const RoutingStatsOptions& o) {
+  RoutingStats out;
+  Sums sums;
+  std::vector<HitCount> lru(o.cache_fractions.size()), belady(o.cache_fractions.size());
+  for (const LayerSequence* seq : sequences) {
+    if (seq == nullptr || seq->size() < 2) continue;
+    ++out.sequences;
+    out.tokens += static_cast<int64_t>(seq->size());
+    AddRepeatAndReuse(*seq, o.num_experts, o.spread_window, &sums);
+    for (size_t i = 0; i < o.cache_fractions.size(); ++i) {
+      const auto capacity = static_cast<int64_t>(std::lround(o.cache_fractions[i] * o.num_experts));
+      Lru(*seq, capacity, o.warmup_tokens, &lru[i]);
+      Belady(*seq, capacity, o.num_experts, o.warmup_tokens, &belady[i]);
+    }
+  }
+  out.next_token_repeat = sums.repeat_tokens > 0 ? sums.repeat / sums.repeat_tokens : 0;
+  std::vector<int64_t>& d = sums.distances;
+  if (!d.empty()) {
+    std::sort(d.begin(), d.end());
+    out.reuse_median = static_cast<double>(d[d.size() / 2]);
+    out.reuse_within_1 = Share(std::upper_bound(d.begin(), d.end(), 1) - d.begin(), d.size());
+    out.reuse_within_8 = Share(std::upper_bound(d.begin(), d.end(), 8) - d.begin(), d.size());
+  }
+  out.first_use_share = Share(sums.first_uses, sums.selections);
+  out.distinct_per_window = sums.windows > 0 ? sums.distinct / sums.windows : 0;
+  for (size_t i = 0; i < o.cache_fractions.size(); ++i) {
+    CacheHits c;
+    c.fraction = o.cache_fractions[i];
+    c.capacity = std::lround(o.cache_fractions[i] * o.num_experts);
+    c.lru_hit = Share(lru[i].hits, lru[i].queries);
+    c.lru_warmup_hit = Share(lru[i].warm_hits, lru[i].warm_queries);
+    c.belady_hit = Share(belady[i].hits, belady[i].queries);
+    out.cache.push_back(c);
+  }
+  return out;
+}
+
+nlohmann::json RoutingStatsJson(const RoutingStats& s) {
+  nlohmann::json cache = nlohmann::json::array();
+  for (const CacheHits& c : s.cache) {
+    cache.push_back({{"fraction", c.fraction},
+                     {"capacity", c.capacity},
+                     {"lru_hit", c.lru_hit},
+                     {"lru_warmup_hit", c.lru_warmup_hit},
+                     {"belady_hit", c.belady_hit}});
+  }
+  return {{"sequences", s.sequences},
+          {"tokens", s.tokens},
+          {"next_token_repeat", s.next_token_repeat},
+          {"reuse_median", s.reuse_median},
+          {"reuse_within_1", s.reuse_within_1},
+          {"reuse_within_8", s.reuse_within_8},
+          {"first_use_share", s.first_use_share},
+          {"distinct_per_window", s.distinct_per_window},
+          {"cache", cache}};
+}
+
+}  // namespace vismoe
