@@ -14,7 +14,8 @@ namespace {
 
 constexpr char kLineFormat[] =
     "expected {\"prompt\": string, \"max_new_tokens\": int >= 1 (optional), "
-    "\"images\": [path, ...] (optional)}";
+    "\"images\": [path, ...] (optional), \"temperature\": number in [0, 100] (optional), "
+    "\"seed\": int >= 0 (optional)}";
 
 absl::StatusOr<BenchRequest> ParseLine(const std::string& line, const std::filesystem::path& dir,
                                        int default_max_new_tokens) {
@@ -33,6 +34,21 @@ absl::StatusOr<BenchRequest> ParseLine(const std::string& line, const std::files
           absl::StrCat("\"max_new_tokens\" is ", m.dump(), "; ", kLineFormat));
     }
     r.max_new_tokens = m.get<int>();
+  }
+  if (j.contains("temperature")) {
+    const nlohmann::json& t = j["temperature"];
+    if (!t.is_number() || !(t.get<double>() >= 0) || t.get<double>() > 100) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"temperature\" is ", t.dump(), "; ", kLineFormat));
+    }
+    r.temperature = t.get<float>();
+  }
+  if (j.contains("seed")) {
+    const nlohmann::json& s = j["seed"];
+    if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("\"seed\" is ", s.dump(), "; ", kLineFormat));
+    }
+    r.seed = s.get<uint64_t>();
   }
   if (j.contains("images")) {
     const nlohmann::json& images = j["images"];
@@ -76,6 +92,8 @@ GenerateRequest BenchRequest::ToGenerateRequest() const {
   req.messages.push_back(std::move(m));
   req.images = images;
   req.sampling.max_new_tokens = max_new_tokens;
+  req.sampling.temperature = temperature;
+  req.sampling.seed = seed;
   return req;
 }
 

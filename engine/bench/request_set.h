@@ -1,6 +1,7 @@
 // The request set of a vismoe-bench run: from a JSONL file, one request per
 // line,
-//   {"prompt": "...", "max_new_tokens": N (optional), "images": ["a.jpg", ...] (optional)}
+//   {"prompt": "...", "max_new_tokens": N, "images": ["a.jpg", ...], "temperature": T, "seed": S}
+// (all but the prompt optional; greedy by default)
 // with image paths relative to the JSONL file's directory (absolute ones as
 // given), or the single --prompt / --image request. Image files are read as
 // raw bytes and decoded here (OpenCV, converted to RGB the way the server's
@@ -20,6 +21,8 @@ namespace vismoe::bench {
 struct BenchRequest {
   std::string prompt;
   int max_new_tokens = 32;
+  float temperature = 0.0f;  // 0 = greedy
+  uint64_t seed = 0;
   std::vector<std::string> image_paths;  // resolved paths, for the report
   std::vector<RgbImage> images;          // decoded, same order
 

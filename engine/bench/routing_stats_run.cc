@@ -13,6 +13,7 @@ absl::StatusOr<nlohmann::json> RunRoutingStats(Engine& engine,
                                                float temperature) {
   std::vector<std::unique_ptr<RoutingStatsRecorder>> recorders;
   std::vector<const LayerSequence*> decode, prefill_text, prefill_image;
+  std::vector<std::vector<const LayerSequence*>> decode_requests, text_requests, image_requests;
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerateRequest req = requests[i].ToGenerateRequest();
     req.sampling.temperature = temperature;
@@ -26,43 +27,53 @@ absl::StatusOr<nlohmann::json> RunRoutingStats(Engine& engine,
                           absl::StrCat("routing stats, request ", i, ": ", r.status().message()));
     }
     const RoutingStatsRecorder& rec = *recorders.back();
-    for (const LayerSequence& s : rec.decode()) decode.push_back(&s);
+    decode_requests.emplace_back();
+    for (const LayerSequence& s : rec.decode()) {
+      decode.push_back(&s);
+      decode_requests.back().push_back(&s);
+    }
+    auto& prefill = requests[i].images.empty() ? prefill_text : prefill_image;
+    auto& prefill_requests = requests[i].images.empty() ? text_requests : image_requests;
+    prefill_requests.emplace_back();
     for (const LayerSequence& s : rec.prefill()) {
-      (requests[i].images.empty() ? prefill_text : prefill_image).push_back(&s);
+      prefill.push_back(&s);
+      prefill_requests.back().push_back(&s);
     }
   }
   RoutingStatsOptions o;
   o.num_experts = engine.info().num_experts;
   nlohmann::json out = {{"temperature", temperature}};
-  auto add = [&](const char* name, const std::vector<const LayerSequence*>& seqs) {
-    const RoutingStats s = ComputeRoutingStats(seqs, o);
+  auto add = [&](const char* name, const std::vector<const LayerSequence*>& seqs,
+                 const std::vector<std::vector<const LayerSequence*>>& by_request) {
+    const RoutingStats s = ComputeRoutingStats(seqs, o, by_request);
     if (s.sequences > 0) out[name] = RoutingStatsJson(s);
   };
-  add("decode", decode);
-  add("prefill_text", prefill_text);
-  add("prefill_image", prefill_image);
+  add("decode", decode, decode_requests);
+  add("prefill_text", prefill_text, text_requests);
+  add("prefill_image", prefill_image, image_requests);
   return out;
 }
 
 std::string RoutingStatsTable(const nlohmann::json& stats) {
   std::string out = absl::StrFormat(
       "routing statistics (temperature %.2f)   repeat  reuse med  <=1    <=8    LRU@40%%  "
-      "warm-up  Belady@40%%  distinct/64\n",
+      "warm-up  Belady@40%%  distinct/64  shared LRU/Belady@40%%\n",
       stats.value("temperature", 0.0));
   for (const char* part : {"decode", "prefill_text", "prefill_image"}) {
     if (!stats.contains(part)) continue;
     const nlohmann::json& s = stats[part];
-    double lru = 0, warm = 0, belady = 0;
+    double lru = 0, warm = 0, belady = 0, shared_lru = 0, shared_belady = 0;
     for (const auto& c : s["cache"]) {
       if (std::abs(c["fraction"].get<double>() - 0.4) < 1e-9) {
         lru = c["lru_hit"], warm = c["lru_warmup_hit"], belady = c["belady_hit"];
+        shared_lru = c["shared_lru_hit"], shared_belady = c["shared_belady_hit"];
       }
     }
-    absl::StrAppendFormat(&out, "  %-38s %6.3f  %9.1f  %5.3f  %5.3f  %7.3f  %7.3f  %10.3f  %11.1f\n",
-                          part, s["next_token_repeat"].get<double>(),
-                          s["reuse_median"].get<double>(), s["reuse_within_1"].get<double>(),
-                          s["reuse_within_8"].get<double>(), lru, warm, belady,
-                          s["distinct_per_window"].get<double>());
+    absl::StrAppendFormat(
+        &out, "  %-38s %6.3f  %9.1f  %5.3f  %5.3f  %7.3f  %7.3f  %10.3f  %11.1f  %5.3f/%5.3f\n",
+        part, s["next_token_repeat"].get<double>(), s["reuse_median"].get<double>(),
+        s["reuse_within_1"].get<double>(), s["reuse_within_8"].get<double>(), lru, warm, belady,
+        s["distinct_per_window"].get<double>(), shared_lru, shared_belady);
   }
   return out;
 }

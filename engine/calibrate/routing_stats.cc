@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <list>
+#include <set>
 #include <unordered_map>
 
 namespace vismoe {
@@ -112,6 +113,75 @@ void Belady(const LayerSequence& seq, int64_t capacity, int num_experts, int war
   }
 }
 
+// One request's lookups in execution order: per token, each layer's experts
+// as keys layer * E + e. Tokens past a layer's sequence end are skipped.
+std::vector<std::vector<int64_t>> Interleave(const std::vector<const LayerSequence*>& layers,
+                                             int num_experts) {
+  size_t tokens = 0;
+  for (const LayerSequence* l : layers) tokens = std::max(tokens, l != nullptr ? l->size() : 0);
+  std::vector<std::vector<int64_t>> out(tokens);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l] == nullptr || t >= layers[l]->size()) continue;
+      for (int e : (*layers[l])[t]) out[t].push_back(static_cast<int64_t>(l) * num_experts + e);
+    }
+  }
+  return out;
+}
+
+// LRU and Belady over keyed lookups grouped by token (a token's lookups come
+// from all layers: each key is inserted as it is looked up, and evictions
+// spare only the key just inserted).
+void SharedCaches(const std::vector<std::vector<int64_t>>& tokens, int64_t capacity, int warmup,
+                  HitCount* lru, HitCount* belady) {
+  capacity = std::max<int64_t>(capacity, 1);
+  std::list<int64_t> order;
+  std::unordered_map<int64_t, std::list<int64_t>::iterator> where;
+  // Belady: next use of each lookup, then a set ordered by next use.
+  std::vector<int64_t> flat;
+  std::vector<int> token_of;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    for (int64_t k : tokens[t]) flat.push_back(k), token_of.push_back(static_cast<int>(t));
+  }
+  std::vector<int64_t> next(flat.size());
+  std::unordered_map<int64_t, int64_t> seen;
+  for (size_t i = flat.size(); i-- > 0;) {
+    auto it = seen.find(flat[i]);
+    next[i] = it == seen.end() ? INT64_MAX : it->second;
+    seen[flat[i]] = static_cast<int64_t>(i);
+  }
+  std::set<std::pair<int64_t, int64_t>> by_next;  // (next use, key)
+  std::unordered_map<int64_t, int64_t> cached;    // key -> its next use
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const int64_t k = flat[i];
+    const bool warm = token_of[i] < warmup;
+    auto it = where.find(k);
+    const bool lru_hit = it != where.end();
+    (warm ? lru->warm_hits : lru->hits) += lru_hit;
+    ++(warm ? lru->warm_queries : lru->queries);
+    if (lru_hit) order.erase(it->second);
+    order.push_front(k);
+    where[k] = order.begin();
+    if (static_cast<int64_t>(order.size()) > capacity) {
+      where.erase(order.back());
+      order.pop_back();
+    }
+    auto c = cached.find(k);
+    const bool bel_hit = c != cached.end();
+    (warm ? belady->warm_hits : belady->hits) += bel_hit;
+    ++(warm ? belady->warm_queries : belady->queries);
+    if (bel_hit) by_next.erase({c->second, k});
+    cached[k] = next[i];
+    by_next.insert({next[i], k});
+    if (static_cast<int64_t>(cached.size()) > capacity) {
+      auto victim = std::prev(by_next.end());
+      if (victim->second == k) victim = std::prev(victim);
+      cached.erase(victim->second);
+      by_next.erase(victim);
+    }
+  }
+}
+
 double Share(int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / den : 0.0; }
 
 }  // namespace
@@ -127,8 +197,9 @@ void RoutingStatsRecorder::OnRouting(Phase phase, int layer, const float* /*hidd
   }
 }
 
-RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequences,
-                                 const RoutingStatsOptions& o) {
+RoutingStats ComputeRoutingStats(
+    const std::vector<const LayerSequence*>& sequences, const RoutingStatsOptions& o,
+    const std::vector<std::vector<const LayerSequence*>>& requests) {
   RoutingStats out;
   Sums sums;
   std::vector<HitCount> lru(o.cache_fractions.size()), belady(o.cache_fractions.size());
@@ -141,6 +212,18 @@ RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequen
       const auto capacity = static_cast<int64_t>(std::lround(o.cache_fractions[i] * o.num_experts));
       Lru(*seq, capacity, o.warmup_tokens, &lru[i]);
       Belady(*seq, capacity, o.num_experts, o.warmup_tokens, &belady[i]);
+    }
+  }
+  std::vector<HitCount> shared_lru(o.cache_fractions.size()),
+      shared_belady(o.cache_fractions.size());
+  for (const auto& layers : requests) {
+    const std::vector<std::vector<int64_t>> tokens = Interleave(layers, o.num_experts);
+    int64_t moe_layers = 0;
+    for (const LayerSequence* l : layers) moe_layers += l != nullptr && !l->empty();
+    for (size_t i = 0; i < o.cache_fractions.size(); ++i) {
+      const auto capacity = static_cast<int64_t>(
+          std::lround(o.cache_fractions[i] * static_cast<double>(moe_layers * o.num_experts)));
+      SharedCaches(tokens, capacity, o.warmup_tokens, &shared_lru[i], &shared_belady[i]);
     }
   }
   out.next_token_repeat = sums.repeat_tokens > 0 ? sums.repeat / sums.repeat_tokens : 0;
@@ -160,6 +243,8 @@ RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequen
     c.lru_hit = Share(lru[i].hits, lru[i].queries);
     c.lru_warmup_hit = Share(lru[i].warm_hits, lru[i].warm_queries);
     c.belady_hit = Share(belady[i].hits, belady[i].queries);
+    c.shared_lru_hit = Share(shared_lru[i].hits, shared_lru[i].queries);
+    c.shared_belady_hit = Share(shared_belady[i].hits, shared_belady[i].queries);
     out.cache.push_back(c);
   }
   return out;
@@ -172,7 +257,9 @@ nlohmann::json RoutingStatsJson(const RoutingStats& s) {
                      {"capacity", c.capacity},
                      {"lru_hit", c.lru_hit},
                      {"lru_warmup_hit", c.lru_warmup_hit},
-                     {"belady_hit", c.belady_hit}});
+                     {"belady_hit", c.belady_hit},
+                     {"shared_lru_hit", c.shared_lru_hit},
+                     {"shared_belady_hit", c.shared_belady_hit}});
   }
   return {{"sequences", s.sequences},
           {"tokens", s.tokens},

@@ -10,6 +10,9 @@
 //    warm-up and during it (90.0-95.3% at 40% after 64 tokens published);
 //  - Belady's hit ratio at the same size: the clairvoyant ceiling of any
 //    eviction policy on the same trace;
+//  - the same two for one cache shared by every layer (the engine's slab
+//    cache), fed in execution order (token by token, layer by layer), sized as
+//    the same share of all the layers' experts;
 //  - spread: distinct experts per window of 64 tokens (visual tokens spread
 //    wider than text ones in the VisMMOE paper's Figure 3).
 // RoutingStatsRecorder collects the token sequences (an observer of the
@@ -58,6 +61,10 @@ struct CacheHits {
   double lru_hit = 0;         // after the warm-up
   double lru_warmup_hit = 0;  // over the warm-up tokens
   double belady_hit = 0;      // after the warm-up, clairvoyant eviction
+  // One cache of fraction x (layers x experts) slots for all layers of a
+  // request, after the warm-up (0 without ComputeRoutingStats' `requests`).
+  double shared_lru_hit = 0;
+  double shared_belady_hit = 0;
 };
 
 struct RoutingStats {
@@ -73,10 +80,13 @@ struct RoutingStats {
 };
 
 // Statistics over every sequence (each a layer of one request); sequences
-// shorter than 2 tokens count for nothing.
+// shorter than 2 tokens count for nothing. `requests`, when given, groups the
+// same sequences by request (each request's layers in execution order) for
+// the shared-cache figures.
 // REQUIRES: options.num_experts > 0; every id in [0, num_experts).
-RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequences,
-                                 const RoutingStatsOptions& options);
+RoutingStats ComputeRoutingStats(
+    const std::vector<const LayerSequence*>& sequences, const RoutingStatsOptions& options,
+    const std::vector<std::vector<const LayerSequence*>>& requests = {});
 
 nlohmann::json RoutingStatsJson(const RoutingStats& stats);
 

@@ -342,6 +342,41 @@ TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
   EXPECT_NE(bad.log.find("--concurrency"), std::string::npos) << bad.log;
 }
 
+// --routing_stats: the model's own routing, decode and text prefill apart,
+// every figure a share in [0, 1] and the cache rows at 10-60%; a sampled,
+// seeded request set decodes the same tokens twice.
+TEST(VismoeBenchE2eTest, RoutingStatsReportTheModelsOwnRouting) {
+  const std::string sampled = WriteJsonl(
+      "bench_sampled", {R"({"prompt": "Tell a story.", "temperature": 1.0, "seed": 5, "max_new_tokens": 12})"});
+  const BenchRun run =
+      RunBench("vismoe_bench_routing_stats", {"--requests=" + sampled, "--repeat=2", "--routing_stats"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& per = run.report["per_request"];
+  ASSERT_EQ(per.size(), 2u);
+  EXPECT_EQ(per[0]["token_ids"], per[1]["token_ids"]) << "same seed, same tokens";
+  const nlohmann::json& rs = run.report["routing_stats"];
+  ASSERT_TRUE(rs.is_object()) << run.log;
+  EXPECT_DOUBLE_EQ(rs["temperature"].get<double>(), 1.0);
+  for (const char* part : {"decode", "prefill_text"}) {
+    ASSERT_TRUE(rs.contains(part)) << rs.dump();
+    const nlohmann::json& s = rs[part];
+    EXPECT_GT(s["sequences"].get<int64_t>(), 0);
+    for (const char* share : {"next_token_repeat", "reuse_within_1", "reuse_within_8"}) {
+      EXPECT_GE(s[share].get<double>(), 0.0) << part << " " << share;
+      EXPECT_LE(s[share].get<double>(), 1.0) << part << " " << share;
+    }
+    ASSERT_EQ(s["cache"].size(), 6u);
+    for (const auto& c : s["cache"]) {
+      for (const char* hit : {"lru_hit", "belady_hit", "shared_lru_hit", "shared_belady_hit"}) {
+        EXPECT_GE(c[hit].get<double>(), 0.0) << c.dump();
+        EXPECT_LE(c[hit].get<double>(), 1.0) << c.dump();
+      }
+    }
+  }
+  EXPECT_FALSE(rs.contains("prefill_image"));
+  EXPECT_NE(run.log.find("routing statistics"), std::string::npos) << run.log;
+}
+
 // --synthetic_weights on the scaled "mid" config, whose directory holds no
 // safetensors: the run offloads, and expert_bytes is the config's (3 x 512 x 256 BF16).
 TEST(VismoeBenchE2eTest, SyntheticWeightsRunOnAConfigOnlyDirectory) {
@@ -391,6 +426,12 @@ TEST(VismoeBenchE2eTest, BadRequestSetExitsTwoNamingFileAndLine) {
   run = RunBench("vismoe_bench_bad_images", {"--requests=" + bad_images});
   EXPECT_EQ(run.rc, 2) << run.log;
   EXPECT_NE(run.log.find(bad_images + ":1: "), std::string::npos) << run.log;
+
+  const std::string bad_temperature =
+      WriteJsonl("bench_bad_temperature", {R"({"prompt": "hot", "temperature": -1})"});
+  run = RunBench("vismoe_bench_bad_temperature", {"--requests=" + bad_temperature});
+  EXPECT_EQ(run.rc, 2) << run.log;
+  EXPECT_NE(run.log.find(bad_temperature + ":1: \"temperature\""), std::string::npos) << run.log;
 
   run = RunBench("vismoe_bench_missing_flag_image",
                  {"--image=" + ::testing::TempDir() + "/absent.png"});

@@ -51,6 +51,26 @@ TEST(RoutingStatsTest, BeladyHoldsWhatLruCyclesOut) {
   EXPECT_DOUBLE_EQ(s.reuse_median, 3.0);
 }
 
+// One cache for both layers lends layer B the slots layer A does not need:
+// A uses expert 0 only, B cycles 0 1 2 (E = 4, half the experts cached). Per
+// layer (2 slots) LRU cycles B out; shared (4 slots) B fits after its first
+// cycle: hits 5 + 0 against 5 + 3 of 12 lookups.
+TEST(RoutingStatsTest, SharedCacheLendsIdleSlots) {
+  const LayerSequence a = {{0}, {0}, {0}, {0}, {0}, {0}};
+  const LayerSequence b = {{0}, {1}, {2}, {0}, {1}, {2}};
+  RoutingStatsOptions o;
+  o.num_experts = 4;
+  o.cache_fractions = {0.5};
+  o.warmup_tokens = 0;
+  const RoutingStats s = ComputeRoutingStats({&a, &b}, o, {{&a, &b}});
+  ASSERT_EQ(s.cache.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.cache[0].lru_hit, 5.0 / 12.0);
+  EXPECT_DOUBLE_EQ(s.cache[0].shared_lru_hit, 8.0 / 12.0);
+  EXPECT_DOUBLE_EQ(s.cache[0].shared_belady_hit, 8.0 / 12.0);
+  // Without the per-request grouping there are no shared figures.
+  EXPECT_DOUBLE_EQ(ComputeRoutingStats({&a, &b}, o).cache[0].shared_lru_hit, 0.0);
+}
+
 TEST(RoutingStatsTest, ShortSequencesCountForNothing) {
   const LayerSequence one = {{0, 1}};
   RoutingStatsOptions o;
