@@ -4,6 +4,7 @@
 #include <deque>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "engine/backends/cpu/cpu_decoder_ops.h"
 #include "engine/core/status_macros.h"
@@ -567,11 +568,22 @@ absl::Status Qwen3VlMoeModel::ForwardBatch(absl::Span<const DecoderBatchEntry> b
   in.deepstack = b.deepstack;
   in.sequences = b.sequences;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<DecoderStep> step, ops_->BeginStep(in));
-  const DecoderInput& first = *batch[0].input;
+  // The step stops as soon as every entry wants to (between layers, or in a
+  // wait for an expert's copy); while one entry still wants its answer, the
+  // others are dropped between steps instead.
+  const bool interruptible = std::all_of(batch.begin(), batch.end(), [](const DecoderBatchEntry& e) {
+    return static_cast<bool>(e.input->is_cancelled);
+  });
+  auto all_cancelled = [batch] {
+    return std::all_of(batch.begin(), batch.end(),
+                       [](const DecoderBatchEntry& e) { return e.input->is_cancelled(); });
+  };
+  if (interruptible) experts->SetStepInterrupt(all_cancelled);
+  const absl::Cleanup clear_interrupt = [&] {
+    if (interruptible) experts->SetStepInterrupt(nullptr);
+  };
   for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
-    if (batch.size() == 1 && first.is_cancelled && first.is_cancelled()) {
-      return absl::CancelledError("cancelled");
-    }
+    if (interruptible && all_cancelled()) return absl::CancelledError("cancelled");
     VISMOE_RETURN_IF_ERROR(Compress(l, b, *step, experts));
     VISMOE_RETURN_IF_ERROR(Layer(l, b, *step, experts));
   }

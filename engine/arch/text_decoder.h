@@ -123,8 +123,10 @@ class TextDecoder {
   // took for its new tokens stay with its cache); an error that belongs to
   // one entry (its input, its KV room, its token compression) names it
   // (FailedEntry), so the caller can end that sequence and run the step again
-  // without it. is_cancelled is polled only in a batch of one: a caller
-  // drops cancelled sequences between steps.
+  // without it. The step stops with Cancelled only when every entry's
+  // is_cancelled fires (polled between layers, and by an expert provider
+  // blocked on a copy: ExpertProvider::SetStepInterrupt); a caller drops the
+  // cancelled entries of a step that goes on between steps.
   virtual absl::Status ForwardBatch(absl::Span<const DecoderBatchEntry> batch,
                                     ExpertProvider* experts) const = 0;
   virtual const ModelConfig& config() const = 0;

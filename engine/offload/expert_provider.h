@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -90,6 +91,12 @@ class ExpertProvider {
   virtual bool Ready(int /*layer*/, int /*expert*/) { return false; }
   // The layer is done for the current step.
   virtual void EndLayer(int layer) = 0;
+  // While set (non-null), an Acquire blocked on a copy polls `interrupted`
+  // every few milliseconds, off the provider's lock, and returns Cancelled
+  // once it is true: the step's every sequence was cancelled or expired, and
+  // no one is left to wait for the copy (which completes on its own). The
+  // default provider never blocks and ignores it.
+  virtual void SetStepInterrupt(std::function<bool()> /*interrupted*/) {}
   // For the commit miss policy (engine/core/commit_miss_policy.h), between
   // layers (before BeginLayer(layer)): which experts of `layer` are resident
   // or in flight, and those the predictor chose for it. The default: every

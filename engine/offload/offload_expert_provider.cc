@@ -13,6 +13,10 @@
 namespace vismoe {
 namespace {
 
+// How often a blocked Acquire asks the step's interrupt (SetStepInterrupt):
+// a cancelled or expired step leaves within this of its last wish to stop.
+constexpr std::chrono::milliseconds kInterruptPoll{20};
+
 // Copies every expert of `layer` from `store` into the pinned prefix at `dst`
 // (one format().bytes block per expert), through `copy` or by memcpy: one copy
 // of the whole layer from a packed store, a gather per expert from a mapped one.
@@ -554,7 +558,21 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
       stalled = true;
       wait_start = std::chrono::steady_clock::now();
     }
-    cv_.wait(lock);
+    if (!interrupt_) {
+      cv_.wait(lock);
+      continue;
+    }
+    // The caller's check may take its own locks: never under ours.
+    const std::function<bool()> interrupted = interrupt_;
+    lock.unlock();
+    const bool stop = interrupted();
+    lock.lock();
+    if (stop) {
+      return absl::CancelledError(absl::StrCat(
+          "every sequence of the step was cancelled or expired while layer ", layer, " expert ",
+          expert, " was being copied"));
+    }
+    cv_.wait_for(lock, kInterruptPoll);
   }
   if (stalled) {
     const double s =
@@ -564,6 +582,11 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
   }
   cache_->Pin(slot);
   return store_->format().View(SlabData(slot));
+}
+
+void OffloadExpertProvider::SetStepInterrupt(std::function<bool()> interrupted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  interrupt_ = std::move(interrupted);
 }
 
 bool OffloadExpertProvider::Ready(int layer, int expert) {

@@ -48,6 +48,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,6 +113,7 @@ class OffloadExpertProvider final : public ExpertProvider {
   absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,
                                               absl::Span<const int> experts) override;
   absl::StatusOr<ExpertWeights> Acquire(int layer, int expert) override;
+  void SetStepInterrupt(std::function<bool()> interrupted) override;
   // Pinned-prefix experts, and cached experts whose copy has completed.
   bool Ready(int layer, int expert) override;
   void Release(int layer, int expert) override;
@@ -247,6 +249,7 @@ class OffloadExpertProvider final : public ExpertProvider {
   HostComputeCost host_cost_;   // guarded by mu_
   int in_flight_ = 0;           // guarded by mu_
   bool shutting_down_ = false;  // guarded by mu_
+  std::function<bool()> interrupt_;  // guarded by mu_; SetStepInterrupt
   // Guarded by mu_: experts whose copy failed since the last BeginLayer, and
   // why. Acquire of one of them fails with that error instead of waiting; the
   // next BeginLayer forgets them and copies again (the server keeps serving).

@@ -7,11 +7,14 @@
 #include "engine/offload/offload_expert_provider.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "engine/policy/history_expert_predictor.h"
@@ -929,6 +932,45 @@ TEST(OffloadExpertProviderTest, RandomSchedulesWithHostExecutionKeepInvariants) 
                                p->format().bytes)
         << "seed " << seed;
   }
+}
+
+}  // namespace
+}  // namespace vismoe
+
+namespace vismoe {
+namespace {
+
+// An Acquire waiting on a copy that takes hours (1 byte/s) leaves with
+// Cancelled once the step's interrupt says every sequence wants to stop, and
+// not before; cleared, the provider serves the next step as usual (the
+// cancelled wait released nothing it had not taken).
+TEST(OffloadExpertProviderTest, StepInterruptEndsACopyWait) {
+  FakeExpertSource src(2, 4, kH, kI, ExpertWeights::Layout::kFusedTransposed);
+  OffloadOptions o;
+  o.copy_bandwidth_bytes_per_s = 1;
+  auto p = Make(src, 2, src.Plan(/*pinned=*/0, /*slabs=*/4), o);
+  ASSERT_NE(p, nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<int> polls{0};
+  p->SetStepInterrupt([&] {
+    ++polls;
+    return stop.load();
+  });
+  ASSERT_TRUE(p->BeginLayer(Phase::kDecode, 0, std::vector<int>{1}).ok());
+  absl::Status got;
+  std::thread waiter([&] { got = p->Acquire(0, 1).status(); });
+  // Polled while it waits, and still waiting.
+  while (polls.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop = true;
+  waiter.join();
+  EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
+  EXPECT_THAT(std::string(got.message()), ::testing::HasSubstr("cancelled or expired"));
+  p->EndLayer(0);
+  p->SetStepInterrupt(nullptr);
+  // The copy goes on in the background; nothing is pinned or Required.
+  ASSERT_TRUE(p->BeginLayer(Phase::kDecode, 1, std::vector<int>{2}).ok());
+  EXPECT_FALSE(p->Ready(1, 2));
+  p->EndLayer(1);
 }
 
 }  // namespace
