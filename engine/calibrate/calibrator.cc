@@ -17,6 +17,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_weights.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
@@ -25,6 +26,13 @@
 
 namespace vismoe {
 namespace {
+
+// A request's sampling seed: FNV-1a of its name, the same in every build.
+uint64_t SeedOf(const std::string& name) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ULL;
+  return h;
+}
 
 using nlohmann::json;
 
@@ -150,8 +158,18 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
   };
 
   VISMOE_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(options.model_path));
-  VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
-                          Checkpoint::Open(options.model_path));
+  // The sizes of the plan. Synthetic weights are built twice (here and in the
+  // engine): twice the host memory, for a study tool.
+  std::unique_ptr<Checkpoint> checkpoint;
+  if (options.synthetic_weights) {
+    VISMOE_ASSIGN_OR_RETURN(const SyntheticRouting routing,
+                            ParseSyntheticRouting(options.synthetic_routing));
+    VISMOE_ASSIGN_OR_RETURN(checkpoint,
+                            SynthesizeCheckpoint(config, options.synthetic_seed, nullptr,
+                                                 "synthetic:" + options.model_path, routing));
+  } else {
+    VISMOE_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(options.model_path));
+  }
   const TextConfig& text = config.text;
   VISMOE_ASSIGN_OR_RETURN(
       ModelSizes sizes, MeasureModelSizes(*checkpoint, text, Qwen3VlMoeModel::TextPrefix(config)));
@@ -205,11 +223,17 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
   eo.backend = options.backend;
   eo.num_threads = options.num_threads;
   eo.max_context_tokens = options.max_context_tokens;
+  eo.synthetic_weights = options.synthetic_weights;
+  eo.synthetic_seed = options.synthetic_seed;
+  eo.synthetic_routing = options.synthetic_routing;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(eo));
 
   auto run = [&](const CalibrationRequest& r, RouterObserver* observer) -> absl::Status {
     GenerateRequest req = r.request;
-    req.sampling.temperature = 0.0f;  // greedy: the traces are reproducible
+    // Greedy, or sampled with a seed of the request's own: either way every
+    // pass over the request decodes the same tokens.
+    req.sampling.temperature = options.temperature;
+    req.sampling.seed = SeedOf(r.name);
     req.policy = PolicyOverrides{};
     req.policy.token_compressor = "none";
     GenerateCallbacks cb;

@@ -62,6 +62,14 @@ struct CalibratorOptions {
   int64_t activation_bytes = 0;      // as OffloadOptions::activation_bytes
   int num_threads = 0;               // engine threads; 0 = all cores
   std::string backend = "cpu";       // engine backend for the traces (EngineOptions::backend)
+  // Synthetic weights instead of the checkpoint's (EngineOptions::synthetic_*).
+  bool synthetic_weights = false;
+  uint64_t synthetic_seed = 0;
+  std::string synthetic_routing = "random";
+  // 0: greedy traces; > 0: sampled at this temperature, seeded per request
+  // (from its name), so every pass over a request decodes the same tokens.
+  // Greedy decoding of synthetic weights falls into short token cycles.
+  float temperature = 0.0f;
   uint64_t seed = 0;                 // split and training
   MlpTrainOptions train;             // its seed is replaced by `seed`
   // MoDES expert skipping: the skip rate the frontier search must reach, in

@@ -39,6 +39,13 @@ ABSL_FLAG(int, max_context_tokens, 32768, "KV cache capacity, as the served engi
 ABSL_FLAG(int, epochs, 60, "mlp-lookahead training epochs");
 ABSL_FLAG(int, threads, 0, "CPU threads; 0 = all cores");
 ABSL_FLAG(std::string, backend, "cpu", "engine backend for the traces: cpu | cuda | auto");
+ABSL_FLAG(bool, synthetic_weights, false,
+          "seeded random weights of --model's config shapes instead of its safetensors");
+ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of --synthetic_weights");
+ABSL_FLAG(std::string, synthetic_routing, "random",
+          "how --synthetic_weights route: random | realistic (engine/model/synthetic_routing.md)");
+ABSL_FLAG(double, temperature, 0,
+          "0: greedy traces; > 0: sampled at this temperature, seeded per request");
 ABSL_FLAG(uint64_t, seed, 0, "split and training seed");
 ABSL_FLAG(double, skip_target_rate, 0,
           "MoDES expert skipping: calibrate alpha(l) (GMLG) and the text / visual thresholds "
@@ -99,6 +106,13 @@ int main(int argc, char** argv) {
   o.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);
   o.num_threads = absl::GetFlag(FLAGS_threads);
   o.backend = absl::GetFlag(FLAGS_backend);
+  o.synthetic_weights = absl::GetFlag(FLAGS_synthetic_weights);
+  o.synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed);
+  o.synthetic_routing = absl::GetFlag(FLAGS_synthetic_routing);
+  o.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  if (!(o.temperature >= 0) || o.temperature > 100) {
+    return Fail(2, "--temperature must be in [0, 100]");
+  }
   o.seed = absl::GetFlag(FLAGS_seed);
   o.skip_target_rate = absl::GetFlag(FLAGS_skip_target_rate);
   o.skip_grid = absl::GetFlag(FLAGS_skip_grid);

@@ -107,6 +107,37 @@ TEST(VismoeCalibrateE2eTest, WritesProfileAndReport) {
   std::filesystem::remove_all(dir);
 }
 
+// Synthetic weights of the scaled "mid" config with realistic routing and
+// sampled traces (greedy decoding of random weights cycles): calibration
+// runs without a checkpoint, and the router-lookahead predictor recalls more
+// than chance on the model's own routing.
+TEST(VismoeCalibrateE2eTest, SyntheticRealisticRoutingCalibrates) {
+  const std::string dir = ::testing::TempDir() + "/vismoe_calibrate_synthetic";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir + "/requests.jsonl");
+    for (const char* p : {"Write a story about a lighthouse.", "Explain how rivers form.",
+                          "Describe a busy market.", "List ten animals and their homes."}) {
+      f << R"({"prompt": ")" << p << R"(", "max_new_tokens": 48})" << "\n";
+    }
+  }
+  const CalibrateRun run = Calibrate(
+      "calibrate_synthetic",
+      {"--model=" + testing::FixturesDir() + "/synthetic/qwen3-vl-mid", "--synthetic_weights",
+       "--synthetic_routing=realistic", "--temperature=1", "--requests=" + dir + "/requests.jsonl",
+       "--budget=200M", "--held_out=0.5", "--epochs=2", "--max_context_tokens=512",
+       "--out=" + dir + "/profile.json", "--json_out=" + dir + "/report.json"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  EXPECT_THAT(run.log, HasSubstr("realistic routing"));
+  const nlohmann::json report = nlohmann::json::parse(ReadFile(dir + "/report.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.log;
+  const double random = report["hot_recall"]["random"]["all"].get<double>();
+  EXPECT_DOUBLE_EQ(random, 4.0 / 32.0);  // B = 4 of 32 experts
+  EXPECT_GT(report["hot_recall"]["router-lookahead"]["all"].get<double>(), random + 0.1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(VismoeCalibrateE2eTest, BadInputExitsTwoWithFileAndLine) {
   const std::string dir = ::testing::TempDir() + "/vismoe_calibrate_bad";
   std::filesystem::remove_all(dir);
