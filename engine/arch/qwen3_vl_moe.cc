@@ -571,9 +571,9 @@ absl::Status Qwen3VlMoeModel::ForwardBatch(absl::Span<const DecoderBatchEntry> b
   // The step stops as soon as every entry wants to (between layers, or in a
   // wait for an expert's copy); while one entry still wants its answer, the
   // others are dropped between steps instead.
-  const bool interruptible = std::all_of(batch.begin(), batch.end(), [](const DecoderBatchEntry& e) {
-    return static_cast<bool>(e.input->is_cancelled);
-  });
+  const bool interruptible = std::all_of(
+      batch.begin(), batch.end(),
+      [](const DecoderBatchEntry& e) { return static_cast<bool>(e.input->is_cancelled); });
   auto all_cancelled = [batch] {
     return std::all_of(batch.begin(), batch.end(),
                        [](const DecoderBatchEntry& e) { return e.input->is_cancelled(); });

@@ -38,9 +38,9 @@ absl::StatusOr<Setup> Load(const BatchSweepOptions& o) {
   VISMOE_ASSIGN_OR_RETURN(s.config, ModelConfig::Load(o.model_path));
   s.pool = std::make_unique<ThreadPool>(o.num_threads);
   if (o.synthetic_weights) {
-    VISMOE_ASSIGN_OR_RETURN(s.ckpt, SynthesizeCheckpoint(s.config, o.synthetic_seed, s.pool.get(),
-                                                         "synthetic:" + o.model_path,
-                                                         o.synthetic_routing));
+    VISMOE_ASSIGN_OR_RETURN(s.ckpt,
+                            SynthesizeCheckpoint(s.config, o.synthetic_seed, s.pool.get(),
+                                                 "synthetic:" + o.model_path, o.synthetic_routing));
   } else {
     VISMOE_ASSIGN_OR_RETURN(s.ckpt, Checkpoint::Open(o.model_path));
   }

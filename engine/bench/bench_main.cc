@@ -25,14 +25,14 @@
 #include "absl/flags/usage.h"
 #include "engine/bench/ablation.h"
 #include "engine/bench/batch_sweep.h"
-#include "engine/bench/concurrency_sweep.h"
-#include "engine/bench/routing_stats_run.h"
 #include "engine/bench/bench_options.h"
+#include "engine/bench/concurrency_sweep.h"
 #include "engine/bench/device_op_times.h"
 #include "engine/bench/kernel_micro.h"
 #include "engine/bench/micro.h"
 #include "engine/bench/report.h"
 #include "engine/bench/request_set.h"
+#include "engine/bench/routing_stats_run.h"
 #include "engine/bench/run_summary.h"
 #include "engine/core/help_flag.h"
 #include "nlohmann/json.hpp"
@@ -79,8 +79,8 @@ int Main() {
   }
   std::vector<ConcurrencyRow> concurrency;
   if (!b.concurrency.empty()) {
-    auto rows = RunConcurrencySweep(**engine, requests->front(), b.concurrency,
-                                    b.concurrency_same_prompt);
+    auto rows =
+        RunConcurrencySweep(**engine, requests->front(), b.concurrency, b.concurrency_same_prompt);
     if (!rows.ok()) {
       std::fprintf(stderr, "concurrency sweep: %s\n", rows.status().ToString().c_str());
       return 1;
@@ -89,8 +89,8 @@ int Main() {
   }
   nlohmann::json routing_stats;
   if (b.routing_stats) {
-    auto stats = RunRoutingStats(**engine, *requests,
-                                 static_cast<float>(b.routing_stats_temperature));
+    auto stats =
+        RunRoutingStats(**engine, *requests, static_cast<float>(b.routing_stats_temperature));
     if (!stats.ok()) {
       std::fprintf(stderr, "%s\n", stats.status().ToString().c_str());
       return 1;
@@ -179,7 +179,8 @@ int Main() {
     so.model_path = b.engine.model_path;
     so.synthetic_weights = b.engine.synthetic_weights;
     so.synthetic_seed = b.engine.synthetic_seed;
-    so.synthetic_routing = *ParseSyntheticRouting(b.engine.synthetic_routing);  // checked by the flags
+    so.synthetic_routing =
+        *ParseSyntheticRouting(b.engine.synthetic_routing);  // checked by the flags
     so.budget_bytes = b.engine.gpu_memory_budget_bytes;
     so.pinned_layers = b.engine.offload.pinned_layers;
     so.offload = b.engine.offload;

@@ -153,7 +153,8 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   e.synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed);
   e.synthetic_routing = absl::GetFlag(FLAGS_synthetic_routing);
   if (const auto routing = ParseSyntheticRouting(e.synthetic_routing); !routing.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--synthetic_routing: ", routing.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--synthetic_routing: ", routing.status().message()));
   }
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.max_context_tokens = absl::GetFlag(FLAGS_max_context_tokens);

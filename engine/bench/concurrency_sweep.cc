@@ -50,8 +50,7 @@ absl::StatusOr<ConcurrencyRow> RunStreams(Engine& engine, const BenchRequest& re
       return absl::Status(st.code(), absl::StrCat("stream ", i + 1, " of ", n, ": ", st.message()));
     }
     const GenerateResult& r = *results[i].result;
-    row.identical_outputs =
-        row.identical_outputs && r.token_ids == results[0].result->token_ids;
+    row.identical_outputs = row.identical_outputs && r.token_ids == results[0].result->token_ids;
     row.completion_tokens += r.usage.completion_tokens;
     row.decode_tokens += std::max(r.usage.completion_tokens - 1, 0);
     row.mean_ttft_seconds += r.timings.ttft_seconds / n;
@@ -74,7 +73,8 @@ absl::StatusOr<std::vector<ConcurrencyRow>> RunConcurrencySweep(Engine& engine,
                                                                 bool same_prompt) {
   std::vector<ConcurrencyRow> rows;
   for (int n : streams) {
-    if (n < 1) return absl::InvalidArgumentError(absl::StrCat("concurrency sweep: ", n, " streams"));
+    if (n < 1)
+      return absl::InvalidArgumentError(absl::StrCat("concurrency sweep: ", n, " streams"));
     absl::StatusOr<ConcurrencyRow> row = RunStreams(engine, request, n, same_prompt);
     if (!row.ok()) return row.status();
     rows.push_back(*row);

@@ -23,13 +23,15 @@ namespace vismoe::bench {
 struct ConcurrencyRow {
   int streams = 0;
   int64_t completion_tokens = 0;
-  int64_t decode_tokens = 0;    // completion tokens after each stream's first
-  double wall_seconds = 0;      // first submission to last completion
-  double decode_seconds = 0;    // earliest first token to last completion
+  int64_t decode_tokens = 0;  // completion tokens after each stream's first
+  double wall_seconds = 0;    // first submission to last completion
+  double decode_seconds = 0;  // earliest first token to last completion
   double mean_ttft_seconds = 0;
   double mean_tpot_seconds = 0;
   bool identical_outputs = false;  // every stream generated the same token ids
-  double output_tokens_per_s() const { return wall_seconds > 0 ? completion_tokens / wall_seconds : 0; }
+  double output_tokens_per_s() const {
+    return wall_seconds > 0 ? completion_tokens / wall_seconds : 0;
+  }
   double decode_tokens_per_s() const {
     return decode_seconds > 0 ? decode_tokens / decode_seconds : 0;
   }

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/api/engine.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/calibrate/predictor_evaluator.h"
 #include "engine/core/status_macros.h"
@@ -21,7 +22,6 @@
 #include "engine/offload/memory_plan.h"
 #include "engine/policy/expert_predictor_factory.h"
 #include "engine/policy/observer_chain.h"
-#include "engine/api/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace vismoe {

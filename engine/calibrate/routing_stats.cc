@@ -197,9 +197,9 @@ void RoutingStatsRecorder::OnRouting(Phase phase, int layer, const float* /*hidd
   }
 }
 
-RoutingStats ComputeRoutingStats(
-    const std::vector<const LayerSequence*>& sequences, const RoutingStatsOptions& o,
-    const std::vector<std::vector<const LayerSequence*>>& requests) {
+RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequences,
+                                 const RoutingStatsOptions& o,
+                                 const std::vector<std::vector<const LayerSequence*>>& requests) {
   RoutingStats out;
   Sums sums;
   std::vector<HitCount> lru(o.cache_fractions.size()), belady(o.cache_fractions.size());

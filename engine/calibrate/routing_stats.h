@@ -38,8 +38,7 @@ using LayerSequence = std::vector<std::vector<int>>;
 class RoutingStatsRecorder final : public RouterObserver {
  public:
   RoutingStatsRecorder() = default;
-  void OnRouting(Phase phase, int layer, const float* hidden,
-                 const RouterResult& routing) override;
+  void OnRouting(Phase phase, int layer, const float* hidden, const RouterResult& routing) override;
   // Indexed by decoder layer; empty for layers without a MoE block.
   const std::vector<LayerSequence>& prefill() const { return prefill_; }
   const std::vector<LayerSequence>& decode() const { return decode_; }
@@ -71,10 +70,10 @@ struct RoutingStats {
   int64_t sequences = 0;  // (request, layer) sequences measured
   int64_t tokens = 0;     // tokens summed over them
   double next_token_repeat = 0;
-  double reuse_median = 0;     // over selections seen before in the sequence
-  double reuse_within_1 = 0;   // share of those at distance 1
-  double reuse_within_8 = 0;   // ... within 8
-  double first_use_share = 0;  // selections never seen before in their sequence
+  double reuse_median = 0;         // over selections seen before in the sequence
+  double reuse_within_1 = 0;       // share of those at distance 1
+  double reuse_within_8 = 0;       // ... within 8
+  double first_use_share = 0;      // selections never seen before in their sequence
   double distinct_per_window = 0;  // mean distinct experts per spread_window tokens
   std::vector<CacheHits> cache;
 };

@@ -85,8 +85,8 @@ absl::StatusOr<RopePair> PickRopePair(const TextConfig& text, int axis, double t
     }
     if (a != axis) continue;
     const double theta = std::pow(text.rope_theta, -2.0 * j / text.head_dim);
-    if (best.index < 0 ||
-        std::fabs(std::log(theta / target_theta)) < std::fabs(std::log(best.theta / target_theta))) {
+    if (best.index < 0 || std::fabs(std::log(theta / target_theta)) <
+                              std::fabs(std::log(best.theta / target_theta))) {
       best = {j, theta};
     }
   }
@@ -107,8 +107,8 @@ absl::Status ShapeForRealisticRouting(const ModelConfig& config,
   // q and k after their norms hold sqrt(hd) w at the pair's first dimension:
   // the score sqrt(hd) w^2 cos(theta d) ~ const - A theta^2 d^2 / 2 with
   // A = sqrt(hd) w^2 is a Gaussian window of std 1 / (theta sqrt(A)) tokens.
-  const float w_t = static_cast<float>(
-      std::sqrt(1.0 / (std::sqrt(static_cast<double>(hd)) * std::pow(temporal.theta * params.window, 2))));
+  const float w_t = static_cast<float>(std::sqrt(
+      1.0 / (std::sqrt(static_cast<double>(hd)) * std::pow(temporal.theta * params.window, 2))));
   const float z = static_cast<float>(params.z * std::sqrt(h));
   auto shape = [&](const SyntheticTensor& t) {
     const TensorSpec& s = *t.spec;

@@ -46,12 +46,12 @@ const char* SyntheticRoutingName(SyntheticRouting routing);
 // The construction's knobs (defaults: the values matched to the published
 // Qwen3-30B-A3B decode statistics; see synthetic_routing.md).
 struct RealisticRoutingParams {
-  double window = 16.0;       // attention's width in tokens (std of the causal Gaussian)
+  double window = 16.0;        // attention's width in tokens (std of the causal Gaussian)
   double context_gain = 0.75;  // o_proj's output std, relative to a token embedding's
-  double moe_gain = 0.5;      // each expert's output std, relative to a token embedding's
-  double z = 1.0;             // the position channel, relative to a token embedding's norm
-  double popularity = 0.7;    // std of each expert's fixed logit offset (the router reads z)
-  double visual_gain = 8.0;   // the vision merger's output std, relative to a token embedding's
+  double moe_gain = 0.5;       // each expert's output std, relative to a token embedding's
+  double z = 1.0;              // the position channel, relative to a token embedding's norm
+  double popularity = 0.7;     // std of each expert's fixed logit offset (the router reads z)
+  double visual_gain = 8.0;    // the vision merger's output std, relative to a token embedding's
   double patch_position_gain = 50.0;  // multiplies the vision tower's position embeddings
 };
 

@@ -78,9 +78,10 @@ absl::StatusOr<SyntheticSizes> MeasureSynthetic(const ModelConfig& config) {
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(
-    const ModelConfig& config, uint64_t seed, ThreadPool* pool, const std::string& label,
-    SyntheticRouting routing) {
+absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(const ModelConfig& config,
+                                                                 uint64_t seed, ThreadPool* pool,
+                                                                 const std::string& label,
+                                                                 SyntheticRouting routing) {
   VISMOE_ASSIGN_OR_RETURN(std::vector<TensorSpec> specs, SyntheticSpecs(config));
   std::vector<size_t> offset(specs.size());
   std::vector<int64_t> first_chunk(specs.size() + 1, 0);
@@ -123,7 +124,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(
     for (size_t t = 0; t < specs.size(); ++t) {
       tensors.push_back({&specs[t], reinterpret_cast<uint16_t*>(base + offset[t])});
     }
-    VISMOE_RETURN_IF_ERROR(ShapeForRealisticRouting(config, RealisticRoutingParams{}, tensors, pool));
+    VISMOE_RETURN_IF_ERROR(
+        ShapeForRealisticRouting(config, RealisticRoutingParams{}, tensors, pool));
   }
   std::vector<std::pair<std::string, TensorView>> views;
   views.reserve(specs.size());
@@ -134,8 +136,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> SynthesizeCheckpoint(
       "synthetic weights: {} tensors, {} bytes ({:.2f} GiB) of random BF16 (seed {}, {} routing) "
       "in {}",
       specs.size(), total, static_cast<double>(total) / (1 << 30), seed,
-      SyntheticRoutingName(routing),
-      absl::FormatDuration(absl::Now() - start));
+      SyntheticRoutingName(routing), absl::FormatDuration(absl::Now() - start));
   return Checkpoint::FromMemory(label, std::move(storage), std::move(views));
 }
 

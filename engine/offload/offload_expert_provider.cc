@@ -568,9 +568,9 @@ absl::StatusOr<ExpertWeights> OffloadExpertProvider::Acquire(int layer, int expe
     const bool stop = interrupted();
     lock.lock();
     if (stop) {
-      return absl::CancelledError(absl::StrCat(
-          "every sequence of the step was cancelled or expired while layer ", layer, " expert ",
-          expert, " was being copied"));
+      return absl::CancelledError(
+          absl::StrCat("every sequence of the step was cancelled or expired while layer ", layer,
+                       " expert ", expert, " was being copied"));
     }
     cv_.wait_for(lock, kInterruptPoll);
   }

@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/cublas_loader.h"
 #include "engine/ops/cuda/gemv.h"
-#include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/pointer_table.h"
 #include "spdlog/spdlog.h"
 

@@ -310,7 +310,8 @@ TEST(VismoeBenchE2eTest, BatchSweepReportsEveryBatchSize) {
 // The concurrency sweep: one row per stream count, each stream's tokens
 // counted once, the one-stream row its own reference.
 TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
-  const BenchRun run = RunBench("vismoe_bench_streams", {"--max_new_tokens=6", "--concurrency=1,3"});
+  const BenchRun run =
+      RunBench("vismoe_bench_streams", {"--max_new_tokens=6", "--concurrency=1,3"});
   ASSERT_EQ(run.rc, 0) << run.log;
   const nlohmann::json& rows = run.report["concurrency_sweep"];
   ASSERT_TRUE(rows.is_array()) << run.log;
@@ -325,15 +326,15 @@ TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
     EXPECT_EQ(r["decode_tokens"].get<int64_t>(), tokens - streams);
     EXPECT_GT(r["wall_seconds"].get<double>(), 0);
     EXPECT_LE(r["decode_seconds"].get<double>(), r["wall_seconds"].get<double>());
-    EXPECT_NEAR(r["output_tokens_per_s"].get<double>(),
-                tokens / r["wall_seconds"].get<double>(), 1e-6 * tokens);
+    EXPECT_NEAR(r["output_tokens_per_s"].get<double>(), tokens / r["wall_seconds"].get<double>(),
+                1e-6 * tokens);
     ASSERT_TRUE(r.contains("output_tokens_per_s_vs_one")) << r.dump();
   }
   EXPECT_DOUBLE_EQ(rows[0]["output_tokens_per_s_vs_one"].get<double>(), 1.0);
   // One prompt from every stream: batched greedy decoding gives each the same tokens.
-  const BenchRun same = RunBench("vismoe_bench_same_streams",
-                                 {"--max_new_tokens=6", "--concurrency=3",
-                                  "--concurrency_same_prompt"});
+  const BenchRun same =
+      RunBench("vismoe_bench_same_streams",
+               {"--max_new_tokens=6", "--concurrency=3", "--concurrency_same_prompt"});
   ASSERT_EQ(same.rc, 0) << same.log;
   ASSERT_EQ(same.report["concurrency_sweep"].size(), 1u) << same.log;
   EXPECT_TRUE(same.report["concurrency_sweep"][0]["identical_outputs"].get<bool>()) << same.log;
@@ -347,9 +348,10 @@ TEST(VismoeBenchE2eTest, ConcurrencySweepReportsEveryStreamCount) {
 // seeded request set decodes the same tokens twice.
 TEST(VismoeBenchE2eTest, RoutingStatsReportTheModelsOwnRouting) {
   const std::string sampled = WriteJsonl(
-      "bench_sampled", {R"({"prompt": "Tell a story.", "temperature": 1.0, "seed": 5, "max_new_tokens": 12})"});
-  const BenchRun run =
-      RunBench("vismoe_bench_routing_stats", {"--requests=" + sampled, "--repeat=2", "--routing_stats"});
+      "bench_sampled",
+      {R"({"prompt": "Tell a story.", "temperature": 1.0, "seed": 5, "max_new_tokens": 12})"});
+  const BenchRun run = RunBench("vismoe_bench_routing_stats",
+                                {"--requests=" + sampled, "--repeat=2", "--routing_stats"});
   ASSERT_EQ(run.rc, 0) << run.log;
   const nlohmann::json& per = run.report["per_request"];
   ASSERT_EQ(per.size(), 2u);

@@ -119,7 +119,8 @@ TEST(VismoeCalibrateE2eTest, SyntheticRealisticRoutingCalibrates) {
     std::ofstream f(dir + "/requests.jsonl");
     for (const char* p : {"Write a story about a lighthouse.", "Explain how rivers form.",
                           "Describe a busy market.", "List ten animals and their homes."}) {
-      f << R"({"prompt": ")" << p << R"(", "max_new_tokens": 48})" << "\n";
+      f << R"({"prompt": ")" << p << R"(", "max_new_tokens": 48})"
+        << "\n";
     }
   }
   const CalibrateRun run = Calibrate(
@@ -130,7 +131,8 @@ TEST(VismoeCalibrateE2eTest, SyntheticRealisticRoutingCalibrates) {
        "--out=" + dir + "/profile.json", "--json_out=" + dir + "/report.json"});
   ASSERT_EQ(run.rc, 0) << run.log;
   EXPECT_THAT(run.log, HasSubstr("realistic routing"));
-  const nlohmann::json report = nlohmann::json::parse(ReadFile(dir + "/report.json"), nullptr, false);
+  const nlohmann::json report =
+      nlohmann::json::parse(ReadFile(dir + "/report.json"), nullptr, false);
   ASSERT_TRUE(report.is_object()) << run.log;
   const double random = report["hot_recall"]["random"]["all"].get<double>();
   EXPECT_DOUBLE_EQ(random, 4.0 / 32.0);  // B = 4 of 32 experts

@@ -60,7 +60,8 @@ TEST(EngineCancelCopyTest, CancelledStepsLeaveTheirCopyWait) {
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round);
     Call a, b;
-    std::thread ta([&] { a = CancelledAfter(**engine, "Hi there", std::chrono::milliseconds(300)); });
+    std::thread ta(
+        [&] { a = CancelledAfter(**engine, "Hi there", std::chrono::milliseconds(300)); });
     std::thread tb([&] { b = CancelledAfter(**engine, "Hello", std::chrono::milliseconds(600)); });
     ta.join();
     tb.join();

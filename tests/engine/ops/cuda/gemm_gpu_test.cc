@@ -139,7 +139,8 @@ void CheckGemv(Blas& blas, Blas& cublas_only, int64_t in, int64_t out) {
 }
 
 TEST_F(CudaGemmGpuTest, GemvRowsMatchCpuAndCublas) {
-  ASSERT_TRUE(GemvSupports(1, 2048, 131, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512)));
+  ASSERT_TRUE(
+      GemvSupports(1, 2048, 131, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512)));
   EXPECT_FALSE(GemvSupports(9, 2048, 131, nullptr, nullptr));
   EXPECT_FALSE(GemvSupports(1, 2044, 131, nullptr, nullptr));
   EXPECT_FALSE(GemvSupports(1, 2048, 131, reinterpret_cast<void*>(258), nullptr));

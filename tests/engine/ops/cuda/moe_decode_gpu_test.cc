@@ -57,8 +57,8 @@ RoutingBuffers AllocateRouting(int64_t n, int top_k, int num_experts) {
   b.slot_row = alloc(nk * 4);
   b.active = alloc(num_experts * 4);
   b.active_count = alloc(4);
-  b.view = {b.experts.as<int32_t>(), b.weights.as<float>(),  b.offsets.as<int32_t>(),
-            b.row_token.as<int32_t>(), b.slot_row.as<int32_t>(), b.active.as<int32_t>(),
+  b.view = {b.experts.as<int32_t>(),     b.weights.as<float>(),    b.offsets.as<int32_t>(),
+            b.row_token.as<int32_t>(),   b.slot_row.as<int32_t>(), b.active.as<int32_t>(),
             b.active_count.as<int32_t>()};
   return b;
 }
@@ -83,8 +83,7 @@ void CheckRoute(int64_t n, int num_experts, int top_k, uint32_t seed) {
   auto dl = Upload(logits);
   ASSERT_TRUE(dl.ok());
   RoutingBuffers b = AllocateRouting(n, top_k, num_experts);
-  ASSERT_OK(MoeDecodeRoute(dl->as<float>(), n, num_experts, top_k, true, b.view, nullptr,
-                           nullptr));
+  ASSERT_OK(MoeDecodeRoute(dl->as<float>(), n, num_experts, top_k, true, b.view, nullptr, nullptr));
   const size_t nk = static_cast<size_t>(n * top_k);
   auto experts = Download<int32_t>(b.experts, nk);
   auto weights = Download<float>(b.weights, nk);
@@ -181,8 +180,8 @@ TEST(MoeDecodeGpuTest, CombineIsTheSlotsWeightedSumPlusTheResidual) {
   MoeDecodeRouting r;
   r.slot_row = d_rows->as<int32_t>();
   r.weights = d_w->as<float>();
-  ASSERT_OK(MoeDecodeCombine(d_yp->as<float>(), r, kN, kK, kH, d_y->as<Bf16>(),
-                             d_hs->as<Bf16>(), nullptr));
+  ASSERT_OK(MoeDecodeCombine(d_yp->as<float>(), r, kN, kK, kH, d_y->as<Bf16>(), d_hs->as<Bf16>(),
+                             nullptr));
   auto y = Download<uint16_t>(*d_y, kN * kH);
   auto hs_out = Download<uint16_t>(*d_hs, kN * kH);
   ASSERT_TRUE(y.ok() && hs_out.ok());
@@ -216,8 +215,8 @@ void CheckArgmax(const std::vector<float>& logits, int64_t rows, int64_t vocab) 
   auto work = DeviceBuffer::Allocate(GreedyArgmaxWorkspaceBytes(rows));
   auto out = DeviceBuffer::Allocate(rows * 4);
   ASSERT_TRUE(dl.ok() && work.ok() && out.ok());
-  ASSERT_OK(GreedyArgmaxRows(dl->as<float>(), rows, vocab, out->as<int32_t>(), work->data(),
-                             nullptr));
+  ASSERT_OK(
+      GreedyArgmaxRows(dl->as<float>(), rows, vocab, out->as<int32_t>(), work->data(), nullptr));
   auto got = Download<int32_t>(*out, rows);
   ASSERT_TRUE(got.ok());
   for (int64_t r = 0; r < rows; ++r) {
