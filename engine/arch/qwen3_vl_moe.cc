@@ -578,9 +578,9 @@ absl::Status Qwen3VlMoeModel::ForwardBatch(absl::Span<const DecoderBatchEntry> b
     return std::all_of(batch.begin(), batch.end(),
                        [](const DecoderBatchEntry& e) { return e.input->is_cancelled(); });
   };
-  if (interruptible) experts->SetStepInterrupt(all_cancelled);
+  if (interruptible && experts != nullptr) experts->SetStepInterrupt(all_cancelled);
   const absl::Cleanup clear_interrupt = [&] {
-    if (interruptible) experts->SetStepInterrupt(nullptr);
+    if (interruptible && experts != nullptr) experts->SetStepInterrupt(nullptr);
   };
   for (int l = 0; l < config_.text.num_hidden_layers; ++l) {
     if (interruptible && all_cancelled()) return absl::CancelledError("cancelled");
