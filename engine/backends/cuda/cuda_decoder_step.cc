@@ -10,6 +10,7 @@
 #include "engine/offload/expert_batch_runner.h"
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/embedding.h"
+#include "engine/ops/cuda/greedy_argmax.h"
 #include "engine/ops/cuda/moe_permute.h"
 #include "engine/ops/cuda/moe_router.h"
 #include "engine/ops/cuda/norm.h"

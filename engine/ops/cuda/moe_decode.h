@@ -82,17 +82,6 @@ absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, i
 absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, int64_t n,
                               int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream);
 
-// out[r] = GreedyArgmax (engine/core/argmax.h) of logits row r [vocab] fp32:
-// the first index of the maximum, or -1 when the row holds a NaN or an
-// infinity (AllFinite: no token is an answer then). `out` may be
-// device-visible host memory. Each row is split over up to
-// kGreedyArgmaxMaxSlices blocks whose partial results go to `workspace`
-// (device memory of GreedyArgmaxWorkspaceBytes(rows) bytes), then merged.
-inline constexpr int kGreedyArgmaxMaxSlices = 64;
-int64_t GreedyArgmaxWorkspaceBytes(int64_t rows);
-absl::Status GreedyArgmaxRows(const float* logits, int64_t rows, int64_t vocab, int32_t* out,
-                              void* workspace, StreamHandle stream);
-
 }  // namespace vismoe::cuda
 
 #endif  // VISMOE_ENGINE_OPS_CUDA_MOE_DECODE_H_

@@ -1,5 +1,6 @@
 // The decode-step MoE kernels of engine/ops/cuda/moe_decode.h that
-// backend_ops_test does not isolate, against host models:
+// backend_ops_test does not isolate, and the greedy argmax
+// (engine/ops/cuda/greedy_argmax.h), against host models:
 // - MoeDecodeRoute: the top-k of well-separated logits, and the permutation
 //   (offsets, active experts, row_token, slot_row) equal to a stable sort of
 //   the device's own (token, slot) assignments by expert, for expert counts
@@ -27,6 +28,7 @@ TEST(MoeDecodeGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 
 #include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
+#include "engine/ops/cuda/greedy_argmax.h"
 #include "engine/ops/cuda/moe_decode.h"
 #include "tests/engine/ops/cuda/gpu_test_util.h"
 
