@@ -12,8 +12,14 @@ absl::StatusOr<nlohmann::json> RunRoutingStats(Engine& engine,
                                                const std::vector<BenchRequest>& requests,
                                                float temperature) {
   std::vector<std::unique_ptr<RoutingStatsRecorder>> recorders;
-  std::vector<const LayerSequence*> decode, prefill_text, prefill_image;
-  std::vector<std::vector<const LayerSequence*>> decode_requests, text_requests, image_requests;
+  // Per part, each request's layer sequences (decoder layer order).
+  using ByRequest = std::vector<std::vector<const LayerSequence*>>;
+  ByRequest decode, prefill_text, prefill_image;
+  auto pointers = [](const std::vector<LayerSequence>& layers) {
+    std::vector<const LayerSequence*> out;
+    for (const LayerSequence& s : layers) out.push_back(&s);
+    return out;
+  };
   for (size_t i = 0; i < requests.size(); ++i) {
     GenerateRequest req = requests[i].ToGenerateRequest();
     req.sampling.temperature = temperature;
@@ -26,31 +32,22 @@ absl::StatusOr<nlohmann::json> RunRoutingStats(Engine& engine,
       return absl::Status(r.status().code(),
                           absl::StrCat("routing stats, request ", i, ": ", r.status().message()));
     }
-    const RoutingStatsRecorder& rec = *recorders.back();
-    decode_requests.emplace_back();
-    for (const LayerSequence& s : rec.decode()) {
-      decode.push_back(&s);
-      decode_requests.back().push_back(&s);
-    }
-    auto& prefill = requests[i].images.empty() ? prefill_text : prefill_image;
-    auto& prefill_requests = requests[i].images.empty() ? text_requests : image_requests;
-    prefill_requests.emplace_back();
-    for (const LayerSequence& s : rec.prefill()) {
-      prefill.push_back(&s);
-      prefill_requests.back().push_back(&s);
-    }
+    decode.push_back(pointers(recorders.back()->decode()));
+    (requests[i].images.empty() ? prefill_text : prefill_image)
+        .push_back(pointers(recorders.back()->prefill()));
   }
   RoutingStatsOptions o;
   o.num_experts = engine.info().num_experts;
   nlohmann::json out = {{"temperature", temperature}};
-  auto add = [&](const char* name, const std::vector<const LayerSequence*>& seqs,
-                 const std::vector<std::vector<const LayerSequence*>>& by_request) {
-    const RoutingStats s = ComputeRoutingStats(seqs, o, by_request);
+  auto add = [&](const char* name, const ByRequest& by_request) {
+    std::vector<const LayerSequence*> all;
+    for (const auto& layers : by_request) all.insert(all.end(), layers.begin(), layers.end());
+    const RoutingStats s = ComputeRoutingStats(all, o, by_request);
     if (s.sequences > 0) out[name] = RoutingStatsJson(s);
   };
-  add("decode", decode, decode_requests);
-  add("prefill_text", prefill_text, text_requests);
-  add("prefill_image", prefill_image, image_requests);
+  add("decode", decode);
+  add("prefill_text", prefill_text);
+  add("prefill_image", prefill_image);
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "engine/api/engine.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/calibrate/predictor_evaluator.h"
+#include "engine/core/fnv1a.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
@@ -26,13 +27,6 @@
 
 namespace vismoe {
 namespace {
-
-// A request's sampling seed: FNV-1a of its name, the same in every build.
-uint64_t SeedOf(const std::string& name) {
-  uint64_t h = 0xCBF29CE484222325ULL;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ULL;
-  return h;
-}
 
 using nlohmann::json;
 
@@ -233,7 +227,7 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
     // Greedy, or sampled with a seed of the request's own: either way every
     // pass over the request decodes the same tokens.
     req.sampling.temperature = options.temperature;
-    req.sampling.seed = SeedOf(r.name);
+    req.sampling.seed = Fnv1a(r.name);  // the same in every build
     req.policy = PolicyOverrides{};
     req.policy.token_compressor = "none";
     GenerateCallbacks cb;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/core/fnv1a.h"
 #include "engine/core/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -23,12 +24,6 @@ uint64_t SplitMix64(uint64_t* state) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
-}
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ULL;
-  return h;
 }
 
 // Fills elements [begin, end) of chunk `chunk` of a tensor whose stream seed is `tseed`.
