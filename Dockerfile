@@ -3,7 +3,7 @@
 #
 #   VARIANT=cuda (default): CUDA + CPU backends; needs NVIDIA's Debian 12 apt repository.
 #     docker build -t vismoe-server .
-#     docker run --gpus all -v /path/to/checkpoint:/models/model:ro -p 50051:50051 -p 9464:9464 vismoe-server
+#     docker run --gpus all -v /path/to/checkpoint:/models/model:ro -p 50051:50051 -p 8000:8000 -p 9464:9464 vismoe-server
 #   VARIANT=debian: CPU backend only, every package from Debian 12 (no NVIDIA repository).
 #     docker build --build-arg VARIANT=debian -t vismoe-server:cpu .
 #     (podman, as tests/container/container_test.sh does, works the same.)
@@ -109,8 +109,9 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 COPY --from=builder /build/server/vismoe-server /build/client/vismoe-cli /usr/local/bin/
 
 USER vismoe:vismoe
-# 50051: gRPC (vismoe.v1 + grpc.health.v1); 9464: Prometheus /metrics.
-EXPOSE 50051 9464
+# 50051: gRPC (vismoe.v1 + grpc.health.v1); 8000: the OpenAI-compatible HTTP
+# API; 9464: Prometheus /metrics.
+EXPOSE 50051 8000 9464
 # Model load can take minutes: failures during the start period do not count.
 # Assumes a plaintext listener; with --tls_cert the check needs --tls --tls_ca.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=10m --retries=3 \
@@ -119,4 +120,4 @@ HEALTHCHECK --interval=30s --timeout=10s --start-period=10m --retries=3 \
 ENTRYPOINT ["vismoe-server"]
 # Inside a container the server must listen on all interfaces (its defaults
 # are loopback). Mount a checkpoint directory at /models/model.
-CMD ["--model=/models/model", "--listen=0.0.0.0:50051", "--metrics_listen=0.0.0.0:9464"]
+CMD ["--model=/models/model", "--listen=0.0.0.0:50051", "--http_listen=0.0.0.0:8000", "--metrics_listen=0.0.0.0:9464"]

@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "client/chat_completion_call.h"
 #include "client/load_runner.h"
 #include "client/policy_flags.h"
 #include "client/rpc_error.h"
@@ -37,6 +38,10 @@ ABSL_FLAG(std::string, token_compressor, "", "Token compressor override (empty =
 ABSL_FLAG(double, keep_ratio, -1, "Keep ratio override in (0, 1] (<0 = server default).");
 ABSL_FLAG(std::string, expert_predictor, "", "Expert predictor override (empty = server default).");
 ABSL_FLAG(std::string, json_report, "", "Write the report as JSON to this file.");
+ABSL_FLAG(std::string, api, "grpc",
+          "Front end to load: grpc (--server) or openai (the OpenAI-compatible HTTP API at "
+          "--http_server, streamed chat completions)");
+ABSL_FLAG(std::string, http_server, "", "host:port of the server's HTTP API (--api=openai)");
 ABSL_FLAG(bool, progress, false, "Show the live progress line even when stderr is not a TTY.");
 
 namespace vismoe::client {
@@ -100,23 +105,44 @@ int Main(int argc, char** argv) {
                           absl::GetFlag(FLAGS_expert_predictor));
 
   const ConnectionOptions conn = ConnectionOptionsFromFlags();
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateClientChannel(conn);
-  if (!channel.ok()) return Fail(std::string(channel.status().message()), kExitUsageError);
-  if (absl::Status s =
-          WaitForConnection(channel->get(), conn.server, absl::GetFlag(FLAGS_connect_timeout));
-      !s.ok()) {
-    return Fail(std::string(s.message()), kExitConnectionError);
+  const std::string api = absl::GetFlag(FLAGS_api);
+  CallFn call;
+  std::unique_ptr<vismoe::v1::InferenceService::Stub> stub;
+  std::string target = conn.server;
+  if (api == "openai") {
+    absl::StatusOr<HttpTarget> http = ParseHttpTarget(absl::GetFlag(FLAGS_http_server));
+    if (!http.ok()) return Fail(std::string(http.status().message()), kExitUsageError);
+    http->api_key = conn.api_key;
+    target = absl::GetFlag(FLAGS_http_server);
+    call = [http = *http](const vismoe::v1::GenerateRequest& request, absl::Duration timeout) {
+      return RunChatCompletion(http, request, timeout);
+    };
+  } else if (api == "grpc") {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateClientChannel(conn);
+    if (!channel.ok()) return Fail(std::string(channel.status().message()), kExitUsageError);
+    if (absl::Status s =
+            WaitForConnection(channel->get(), conn.server, absl::GetFlag(FLAGS_connect_timeout));
+        !s.ok()) {
+      return Fail(std::string(s.message()), kExitConnectionError);
+    }
+    stub = vismoe::v1::InferenceService::NewStub(*channel);
+    call = [stub = stub.get(), &conn](const vismoe::v1::GenerateRequest& request,
+                                      absl::Duration timeout) {
+      return RunGenerate(stub, conn, request, timeout, nullptr);
+    };
+  } else {
+    return Fail("--api must be grpc or openai", kExitUsageError);
   }
-  auto stub = vismoe::v1::InferenceService::NewStub(*channel);
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const bool progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO) == 1;
-  LoadRun run = RunLoad(stub.get(), conn, specs, options, progress ? stderr : nullptr, &g_stop);
+  LoadRun run = RunLoad(call, specs, options, progress ? stderr : nullptr, &g_stop);
   LoadReport report = BuildLoadReport(run.records, run.wall_seconds);
 
   nlohmann::json config{
-      {"server", conn.server},
+      {"api", api},
+      {"server", target},
       {"request_set", synthetic ? absl::StrCat("synthetic:", specs.size()) : request_file},
       {"mode", options.rate > 0 ? "open_loop" : "closed_loop"},
       {"concurrency", options.concurrency},
@@ -139,7 +165,7 @@ int Main(int argc, char** argv) {
   if (report.failed == 0) return kExitOk;
   if (report.completed == 0 && report.errors_by_code.size() == 1 &&
       report.errors_by_code.count("UNAVAILABLE") == 1) {
-    return Fail(absl::StrCat("every request failed: cannot reach server at ", conn.server),
+    return Fail(absl::StrCat("every request failed: cannot reach server at ", target),
                 kExitConnectionError);
   }
   return Fail(absl::StrCat(report.failed, " of ", report.sent, " requests failed"),

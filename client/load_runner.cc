@@ -58,6 +58,15 @@ RequestRecord RecordFromOutcome(const GenerateOutcome& outcome, double queue_sec
 LoadRun RunLoad(vismoe::v1::InferenceService::StubInterface* stub,
                 const ConnectionOptions& connection, const std::vector<PromptSpec>& specs,
                 const LoadOptions& options, std::FILE* progress, const std::atomic<bool>* stop) {
+  const CallFn call = [stub, &connection](const vismoe::v1::GenerateRequest& request,
+                                          absl::Duration timeout) {
+    return RunGenerate(stub, connection, request, timeout, nullptr);
+  };
+  return RunLoad(call, specs, options, progress, stop);
+}
+
+LoadRun RunLoad(const CallFn& call, const std::vector<PromptSpec>& specs,
+                const LoadOptions& options, std::FILE* progress, const std::atomic<bool>* stop) {
   RunState state;
   const Clock::time_point start = Clock::now();
   const bool bounded_duration = options.duration != absl::InfiniteDuration();
@@ -75,8 +84,7 @@ LoadRun RunLoad(vismoe::v1::InferenceService::StubInterface* stub,
     vismoe::v1::GenerateRequest request =
         BuildGenerateRequest(spec, options.sampling, options.policy, absl::StrCat("load-", index));
     state.in_flight.fetch_add(1);
-    GenerateOutcome outcome =
-        RunGenerate(stub, connection, request, options.request_timeout, nullptr);
+    GenerateOutcome outcome = call(request, options.request_timeout);
     RequestRecord record = RecordFromOutcome(outcome, queue_seconds);
     state.in_flight.fetch_sub(1);
     if (record.status_code == 0) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -51,6 +52,13 @@ RequestRecord RecordFromOutcome(const GenerateOutcome& outcome, double queue_sec
 // REQUIRES: !specs.empty(), concurrency >= 1, a bound on requests or duration.
 LoadRun RunLoad(vismoe::v1::InferenceService::StubInterface* stub,
                 const ConnectionOptions& connection, const std::vector<PromptSpec>& specs,
+                const LoadOptions& options, std::FILE* progress, const std::atomic<bool>* stop);
+
+// The same through any front end: `call` runs one request within its timeout
+// (RunGenerate over gRPC, RunChatCompletion over the HTTP API). It is called
+// from `options.concurrency` threads at once.
+using CallFn = std::function<GenerateOutcome(const vismoe::v1::GenerateRequest&, absl::Duration)>;
+LoadRun RunLoad(const CallFn& call, const std::vector<PromptSpec>& specs,
                 const LoadOptions& options, std::FILE* progress, const std::atomic<bool>* stop);
 
 }  // namespace vismoe::client

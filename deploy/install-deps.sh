@@ -12,6 +12,7 @@ RUNTIME_PKGS=(
   libopencv-core406 libopencv-imgproc406 libopencv-imgcodecs406 libwebp7
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
   libpcre2-8-0 libutf8proc2 libspdlog1.10 libssl3 ca-certificates
+  libcpp-httplib0.11
 )
 BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config git curl
@@ -23,6 +24,8 @@ BUILD_PKGS=(
   # the server checks its TLS certificate and key files with OpenSSL.
   libssl-dev
   prometheus-cpp-dev
+  # the OpenAI-compatible HTTP API (--http_listen).
+  libcpp-httplib-dev
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libspdlog-dev
   # tests: a real Prometheus server (promtool too) for the metrics e2e tests.
@@ -30,7 +33,9 @@ BUILD_PKGS=(
   # fuzz preset (tests/fuzz): clang, libFuzzer + sanitizer runtimes, and
   # llvm-symbolizer for readable crash reports.
   clang libclang-rt-14-dev llvm
-  # tests: Python + grpcio for the example client smoke test is optional; not installed here.
+  # tests: a Python virtual environment for the pinned openai package
+  # (tests/setup_python.sh); grpcio for the example client is optional.
+  python3-venv
 )
 
 pkgs=("${RUNTIME_PKGS[@]}")

@@ -3,16 +3,12 @@
 #include <chrono>
 #include <deque>
 #include <optional>
-#include <random>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "server/api_key.h"
 #include "server/metrics.h"
 #include "server/request_bytes.h"
 #include "server/status_mapping.h"
-#include "spdlog/spdlog.h"
 
 namespace vismoe::server {
 namespace {
@@ -33,26 +29,8 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// Compares without an early exit, so the time taken does not reveal how much
-// of a guessed key was right.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
-  return diff == 0 && !b.empty();
-}
-
 absl::string_view ToView(const grpc::string_ref& s) {
   return absl::string_view(s.data(), s.size());
-}
-
-// Printable ASCII only: anything else could forge or corrupt log lines (the
-// validator rejects such ids; until then the server's own id is logged).
-bool IsLoggableRequestId(absl::string_view id) {
-  if (id.empty()) return false;
-  for (const char c : id) {
-    if (c < 0x20 || c > 0x7E) return false;
-  }
-  return true;
 }
 
 // One Generate call. Lives from Generate() until gRPC calls OnDone() and no
@@ -72,27 +50,16 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   void set_request_id(std::string id) { request_id_ = std::move(id); }
 
   // Either submits the job or finishes the call with an error.
-  void Start(const InferenceServiceImpl::Backend& backend) {
+  void Start(const ServingBackend& backend) {
     absl::StatusOr<ValidatedRequest> validated = backend.validator->Validate(request_);
     if (!validated.ok()) {
       FinishEarly(validated.status());
       return;
     }
     validated->request.request_id = request_id_;
-    auto job = std::make_unique<SchedulerJob>();
-    auto shared = std::make_shared<ValidatedRequest>(std::move(*validated));
-    job->prepare = [this, backend, shared]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
-      double decode_seconds = 0;
-      absl::StatusOr<std::unique_ptr<PreparedRequest>> r = backend.validator->Complete(
-          std::move(*shared), *backend.decoder, *backend.engine, &decode_seconds);
-      if (metrics_ != nullptr && !shared->image_data.empty()) {
-        metrics_->ObserveImageDecode(decode_seconds);
-      }
-      return r;
-    };
+    std::unique_ptr<SchedulerJob> job = NewSchedulerJob(backend, std::move(*validated), metrics_);
     job->on_delta = [this](const TokenDelta& d) { return OnDelta(d); };
     job->cancel_status = [this] { return CancelStatus(); };
-    job->text_only = shared->image_data.empty();
     job->on_done = [this](absl::StatusOr<GenerateResult> r, double queue_seconds) {
       OnJobDone(std::move(r), queue_seconds);
     };
@@ -199,18 +166,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   void Record(const absl::Status& status, const GenerateResult* result) {
-    const std::string label = StatusLabel(ToGrpcStatus(status).error_code());
-    if (metrics_ != nullptr) {
-      metrics_->OnRequestFinished(label);
-      if (result != nullptr) metrics_->ObserveResult(*result);
-    }
-    if (status.ok() && result != nullptr) {
-      spdlog::info("request {} ok: {} prompt + {} completion tokens, finish={}, {:.3f}s",
-                   request_id_, result->usage.prompt_tokens, result->usage.completion_tokens,
-                   FinishReasonName(result->finish_reason), result->timings.total_seconds);
-    } else {
-      spdlog::info("request {} {}: {}", request_id_, label, EscapeForLog(status.message()));
-    }
+    RecordRequestOutcome(metrics_, ServerMetrics::Api::kGrpc, request_id_, status, result);
   }
 
   // Decides the next gRPC operation; performed by Do() outside the lock.
@@ -302,23 +258,16 @@ bool InferenceServiceImpl::GetBackend(Backend* backend) const {
   return true;
 }
 
-std::string InferenceServiceImpl::NextRequestId() {
-  static const uint32_t kBoot = std::random_device{}();
-  return absl::StrFormat("req-%08x-%d", kBoot, next_id_.fetch_add(1));
-}
-
 absl::Status InferenceServiceImpl::Authenticate(const grpc::CallbackServerContext& context) const {
   if (options_.api_key.empty()) return absl::OkStatus();
   const auto& md = context.client_metadata();
   for (auto it = md.find("authorization"); it != md.end() && it->first == "authorization"; ++it) {
-    absl::string_view v = ToView(it->second);
-    if (absl::StartsWithIgnoreCase(v, "bearer ") &&
-        ConstantTimeEquals(v.substr(7), options_.api_key)) {
+    if (ApiKeyMatches(BearerToken(ToView(it->second)), options_.api_key)) {
       return absl::OkStatus();
     }
   }
   for (auto it = md.find("x-api-key"); it != md.end() && it->first == "x-api-key"; ++it) {
-    if (ConstantTimeEquals(ToView(it->second), options_.api_key)) return absl::OkStatus();
+    if (ApiKeyMatches(ToView(it->second), options_.api_key)) return absl::OkStatus();
   }
   return absl::UnauthenticatedError(
       "missing or wrong API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>'");
@@ -327,7 +276,7 @@ absl::Status InferenceServiceImpl::Authenticate(const grpc::CallbackServerContex
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   auto* reactor = new GenerateReactor(context, metrics_);
-  reactor->set_request_id(NextRequestId());
+  reactor->set_request_id(NewRequestId());
   absl::Status auth = Authenticate(*context);
   if (!auth.ok()) {
     reactor->FinishEarly(auth);

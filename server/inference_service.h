@@ -34,6 +34,7 @@
 #include "server/image_decoder.h"
 #include "server/request_validator.h"
 #include "server/scheduler.h"
+#include "server/serving_backend.h"
 #include "vismoe/v1/inference.grpc.pb.h"
 
 namespace vismoe {
@@ -55,12 +56,7 @@ class InferenceServiceImpl final : public RawInferenceService {
   };
 
   // The pieces that exist once the model is loaded. All borrowed.
-  struct Backend {
-    Engine* engine = nullptr;
-    Scheduler* scheduler = nullptr;
-    const RequestValidator* validator = nullptr;
-    ImageDecoder* decoder = nullptr;
-  };
+  using Backend = ServingBackend;
 
   // `metrics` may be null.
   InferenceServiceImpl(const Options& options, ServerMetrics* metrics);
@@ -85,7 +81,6 @@ class InferenceServiceImpl final : public RawInferenceService {
  private:
   // Returns false while the model is loading.
   bool GetBackend(Backend* backend) const;
-  std::string NextRequestId();
   // The ModelInfo reply, or why there is none (auth, loading, bad request).
   absl::StatusOr<v1::ModelInfo> ModelInfoFor(const grpc::CallbackServerContext& context,
                                              const grpc::ByteBuffer& request) const;
@@ -95,7 +90,6 @@ class InferenceServiceImpl final : public RawInferenceService {
   mutable absl::Mutex mu_;
   Backend backend_ ABSL_GUARDED_BY(mu_);
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<uint64_t> next_id_{1};
 
   friend class GenerateReactor;
 };

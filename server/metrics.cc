@@ -217,7 +217,9 @@ ServerMetrics::ServerMetrics(const Options& options)
                      .Register(r);
   requests_ = &prometheus::BuildCounter()
                    .Name("vismoe_requests_total")
-                   .Help("Finished requests by status (ok or the lower-case gRPC code name).")
+                   .Help(
+                       "Finished requests by API (grpc, http) and status (ok or the lower-case "
+                       "gRPC code name).")
                    .Register(r);
   gpu_memory_ = &prometheus::BuildGauge()
                      .Name("vismoe_gpu_memory_bytes")
@@ -302,12 +304,25 @@ ServerMetrics::ServerMetrics(const Options& options)
                            .Help("Requests the engine is generating for.")
                            .Register(r)
                            .Add({});
-  ttft_ = &NewHistogram(r, "vismoe_time_to_first_token_seconds",
-                        "Time from request start to the first generated token.", kTtftBuckets);
-  tpot_ = &NewHistogram(r, "vismoe_time_per_output_token_seconds",
-                        "Mean time per output token after the first, per request.", kTpotBuckets);
-  duration_ = &NewHistogram(r, "vismoe_request_duration_seconds", "Total engine time of a request.",
-                            kDurationBuckets);
+  auto& ttft = prometheus::BuildHistogram()
+                   .Name("vismoe_time_to_first_token_seconds")
+                   .Help("Time from request start to the first generated token.")
+                   .Register(r);
+  auto& tpot = prometheus::BuildHistogram()
+                   .Name("vismoe_time_per_output_token_seconds")
+                   .Help("Mean time per output token after the first, per request.")
+                   .Register(r);
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("vismoe_request_duration_seconds")
+                       .Help("Total engine time of a request.")
+                       .Register(r);
+  for (const Api api : {Api::kGrpc, Api::kHttp}) {
+    const prometheus::Labels labels = {{"api", ApiLabel(api)}};
+    LatencySeries& l = latency_[static_cast<int>(api)];
+    l.ttft = &ttft.Add(labels, kTtftBuckets);
+    l.tpot = &tpot.Add(labels, kTpotBuckets);
+    l.duration = &duration.Add(labels, kDurationBuckets);
+  }
   image_decode_ = &NewHistogram(r, "vismoe_image_decode_seconds",
                                 "Time to decode one request image.", kImageDecodeBuckets);
   compression_ = &NewHistogram(r, "vismoe_compression_seconds",
@@ -324,7 +339,9 @@ ServerMetrics::ServerMetrics(const Options& options)
         "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
         "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
         "unauthenticated"}) {
-    requests_->Add({{"status", status}});
+    for (const Api api : {Api::kGrpc, Api::kHttp}) {
+      requests_->Add({{"api", ApiLabel(api)}, {"status", status}});
+    }
   }
   absl::MutexLock lock(&mu_);
   CacheSeries(Phase::kPrefill, 0);
@@ -357,16 +374,17 @@ void ServerMetrics::DeclareLayers(int num_layers) {
   }
 }
 
-void ServerMetrics::OnRequestFinished(absl::string_view status_label) {
-  requests_->Add({{"status", std::string(status_label)}}).Increment();
+void ServerMetrics::OnRequestFinished(Api api, absl::string_view status_label) {
+  requests_->Add({{"api", ApiLabel(api)}, {"status", std::string(status_label)}}).Increment();
 }
 
-void ServerMetrics::ObserveResult(const GenerateResult& r) {
+void ServerMetrics::ObserveResult(Api api, const GenerateResult& r) {
   const RequestUsage& u = r.usage;
   const RequestTimings& t = r.timings;
-  if (u.completion_tokens >= 1 && ValidSeconds(t.ttft_seconds)) ttft_->Observe(t.ttft_seconds);
-  if (u.completion_tokens >= 2 && ValidSeconds(t.tpot_seconds)) tpot_->Observe(t.tpot_seconds);
-  if (ValidSeconds(t.total_seconds)) duration_->Observe(t.total_seconds);
+  const LatencySeries& l = latency_[static_cast<int>(api)];
+  if (u.completion_tokens >= 1 && ValidSeconds(t.ttft_seconds)) l.ttft->Observe(t.ttft_seconds);
+  if (u.completion_tokens >= 2 && ValidSeconds(t.tpot_seconds)) l.tpot->Observe(t.tpot_seconds);
+  if (ValidSeconds(t.total_seconds)) l.duration->Observe(t.total_seconds);
   if (u.completion_tokens > 0) generated_tokens_->Increment(u.completion_tokens);
   // prompt_tokens counts every visual token before compression; the image
   // series counts those the decoder kept.

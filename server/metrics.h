@@ -13,7 +13,7 @@
 //              vismoe_prefetch_issued_total, vismoe_prefetch_used_total
 //              vismoe_preloaded_experts_total, vismoe_preloaded_experts_used_total
 //              vismoe_expert_bytes_h2d_total, vismoe_transfer_stall_seconds_total
-//              vismoe_requests_total{status}, vismoe_generated_tokens_total
+//              vismoe_requests_total{api,status}, vismoe_generated_tokens_total
 //              vismoe_prompt_tokens_total{modality="text"|"image"}
 //              vismoe_visual_tokens_pruned_total
 //              vismoe_experts_skipped_total{modality="text"|"image"}
@@ -23,14 +23,16 @@
 //   gauges     vismoe_expert_cache_hit_ratio, vismoe_prefetch_recall  (sliding window)
 //              vismoe_gpu_memory_bytes{region}, vismoe_slab_cache_slots{state}
 //              vismoe_queue_depth, vismoe_running_requests
-//   histograms vismoe_time_to_first_token_seconds, vismoe_time_per_output_token_seconds,
-//              vismoe_request_duration_seconds, vismoe_image_decode_seconds,
+//   histograms vismoe_time_to_first_token_seconds{api}, vismoe_time_per_output_token_seconds{api},
+//              vismoe_request_duration_seconds{api}, vismoe_image_decode_seconds,
 //              vismoe_compression_seconds, vismoe_predictor_seconds
 //
 // Label values: phase is "prefill"|"decode"; layer is the decoder layer index
 // in decimal; state is "free"|"required"|"speculative"|"expired"; region is
 // whatever the engine reports ("resident", "pinned_prefix", "slab_cache",
-// "activations", "kv_cache"); status is "ok" for a successful request, else the
+// "activations", "kv_cache"); api is the front end a request came through,
+// "grpc" or "http" (the OpenAI-compatible API); status is "ok" for a
+// successful request, else the
 // lower-case gRPC code name ("invalid_argument", "resource_exhausted",
 // "cancelled", "deadline_exceeded", "internal", ...). Dashboards and alerts
 // rely on status="ok" meaning success.
@@ -78,6 +80,10 @@ class SlidingWindowRatios;  // metrics.cc
 
 class ServerMetrics : public StatsSink {
  public:
+  // The front end a request came through: the `api` label.
+  enum class Api { kGrpc, kHttp };
+  static const char* ApiLabel(Api api) { return api == Api::kGrpc ? "grpc" : "http"; }
+
   // The /metrics exposer's worker threads, and how long it waits for a
   // client's request (or a write) before dropping the connection, so idle or
   // slow connections cannot starve scrapes.
@@ -104,14 +110,15 @@ class ServerMetrics : public StatsSink {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  // ---- request-level (called by the gRPC service) ----
-  // vismoe_requests_total{status=status_label}; see the label convention above.
-  void OnRequestFinished(absl::string_view status_label);
+  // ---- request-level (called by the gRPC service and the HTTP API) ----
+  // vismoe_requests_total{api,status=status_label}; see the label convention
+  // above.
+  void OnRequestFinished(Api api, absl::string_view status_label);
   // TTFT / TPOT / duration histograms and token counters of one finished
   // request. TTFT is observed only if a token was produced, TPOT only if two.
   // The per-request offload stats are NOT added here: the engine reports
   // those live through the StatsSink methods.
-  void ObserveResult(const GenerateResult& r);
+  void ObserveResult(Api api, const GenerateResult& r);
   void ObserveImageDecode(double seconds);
   void SetQueueDepth(int64_t n);
   void SetRunningRequests(int64_t n);
@@ -169,6 +176,13 @@ class ServerMetrics : public StatsSink {
   prometheus::Family<prometheus::Counter>* cache_queries_ = nullptr;
   prometheus::Family<prometheus::Counter>* cache_hits_ = nullptr;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
+  // Per-API request latency histograms, indexed by Api.
+  struct LatencySeries {
+    prometheus::Histogram* ttft = nullptr;
+    prometheus::Histogram* tpot = nullptr;
+    prometheus::Histogram* duration = nullptr;
+  };
+  LatencySeries latency_[2];
   prometheus::Family<prometheus::Gauge>* gpu_memory_ = nullptr;
 
   prometheus::Counter* prefetch_needed_ = nullptr;
@@ -200,9 +214,6 @@ class ServerMetrics : public StatsSink {
   prometheus::Histogram* batch_size_ = nullptr;
   prometheus::Histogram* step_tokens_ = nullptr;
   prometheus::Gauge* slots_[4] = {};  // indexed by SlotState
-  prometheus::Histogram* ttft_ = nullptr;
-  prometheus::Histogram* tpot_ = nullptr;
-  prometheus::Histogram* duration_ = nullptr;
   prometheus::Histogram* image_decode_ = nullptr;
   prometheus::Histogram* compression_ = nullptr;
   prometheus::Histogram* predictor_ = nullptr;

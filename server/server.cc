@@ -75,6 +75,17 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " (address in use or invalid?)"));
   }
+  if (!options.http_listen.empty()) {
+    HttpApi::Options http;
+    http.listen = options.http_listen;
+    http.threads = options.http_threads;
+    http.api_key = options.api_key;
+    http.max_body_bytes = options.max_message_bytes;
+    http.default_max_tokens = options.max_new_tokens_limit;
+    http.request_timeout = options.http_request_timeout;
+    http.model_name = ServedModelName(options);
+    VISMOE_ASSIGN_OR_RETURN(s->http_, HttpApi::Start(http, s->metrics_.get()));
+  }
   s->SetServing(false);
   spdlog::info("gRPC listening on {} (port {}, {}); health NOT_SERVING until the model is loaded",
                options.listen, s->port_, options.tls_cert.empty() ? "plaintext" : "TLS");
@@ -88,6 +99,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
 VismoeServer::~VismoeServer() { Shutdown(); }
 
 void VismoeServer::SetServing(bool serving) {
+  if (http_ != nullptr) http_->SetServing(serving);
   if (grpc_server_ == nullptr) return;
   grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
   if (health == nullptr) return;
@@ -167,7 +179,9 @@ absl::Status VismoeServer::LoadModel() {
     if (shutdown_started_) return absl::CancelledError("server is shutting down");
     engine_ = std::move(*engine);
     scheduler_ = std::move(scheduler);
-    service_->Attach({engine_.get(), scheduler_.get(), validator_.get(), decoder_.get()});
+    const ServingBackend backend{engine_.get(), scheduler_.get(), validator_.get(), decoder_.get()};
+    service_->Attach(backend);
+    if (http_ != nullptr) http_->Attach(backend);
   }
   SetServing(true);
   spdlog::info("model {} ({}, {} layers, {} experts, backend {}) loaded in {}; SERVING",
@@ -199,6 +213,7 @@ void VismoeServer::Shutdown() {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     grpc_server_->Wait();
   }
+  if (http_ != nullptr) http_->Stop();
   spdlog::info("shutdown complete");
   absl::MutexLock lock(&mu_);
   shutdown_done_ = true;

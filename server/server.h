@@ -1,12 +1,15 @@
 // VismoeServer: assembles the daemon: metrics, gRPC server (optional TLS,
-// message size limit, health service, reflection), image decoder, validator,
-// scheduler and engine, in the start-up order the health checks promise:
+// message size limit, health service, reflection), the optional
+// OpenAI-compatible HTTP API, image decoder, validator, scheduler and engine,
+// in the start-up order the health checks promise:
 //
-//   Start()      listen; health NOT_SERVING (overall "" and the service)
+//   Start()      listen; health NOT_SERVING (overall "" and the service;
+//                HTTP /health 503)
 //   LoadModel()  Engine::Create (slow), scheduler, attach; health SERVING
 //   Shutdown()   health NOT_SERVING; stop accepting; drain in-flight requests
-//                up to drain_timeout, then cancel the rest (UNAVAILABLE
-//                "server shutting down"); stop the gRPC server
+//                (both APIs) up to drain_timeout, then cancel the rest
+//                (UNAVAILABLE "server shutting down"); stop the gRPC server
+//                and the HTTP listener
 //
 // Thread safety: Shutdown may be called from any thread (a signal thread),
 // also while LoadModel runs; Wait blocks until Shutdown completed.
@@ -23,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "server/http_api.h"
 #include "server/image_decoder.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
@@ -58,6 +62,8 @@ class VismoeServer {
   void Wait();
 
   int port() const { return port_; }  // bound gRPC port
+  // Bound HTTP API port; 0 without --http_listen.
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   int metrics_port() const { return metrics_->metrics_port(); }
   ServerMetrics* metrics() const { return metrics_.get(); }
   Scheduler* scheduler() const;  // null until LoadModel succeeded
@@ -74,6 +80,7 @@ class VismoeServer {
   std::unique_ptr<RequestValidator> validator_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<HttpApi> http_;  // null without --http_listen
   int port_ = 0;
 
   mutable absl::Mutex mu_;

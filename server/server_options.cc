@@ -52,6 +52,15 @@ ABSL_FLAG(std::string, metrics_listen, kDefaults.metrics_listen,
           "Prometheus /metrics address host:port; empty disables");
 ABSL_FLAG(std::string, max_message_bytes, absl::StrCat(kDefaults.max_message_bytes),
           "Largest gRPC request accepted (bytes or with a unit)");
+ABSL_FLAG(std::string, http_listen, kDefaults.http_listen,
+          "OpenAI-compatible HTTP API (POST /v1/chat/completions, GET /v1/models, GET /health) "
+          "on host:port; empty = off");
+ABSL_FLAG(int, http_threads, kDefaults.http_threads,
+          "HTTP connections served at once (one thread each; idle ones are dropped after 5 s)");
+ABSL_FLAG(absl::Duration, http_request_timeout, kDefaults.http_request_timeout,
+          "An HTTP API request running longer ends with 504");
+ABSL_FLAG(std::string, served_model_name, kDefaults.served_model_name,
+          "The model id of the HTTP API; empty = the last component of --model");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (enables TLS with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, api_key, "",
@@ -311,6 +320,19 @@ const std::vector<OptionDef>& OptionDefs() {
       VISMOE_STRING_OPTION(listen),
       VISMOE_STRING_OPTION(metrics_listen),
       VISMOE_BYTES_OPTION(max_message_bytes),
+      VISMOE_STRING_OPTION(http_listen),
+      VISMOE_INT_OPTION(http_threads),
+      OptionDef{
+          "http_request_timeout",
+          [](absl::string_view k, absl::string_view v, ServerOptions* o) {
+            if (!absl::ParseDuration(absl::StripAsciiWhitespace(v), &o->http_request_timeout) ||
+                o->http_request_timeout <= absl::ZeroDuration()) {
+              return BadValue(k, v, "expected a positive duration such as 10m");
+            }
+            return absl::OkStatus();
+          },
+          [](const ServerOptions& o) { return absl::FormatDuration(o.http_request_timeout); }},
+      VISMOE_STRING_OPTION(served_model_name),
       VISMOE_STRING_OPTION(tls_cert),
       VISMOE_STRING_OPTION(tls_key),
       OptionDef{"api_key",
@@ -409,36 +431,6 @@ const std::vector<OptionDef>& OptionDefs() {
 #undef VISMOE_BYTES_OPTION
 #undef VISMOE_BOOL_OPTION
 
-absl::Status RequirePositive(absl::string_view key, int64_t value) {
-  if (value <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option ", key, " must be positive, got ", value));
-  }
-  return absl::OkStatus();
-}
-
-// gRPC's own schemes (unix:, unix-abstract:, vsock:) pass through; anything
-// else is host:port.
-absl::Status RequireGrpcAddress(absl::string_view key, absl::string_view value) {
-  for (absl::string_view scheme : {"unix:", "unix-abstract:", "vsock:"}) {
-    if (absl::StartsWith(value, scheme)) return absl::OkStatus();
-  }
-  return CheckHostPort(key, value);
-}
-
-// Options that start one thread each: beyond this the system runs out of
-// threads (or stacks) before the server could use them.
-constexpr int64_t kMaxThreads = 1024;
-
-absl::Status RequireThreads(absl::string_view key, int64_t value, int64_t min) {
-  if (value < min || value > kMaxThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("option ", key, " must be in [", min, ", ",
-                                                   kMaxThreads, "] (one thread each), got ",
-                                                   value));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const std::vector<std::string>& ServerOptionKeys() {
@@ -496,142 +488,6 @@ absl::Status ApplyConfigJson(absl::string_view json_text, absl::string_view sour
       }
       return absl::InvalidArgumentError(msg);
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FinalizeServerOptions(ServerOptions* o) {
-  if (o->model.empty()) return absl::InvalidArgumentError("option model: no model directory given");
-  if (o->backend != "auto" && o->backend != "cpu" && o->backend != "cuda") {
-    return BadValue("backend", o->backend, "expected auto, cpu or cuda");
-  }
-  if (o->synthetic_routing != "random" && o->synthetic_routing != "realistic") {
-    return BadValue("synthetic_routing", o->synthetic_routing, "expected random or realistic");
-  }
-  if (o->listen.empty()) return absl::InvalidArgumentError("option listen: empty address");
-  VISMOE_RETURN_IF_ERROR(RequireGrpcAddress("listen", o->listen));
-  if (!o->metrics_listen.empty()) {
-    VISMOE_RETURN_IF_ERROR(CheckHostPort("metrics_listen", o->metrics_listen));
-  }
-  if (o->gpu_memory_budget < 0) return BadValue("gpu_memory_budget", "", "must be >= 0");
-  VISMOE_RETURN_IF_ERROR(RequireThreads("engine_threads", o->engine_threads, 0));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_context_tokens", o->max_context_tokens));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_message_bytes", o->max_message_bytes));
-  if (o->max_message_bytes > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError("option max_message_bytes must be below 2 GiB");
-  }
-  if (o->max_queue < 0) return absl::InvalidArgumentError("option max_queue must be >= 0");
-  VISMOE_RETURN_IF_ERROR(RequireThreads("workers", o->workers, 1));
-  if (o->max_step_tokens < o->workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option max_step_tokens (", o->max_step_tokens, ") must be >= workers (",
-                     o->workers, "): every running request decodes one token per step"));
-  }
-  if (o->kv_cache_tokens != 0 && o->kv_cache_tokens < o->max_context_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("option kv_cache_tokens (", o->kv_cache_tokens,
-                                                   ") must be 0 or >= max_context_tokens (",
-                                                   o->max_context_tokens, ")"));
-  }
-  VISMOE_RETURN_IF_ERROR(RequireThreads("prepare_threads", o->prepare_threads, 1));
-  VISMOE_RETURN_IF_ERROR(RequireThreads("decode_threads", o->decode_threads, 1));
-  if (o->max_images < 0) return absl::InvalidArgumentError("option max_images must be >= 0");
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_bytes", o->max_image_bytes));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_image_pixels", o->max_image_pixels));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_jpeg_scans", o->max_jpeg_scans));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_tokens", o->max_prompt_tokens));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_prompt_bytes", o->max_prompt_bytes));
-  VISMOE_RETURN_IF_ERROR(RequirePositive("max_new_tokens_limit", o->max_new_tokens_limit));
-  if (o->max_stop_strings < 0) {
-    return absl::InvalidArgumentError("option max_stop_strings must be >= 0");
-  }
-  if (o->tls_cert.empty() != o->tls_key.empty()) {
-    return absl::InvalidArgumentError("options tls_cert and tls_key must be given together");
-  }
-  if (!o->api_key.empty() && !o->api_key_file.empty()) {
-    return absl::InvalidArgumentError("options api_key and api_key_file are mutually exclusive");
-  }
-  if (!o->api_key_file.empty()) {
-    std::ifstream in(o->api_key_file, std::ios::binary);
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option api_key_file: cannot read ", o->api_key_file));
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    o->api_key = std::string(absl::StripAsciiWhitespace(ss.str()));
-    if (o->api_key.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option api_key_file: ", o->api_key_file, " is empty"));
-    }
-  }
-  if (!PolicyFromName<EvictionPolicy>(o->eviction).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("option eviction: unknown policy \"",
-                                                   o->eviction, "\" (",
-                                                   PolicyNames<EvictionPolicy>(", "), ")"));
-  }
-  if (o->host_moe_layers < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option host_moe_layers must be >= 0, got ", o->host_moe_layers));
-  }
-  if (o->host_moe_layers > 0 && o->gpu_memory_budget == 0) {
-    return absl::InvalidArgumentError(
-        "option host_moe_layers needs --gpu_memory_budget: without a budget every expert is "
-        "resident and none is computed on the host");
-  }
-  if (!o->token_compressor.empty()) {
-    VISMOE_RETURN_IF_ERROR(ValidateTokenCompressorName("token_compressor", o->token_compressor));
-  }
-  if (!o->expert_predictor.empty()) {
-    VISMOE_RETURN_IF_ERROR(ValidateExpertPredictorName("expert_predictor", o->expert_predictor));
-    if (o->expert_predictor == "mlp-lookahead" && o->calibration_profile.empty()) {
-      return absl::InvalidArgumentError(
-          "option expert_predictor: \"mlp-lookahead\" needs a trained predictor; run "
-          "vismoe-calibrate on this model and pass its profile with --calibration_profile "
-          "(or choose router-lookahead or history)");
-    }
-  }
-  if (!PolicyFromName<SkipKind>(o->expert_skipping).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("option expert_skipping: unknown policy \"",
-                                                   o->expert_skipping, "\" (",
-                                                   PolicyNames<SkipKind>(", "), ")"));
-  }
-  if (o->expert_skipping == "dual-threshold" && o->calibration_profile.empty() &&
-      (o->skip_tau_text < 0 || o->skip_tau_visual < 0)) {
-    return absl::InvalidArgumentError(
-        "option expert_skipping: \"dual-threshold\" needs skip_tau_text and skip_tau_visual "
-        "(>= 0) or a calibration_profile with calibrated thresholds (vismoe-calibrate "
-        "--skip_target_rate)");
-  }
-  if (!PolicyFromName<PreloadKind>(o->preload).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("option preload: unknown policy \"", o->preload,
-                                                   "\" (", PolicyNames<PreloadKind>(", "), ")"));
-  }
-  if (o->preload_experts < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option preload_experts must be >= 0 (0 = the model's top-k), got ", o->preload_experts));
-  }
-  if (!(o->preload_share > 0 && o->preload_share <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("option preload_share must be in (0, 1], got ", o->preload_share));
-  }
-  if (!PolicyFromName<MissPolicy>(o->miss_policy).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("option miss_policy: unknown policy \"",
-                                                   o->miss_policy, "\" (",
-                                                   PolicyNames<MissPolicy>(", "), ")"));
-  }
-  if (!PolicyFromName<HostStoreMode>(o->host_experts).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("option host_experts: unknown mode \"",
-                                                   o->host_experts, "\" (",
-                                                   PolicyNames<HostStoreMode>(", "), ")"));
-  }
-  if (o->miss_policy == "commit" && o->calibration_profile.empty() && o->commit_threshold < 0) {
-    return absl::InvalidArgumentError(
-        "option miss_policy: \"commit\" needs commit_threshold (>= 0) or a calibration_profile "
-        "with a calibrated threshold (vismoe-calibrate --commit_target_rate)");
-  }
-  if (!(o->keep_ratio == 0 || (o->keep_ratio > 0 && o->keep_ratio <= 1))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option keep_ratio must be in (0, 1] (or 0 for the engine default), got ", o->keep_ratio));
   }
   return absl::OkStatus();
 }

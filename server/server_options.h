@@ -40,6 +40,15 @@ struct ServerOptions {
   int64_t max_message_bytes = 64LL << 20;         // gRPC receive limit
   std::string tls_cert;                           // PEM files; both or neither
   std::string tls_key;
+  // OpenAI-compatible HTTP API (server/openai_api.md): "host:port", "" = off.
+  std::string http_listen;
+  int http_threads = 64;  // HTTP connections served at once (one thread each)
+  // A request on the HTTP API running longer ends with 504 (gRPC clients set
+  // their own deadline).
+  absl::Duration http_request_timeout = absl::Minutes(10);
+  // The model's id on the HTTP API (/v1/models, the "model" field); "" = the
+  // last component of `model`.
+  std::string served_model_name;
   std::string api_key;       // "" = no authentication
   std::string api_key_file;  // alternative to api_key
   // ---- admission ----
@@ -118,6 +127,10 @@ struct ServerOptions {
   // shown as "<set>" or "<unset>", never its value.
   std::string DebugString() const;
 };
+
+// The model id of the HTTP API: served_model_name, else the last path
+// component of model.
+std::string ServedModelName(const ServerOptions& options);
 
 // All option keys, in DebugString order.
 const std::vector<std::string>& ServerOptionKeys();

@@ -101,4 +101,46 @@ std::string StatusLabel(grpc::StatusCode code) {
   }
 }
 
+int ToHttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+const char* OpenAiErrorType(int http_status) {
+  switch (http_status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return http_status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
 }  // namespace vismoe::server

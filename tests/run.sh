@@ -10,4 +10,6 @@ preset="${VISMOE_PRESET:-release}"
 # shellcheck disable=SC2086  # VISMOE_CMAKE_ARGS is a list of -D options
 cmake --preset "$preset" ${VISMOE_CMAKE_ARGS:-}
 cmake --build --preset "$preset" -j "$(nproc)"
+# The openai package for the HTTP API's e2e test (not needed by unit presets).
+if [[ $preset == release ]]; then bash tests/setup_python.sh; fi
 ctest --preset "$preset" -j "$(nproc)" "$@"

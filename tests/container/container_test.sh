@@ -193,7 +193,7 @@ podman run --rm --network=none --entrypoint /bin/sh "$image" -c '
 # (The healthcheck is not part of `{{json .Config}}` in podman 4.3's output.)
 config=$(podman image inspect -f '{{json .Config}}' "$image")
 config+=$(podman inspect -t image -f '{{json .Config.Healthcheck}}' "$image")
-for want in '"User":"vismoe:vismoe"' '"50051/tcp"' '"9464/tcp"' '"Entrypoint":["vismoe-server"]' \
+for want in '"User":"vismoe:vismoe"' '"50051/tcp"' '"8000/tcp"' '"9464/tcp"' '"Entrypoint":["vismoe-server"]' \
     '{"Test":["CMD","vismoe-cli","health","--server=127.0.0.1:50051"'; do
   grep -qF "$want" <<<"$config" || fail "image config lacks $want (HEALTHCHECK needs --format docker): $config"
 done
@@ -202,15 +202,17 @@ done
 step "server container $ctr (tiny model mounted read-only)"
 # The demo's offload settings with a slow copy engine, so that a longer request
 # is certainly still running when SIGTERM arrives; the drain has time to finish it.
-podman run -d --name "$ctr" -p 127.0.0.1::50051 -p 127.0.0.1::9464 \
+podman run -d --name "$ctr" -p 127.0.0.1::50051 -p 127.0.0.1::8000 -p 127.0.0.1::9464 \
   -v "$model_dir:/models/model:ro" "$image" \
-  --model=/models/model --listen=0.0.0.0:50051 --metrics_listen=0.0.0.0:9464 \
+  --model=/models/model --listen=0.0.0.0:50051 --http_listen=0.0.0.0:8000 \
+  --metrics_listen=0.0.0.0:9464 \
   --gpu_memory_budget=12.5MB --max_context_tokens=4096 --pinned_layers=1 \
   --copy_bandwidth=20MB --drain_timeout=120s >/dev/null 2>>"$logs/podman.log" ||
   { tail -n 5 "$logs/podman.log"; fail "podman run failed"; }
 grpc_port=$(podman port "$ctr" 50051/tcp | sed -n '1s/.*://p')
 metrics_port=$(podman port "$ctr" 9464/tcp | sed -n '1s/.*://p')
-echo "published: gRPC 127.0.0.1:$grpc_port, metrics 127.0.0.1:$metrics_port"
+http_port=$(podman port "$ctr" 8000/tcp | sed -n '1s/.*://p')
+echo "published: gRPC 127.0.0.1:$grpc_port, HTTP 127.0.0.1:$http_port, metrics 127.0.0.1:$metrics_port"
 wait_healthy "$ctr" "$grpc_port"
 
 step "non-root server process"
@@ -231,14 +233,29 @@ visual=$(json_field "$work/answer.json" visual_tokens_before)
 ((completion > 0)) || fail "no tokens generated"
 ((visual > 0)) || fail "the image gave no visual tokens"
 
+step "OpenAI-compatible chat completion through the published HTTP port"
+{
+  printf '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,'
+  base64 -w0 "$demo_image"
+  printf '"}}, {"type": "text", "text": "Describe this picture in one sentence."}]}], "max_tokens": 8}'
+} >"$work/chat.json"
+curl -fsS --max-time 120 -H 'Content-Type: application/json' --data-binary "@$work/chat.json" \
+  "http://127.0.0.1:$http_port/v1/chat/completions" >"$work/chat_answer.json" ||
+  fail "HTTP chat completion failed"
+grep -q '"object":"chat.completion"' "$work/chat_answer.json" ||
+  fail "not a chat completion: $(head -c 300 "$work/chat_answer.json")"
+grep -q '"completion_tokens":[1-9]' "$work/chat_answer.json" ||
+  fail "no tokens generated over HTTP: $(head -c 300 "$work/chat_answer.json")"
+head -c 300 "$work/chat_answer.json"; echo
+
 step "/metrics through the published port"
-ok=$(metric "$metrics_port" 'vismoe_requests_total{status="ok"}')
+ok=$(metric "$metrics_port" 'vismoe_requests_total{api="grpc",status="ok"}')
 if [[ -z $ok ]] || (($(printf '%.0f' "$ok") < 1)); then
-  fail "vismoe_requests_total{status=\"ok\"} is '$ok'"
+  fail "vismoe_requests_total{api=\"grpc\",status=\"ok\"} is '$ok'"
 fi
 curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$work/metrics.txt" || fail "cannot scrape /metrics"
 grep -q '^vismoe_expert_cache_queries_total{' "$work/metrics.txt" || fail "no expert cache counters in /metrics"
-echo "vismoe_requests_total{status=\"ok\"} $ok"
+echo "vismoe_requests_total{api=\"grpc\",status=\"ok\"} $ok"
 
 step "SIGTERM with a request in flight (podman stop)"
 drain_tokens=256

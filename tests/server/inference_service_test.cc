@@ -71,7 +71,8 @@ TEST(InferenceServiceTest, StreamsDeltasThenOneFinalResult) {
   EXPECT_FALSE(r.final.request_id().empty());
   EXPECT_DOUBLE_EQ(r.final.offload().hit_ratio(), 0.5);
   EXPECT_GE(r.final.timings().total_seconds(), r.final.timings().queue_seconds());
-  EXPECT_THAT(server->metrics()->Serialize(), HasSubstr("vismoe_requests_total{status=\"ok\"} 1"));
+  EXPECT_THAT(server->metrics()->Serialize(),
+              HasSubstr("vismoe_requests_total{api=\"grpc\",status=\"ok\"} 1"));
   // The admission check and the generation share one prepared request.
   EXPECT_EQ(engine->prepares(), 1);
 }
@@ -208,7 +209,7 @@ TEST(InferenceServiceTest, ClientCancellationReleasesTheWorker) {
   WaitUntil([&] { return server->scheduler()->running() == 0 && engine->active() == 0; });
   WaitUntil([&] {
     return absl::StrContains(server->metrics()->Serialize(),
-                             "vismoe_requests_total{status=\"cancelled\"} 1");
+                             "vismoe_requests_total{api=\"grpc\",status=\"cancelled\"} 1");
   });
   EXPECT_THAT(server->metrics()->Serialize(), HasSubstr("vismoe_running_requests 0"));
   EXPECT_TRUE(RunGenerate(*stub, TextRequest("again", 2)).status.ok());
@@ -226,7 +227,7 @@ TEST(InferenceServiceTest, DeadlineReleasesTheWorker) {
   WaitUntil([&] { return server->scheduler()->running() == 0 && engine->active() == 0; });
   WaitUntil([&] {
     return absl::StrContains(server->metrics()->Serialize(),
-                             "vismoe_requests_total{status=\"deadline_exceeded\"} 1");
+                             "vismoe_requests_total{api=\"grpc\",status=\"deadline_exceeded\"} 1");
   });
 }
 

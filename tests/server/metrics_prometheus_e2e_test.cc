@@ -84,7 +84,7 @@ FedTotals FeedRealisticTraffic(ServerMetrics& m, absl::Duration duration) {
       m.OnCompressionTime(0.0008);
       m.OnVisualTokensPruned(256);
       const char* status = kStatuses[(round / 4) % 10];
-      m.OnRequestFinished(status);
+      m.OnRequestFinished(ServerMetrics::Api::kGrpc, status);
       GenerateResult r;
       r.usage.prompt_tokens = 300;
       r.usage.visual_tokens_before = 512;
@@ -93,7 +93,7 @@ FedTotals FeedRealisticTraffic(ServerMetrics& m, absl::Duration duration) {
       r.timings.ttft_seconds = 0.4 + 0.01 * (round % 7);
       r.timings.tpot_seconds = 0.045;
       r.timings.total_seconds = 3.2;
-      m.ObserveResult(r);
+      m.ObserveResult(ServerMetrics::Api::kGrpc, r);
     }
     absl::SleepFor(absl::Milliseconds(100));
   }

@@ -135,7 +135,9 @@ TEST(ServerMetricsTest, EveryDesignMetricIsDeclared) {
   EXPECT_EQ(Value(text, "vismoe_experts_committed_total", {{"choice", "substitute"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_speculative_executions_total", {{"kept", "true"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_speculative_executions_total", {{"kept", "false"}}), 0);
-  EXPECT_EQ(Value(text, "vismoe_requests_total", {{"status", "ok"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_requests_total", {{"api", "grpc"}, {"status", "ok"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_requests_total", {{"api", "http"}, {"status", "ok"}}), 0);
+  EXPECT_EQ(Value(text, "vismoe_time_to_first_token_seconds_count", {{"api", "http"}}), 0);
   EXPECT_EQ(Value(text, "vismoe_preemptions_total"), 0);
   // gpu_memory_bytes{region} appears once the engine reports a region.
   EXPECT_FALSE(absl::StrContains(text, "vismoe_gpu_memory_bytes{"));
@@ -265,9 +267,11 @@ TEST(ServerMetricsTest, KvBlocksAndPreemptions) {
 TEST(ServerMetricsTest, RequestOutcomesAndResults) {
   auto m = MakeMetrics();
   ASSERT_NE(m, nullptr);
-  m->OnRequestFinished("ok");
-  m->OnRequestFinished("ok");
-  m->OnRequestFinished("invalid_argument");
+  using Api = ServerMetrics::Api;
+  m->OnRequestFinished(Api::kGrpc, "ok");
+  m->OnRequestFinished(Api::kGrpc, "ok");
+  m->OnRequestFinished(Api::kGrpc, "invalid_argument");
+  m->OnRequestFinished(Api::kHttp, "ok");
   GenerateResult r;
   r.usage.prompt_tokens = 556;  // 44 text + 512 visual, 256 of them kept
   r.usage.visual_tokens_before = 512;
@@ -276,24 +280,35 @@ TEST(ServerMetricsTest, RequestOutcomesAndResults) {
   r.timings.ttft_seconds = 0.3;
   r.timings.tpot_seconds = 0.05;
   r.timings.total_seconds = 0.8;
-  m->ObserveResult(r);
+  m->ObserveResult(Api::kGrpc, r);
   GenerateResult cancelled;  // cancelled before its first token
   cancelled.usage.prompt_tokens = 10;
   cancelled.timings.total_seconds = 0.01;
-  m->ObserveResult(cancelled);
+  m->ObserveResult(Api::kGrpc, cancelled);
+  GenerateResult http = r;
+  http.timings.ttft_seconds = 2;
+  m->ObserveResult(Api::kHttp, http);
   m->ObserveImageDecode(0.004);
   const std::string t = m->Serialize();
-  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"status", "ok"}}), 2);
-  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"status", "invalid_argument"}}), 1);
-  EXPECT_EQ(Value(t, "vismoe_generated_tokens_total"), 11);
-  EXPECT_EQ(Value(t, "vismoe_prompt_tokens_total", {{"modality", "text"}}), 44 + 10);
-  EXPECT_EQ(Value(t, "vismoe_prompt_tokens_total", {{"modality", "image"}}), 256);
-  EXPECT_EQ(Value(t, "vismoe_time_to_first_token_seconds_count"), 1);
-  EXPECT_DOUBLE_EQ(Value(t, "vismoe_time_to_first_token_seconds_sum"), 0.3);
-  EXPECT_EQ(Value(t, "vismoe_time_to_first_token_seconds_bucket", {{"le", "0.25"}}), 0);
-  EXPECT_EQ(Value(t, "vismoe_time_to_first_token_seconds_bucket", {{"le", "0.5"}}), 1);
-  EXPECT_EQ(Value(t, "vismoe_time_per_output_token_seconds_count"), 1);
-  EXPECT_EQ(Value(t, "vismoe_request_duration_seconds_count"), 2);
+  const Labels grpc = {{"api", "grpc"}};
+  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"api", "grpc"}, {"status", "ok"}}), 2);
+  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"api", "grpc"}, {"status", "invalid_argument"}}),
+            1);
+  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"api", "http"}, {"status", "ok"}}), 1);
+  EXPECT_EQ(Value(t, "vismoe_requests_total", {{"api", "http"}, {"status", "cancelled"}}), 0);
+  EXPECT_EQ(Value(t, "vismoe_generated_tokens_total"), 22);
+  EXPECT_EQ(Value(t, "vismoe_prompt_tokens_total", {{"modality", "text"}}), 44 + 10 + 44);
+  EXPECT_EQ(Value(t, "vismoe_prompt_tokens_total", {{"modality", "image"}}), 512);
+  EXPECT_EQ(Value(t, "vismoe_time_to_first_token_seconds_count", grpc), 1);
+  EXPECT_DOUBLE_EQ(Value(t, "vismoe_time_to_first_token_seconds_sum", grpc), 0.3);
+  EXPECT_EQ(
+      Value(t, "vismoe_time_to_first_token_seconds_bucket", {{"api", "grpc"}, {"le", "0.25"}}), 0);
+  EXPECT_EQ(Value(t, "vismoe_time_to_first_token_seconds_bucket", {{"api", "grpc"}, {"le", "0.5"}}),
+            1);
+  EXPECT_EQ(Value(t, "vismoe_time_per_output_token_seconds_count", grpc), 1);
+  EXPECT_EQ(Value(t, "vismoe_request_duration_seconds_count", grpc), 2);
+  EXPECT_DOUBLE_EQ(Value(t, "vismoe_time_to_first_token_seconds_sum", {{"api", "http"}}), 2);
+  EXPECT_EQ(Value(t, "vismoe_request_duration_seconds_count", {{"api", "http"}}), 1);
   EXPECT_EQ(Value(t, "vismoe_image_decode_seconds_count"), 1);
   EXPECT_EQ(Value(t, "vismoe_image_decode_seconds_bucket", {{"le", "+Inf"}}), 1);
 }

@@ -271,7 +271,7 @@ TEST_F(ServerE2eTest, BadInputsGetClearErrorsAndTheServerKeepsServing) {
   EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
   EXPECT_EQ(vismoe::testing::HealthStatus(server_->port(), ""), 1);
   EXPECT_THAT(server_->metrics()->Serialize(),
-              HasSubstr("vismoe_requests_total{status=\"invalid_argument\"}"));
+              HasSubstr("vismoe_requests_total{api=\"grpc\",status=\"invalid_argument\"}"));
 }
 
 // The value of `series` (name with labels, as exposed) in a text exposition;
@@ -289,8 +289,9 @@ double SeriesValue(const std::string& exposition, const std::string& series) {
 
 TEST_F(ServerE2eTest, ConcurrentStreamsAllCompleteOrAreRejected) {
   constexpr int kStreams = 32;
-  const std::string ok_series = "vismoe_requests_total{status=\"ok\"}";
-  const std::string full_series = "vismoe_requests_total{status=\"resource_exhausted\"}";
+  const std::string ok_series = "vismoe_requests_total{api=\"grpc\",status=\"ok\"}";
+  const std::string full_series =
+      "vismoe_requests_total{api=\"grpc\",status=\"resource_exhausted\"}";
   const std::string before = server_->metrics()->Serialize();
   std::vector<StreamResult> results(kStreams);
   std::vector<std::thread> threads;
@@ -355,7 +356,7 @@ TEST_F(ServerE2eTest, CancellationAndDeadlineReleaseResources) {
 // a string field) get INVALID_ARGUMENT naming the problem, not gRPC's bare
 // UNIMPLEMENTED, and are counted like any other bad request.
 TEST_F(ServerE2eTest, UnparsableBodiesAreInvalidArgumentAndCounted) {
-  const std::string series = "vismoe_requests_total{status=\"invalid_argument\"}";
+  const std::string series = "vismoe_requests_total{api=\"grpc\",status=\"invalid_argument\"}";
   const std::string before = server_->metrics()->Serialize();
   const std::string valid = TextRequest("hello there", 2).SerializeAsString();
   // messages[0] {role "user", parts[0] {text <bad UTF-8>}}, built by hand.

@@ -328,3 +328,35 @@ TEST(ServerOptionsTest, PreloadFlags) {
 
 }  // namespace
 }  // namespace vismoe::server
+
+namespace vismoe::server {
+namespace {
+
+TEST(ServerOptionsTest, HttpApiFlags) {
+  ServerOptions o;
+  o.model = "/models/Qwen3-VL-30B-A3B-Instruct/";
+  EXPECT_EQ(o.http_listen, "");  // off by default
+  ASSERT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.served_model_name, "Qwen3-VL-30B-A3B-Instruct");
+  ASSERT_TRUE(SetServerOption("http_listen", "0.0.0.0:8000", &o).ok());
+  ASSERT_TRUE(SetServerOption("http_threads", "16", &o).ok());
+  ASSERT_TRUE(SetServerOption("http_request_timeout", "90s", &o).ok());
+  ASSERT_TRUE(SetServerOption("served_model_name", "qwen-vl", &o).ok());
+  ASSERT_TRUE(FinalizeServerOptions(&o).ok());
+  EXPECT_EQ(o.http_request_timeout, absl::Seconds(90));
+  EXPECT_EQ(ServedModelName(o), "qwen-vl");
+  EXPECT_THAT(o.DebugString(), HasSubstr("http_listen = 0.0.0.0:8000"));
+  EXPECT_THAT(std::string(SetServerOption("http_request_timeout", "0s", &o).message()),
+              HasSubstr("option http_request_timeout"));
+  ServerOptions bad = o;
+  bad.http_listen = "0.0.0.0:99999";
+  EXPECT_THAT(std::string(FinalizeServerOptions(&bad).message()),
+              HasSubstr("option http_listen: invalid value"));
+  bad = o;
+  bad.http_threads = 100000;
+  EXPECT_THAT(std::string(FinalizeServerOptions(&bad).message()),
+              HasSubstr("option http_threads must be in [1, 1024]"));
+}
+
+}  // namespace
+}  // namespace vismoe::server
