@@ -18,11 +18,15 @@ struct FamilyRow {
   ExpertStorage expert_storage;
   // transformers' Qwen3-VL-MoE router renormalises whatever norm_topk_prob says.
   bool always_renormalize;
+  QkNormScope qk_norm;
 };
 constexpr FamilyRow kFamilies[] = {
     {"qwen3_vl_moe", ModelFamily::kQwen3VlMoe, "model.language_model.", "model.visual.",
-     ExpertStorage::kFused, true},
-    {"qwen3_moe", ModelFamily::kQwen3Moe, "model.", "", ExpertStorage::kPerExpert, false},
+     ExpertStorage::kFused, true, QkNormScope::kPerHead},
+    {"qwen3_moe", ModelFamily::kQwen3Moe, "model.", "", ExpertStorage::kPerExpert, false,
+     QkNormScope::kPerHead},
+    {"olmoe", ModelFamily::kOlmoe, "model.", "", ExpertStorage::kPerExpert, false,
+     QkNormScope::kProjection},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -95,7 +99,8 @@ class SpecList {
   std::vector<TensorSpec> specs_;
 };
 
-void AddAttention(const TextConfig& c, const std::string& lp, int l, SpecList* out) {
+void AddAttention(const ArchSpec& spec, const TextConfig& c, const std::string& lp, int l,
+                  SpecList* out) {
   using R = WeightRole;
   const std::string ap = lp + "self_attn.";
   const int64_t h = c.hidden_size, hd = c.head_dim;
@@ -110,8 +115,9 @@ void AddAttention(const TextConfig& c, const std::string& lp, int l, SpecList* o
     out->Add(ap + "v_proj.bias", {kvd}, R::kVBias, l);
     out->Add(ap + "o_proj.bias", {h}, R::kOBias, l);
   }
-  out->Ones(ap + "q_norm.weight", {hd}, R::kQNorm, l);
-  out->Ones(ap + "k_norm.weight", {hd}, R::kKNorm, l);
+  const bool whole = spec.qk_norm == QkNormScope::kProjection;
+  out->Ones(ap + "q_norm.weight", {whole ? qd : hd}, R::kQNorm, l);
+  out->Ones(ap + "k_norm.weight", {whole ? kvd : hd}, R::kKNorm, l);
 }
 
 void AddExperts(const ArchSpec& spec, const TextConfig& c, int l, SpecList* out) {
@@ -146,7 +152,7 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
     const std::string lp = absl::StrCat(p, "layers.", l, ".");
     out->Ones(lp + "input_layernorm.weight", {h}, R::kInputNorm, l);
     out->Ones(lp + "post_attention_layernorm.weight", {h}, R::kPostNorm, l);
-    AddAttention(c, lp, l, out);
+    AddAttention(spec, c, lp, l, out);
     if (!c.IsMoeLayer(l)) {
       const int64_t in = c.intermediate_size;
       out->Add(lp + "mlp.gate_proj.weight", {in, h}, R::kMlpGate, l);
@@ -223,6 +229,7 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     s.vision_prefix = config.has_vision ? std::string(f.vision_prefix) : "";
     s.expert_storage = f.expert_storage;
     s.renormalize_topk = f.always_renormalize || config.text.norm_topk_prob;
+    s.qk_norm = f.qk_norm;
     return s;
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -16,6 +16,9 @@
 //   qwen3_moe     Qwen3-MoE text: under "model.", experts one tensor each
 //                 (experts.N.{gate,up,down}_proj.weight), top-k renormalised
 //                 only with norm_topk_prob.
+//   olmoe         OLMoE text: as qwen3_moe, but q_norm / k_norm normalise the
+//                 whole q / k projection (weights [heads * head_dim]) and
+//                 clip_qkv may clamp q, k, v (TextConfig::clip_qkv).
 // Layer kinds come from the config: a decoder layer is MoE unless it is in
 // mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
 //
@@ -35,7 +38,11 @@
 
 namespace vismoe {
 
-enum class ModelFamily { kQwen3VlMoe, kQwen3Moe };
+enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe };
+
+// What q_norm / k_norm normalise: each head's head_dim values (Qwen3), or the
+// whole projection of a row, all heads together (OLMoE).
+enum class QkNormScope { kPerHead, kProjection };
 
 // How a MoE layer's routed experts are stored in the checkpoint.
 enum class ExpertStorage {
@@ -103,6 +110,7 @@ struct ArchSpec {
   ExpertStorage expert_storage = ExpertStorage::kFused;
   // The router renormalises the top-k probabilities to sum to 1.
   bool renormalize_topk = true;
+  QkNormScope qk_norm = QkNormScope::kPerHead;
 
   // The spec of `config`'s family. InvalidArgument naming the model_type when
   // it is not supported.

@@ -122,7 +122,9 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
   return absl::OkStatus();
 }
 
-absl::Status ParseText(const json& tc, const std::string& prefix, TextConfig* t) {
+// `olmoe`: OLMoE's fields (experts of intermediate_size, no
+// moe_intermediate_size; norm_topk_prob off unless set; clip_qkv).
+absl::Status ParseText(const json& tc, const std::string& prefix, bool olmoe, TextConfig* t) {
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
@@ -131,8 +133,20 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextConfig* t)
   VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, false, 1));
   t->head_dim = t->hidden_size / t->num_attention_heads;
   VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, false, 2));
-  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, false, 0));
-  VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, olmoe, olmoe ? 1 : 0));
+  if (olmoe) {
+    t->moe_intermediate_size = t->intermediate_size;  // every layer is MoE
+    t->norm_topk_prob = false;                        // OlmoeConfig's default
+    double clip = 0;
+    VISMOE_RETURN_IF_ERROR(r.Double("clip_qkv", &clip, false));
+    if (!(clip >= 0) || clip > 3.0e38) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: field '", r.Path("clip_qkv"),
+                                                     "' must be a positive number or null"));
+    }
+    t->clip_qkv = static_cast<float>(clip);
+  } else {
+    VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
+  }
   VISMOE_RETURN_IF_ERROR(r.Int("num_experts", &t->num_experts, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
@@ -238,7 +252,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     if (!root.contains("vision_config") || !root["vision_config"].is_object()) {
       return absl::InvalidArgumentError("config.json: required object 'vision_config' is missing");
     }
-    VISMOE_RETURN_IF_ERROR(ParseText(root["text_config"], "text_config", &c.text));
+    VISMOE_RETURN_IF_ERROR(ParseText(root["text_config"], "text_config", false, &c.text));
     VISMOE_RETURN_IF_ERROR(ParseVision(root["vision_config"], &c.vision));
     c.has_vision = true;
     VISMOE_RETURN_IF_ERROR(top.Int("image_token_id", &c.image_token_id, true));
@@ -257,11 +271,17 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
                                          c.text.vocab_size, ")"));
       }
     }
-  } else if (c.model_type == "qwen3_moe") {
-    VISMOE_RETURN_IF_ERROR(ParseText(root, "", &c.text));
+  } else if (c.model_type == "qwen3_moe" || c.model_type == "olmoe") {
+    VISMOE_RETURN_IF_ERROR(ParseText(root, "", c.model_type == "olmoe", &c.text));
+    if (c.model_type == "olmoe" &&
+        c.text.head_dim * c.text.num_attention_heads != c.text.hidden_size) {
+      // Its q_norm spans hidden_size values: the whole q projection.
+      return Inconsistent("olmoe needs head_dim * num_attention_heads == hidden_size");
+    }
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: model_type '", c.model_type,
-                                                   "' is not supported (qwen3_vl_moe, qwen3_moe)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type '", c.model_type,
+                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe)"));
   }
   return c;
 }

@@ -35,6 +35,9 @@ struct TextConfig {
   std::vector<int> mrope_section;
   bool mrope_interleaved = false;
   bool attention_bias = false;
+  // OLMoE: q, k and v are clamped to [-clip_qkv, clip_qkv] after their
+  // norms; 0 = no clamp (config null or absent).
+  float clip_qkv = 0;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
 
@@ -59,7 +62,7 @@ struct VisionConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen3_vl_moe", or a text MoE such as "qwen3_moe"
+  std::string model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe"
   TextConfig text;
   bool has_vision = false;
   VisionConfig vision;

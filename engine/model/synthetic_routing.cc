@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/synthetic_weights.h"
 
 namespace vismoe {
@@ -101,6 +102,15 @@ absl::Status ShapeForRealisticRouting(const ModelConfig& config,
                                       const std::vector<SyntheticTensor>& tensors,
                                       ThreadPool* pool) {
   const TextConfig& c = config.text;
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0) {
+    // The construction below scales one dimension of every head through a
+    // per-head norm.
+    return absl::UnimplementedError(absl::StrCat(
+        "realistic synthetic routing is built for per-head q/k norms without clip_qkv (the Qwen3 "
+        "families); ",
+        config.model_type, " has neither: use random synthetic routing"));
+  }
   VISMOE_ASSIGN_OR_RETURN(const RopePair temporal, PickRopePair(c, 0, kTargetTheta));
   const int hd = c.head_dim;
   const double h = c.hidden_size;

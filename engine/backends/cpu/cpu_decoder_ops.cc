@@ -177,9 +177,20 @@ absl::Status CpuDecoderStep::Attention(int layer) {
   Linear(pool, x_.data(), n, h, w.q, Bias(w.q_bias), q.data());
   Linear(pool, x_.data(), n, h, w.k, Bias(w.k_bias), k.data());
   Linear(pool, x_.data(), n, h, w.v, Bias(w.v_bias), v.data());
-  // Per-head RMSNorm (weight [head_dim]) before the rotary embedding.
-  RmsNorm(pool, q.data(), n * c_.num_attention_heads, hd, w.q_norm, c_.rms_norm_eps, q.data());
-  RmsNorm(pool, k.data(), n * c_.num_key_value_heads, hd, w.k_norm, c_.rms_norm_eps, k.data());
+  // RMSNorm before the rotary embedding: per head (weight [head_dim]), or
+  // OLMoE's over the whole projection (weight [heads * head_dim]).
+  if (ops_.weights().spec.qk_norm == QkNormScope::kProjection) {
+    RmsNorm(pool, q.data(), n, qd, w.q_norm, c_.rms_norm_eps, q.data());
+    RmsNorm(pool, k.data(), n, kvd, w.k_norm, c_.rms_norm_eps, k.data());
+  } else {
+    RmsNorm(pool, q.data(), n * c_.num_attention_heads, hd, w.q_norm, c_.rms_norm_eps, q.data());
+    RmsNorm(pool, k.data(), n * c_.num_key_value_heads, hd, w.k_norm, c_.rms_norm_eps, k.data());
+  }
+  if (c_.clip_qkv > 0) {  // OLMoE: after the norms, before RoPE
+    for (std::vector<float>* t : {&q, &k, &v}) {
+      for (float& x : *t) x = std::clamp(x, -c_.clip_qkv, c_.clip_qkv);
+    }
+  }
   ApplyRope(pool, rope_, q.data(), n, c_.num_attention_heads, c_.head_dim, qd);
   ApplyRope(pool, rope_, k.data(), n, c_.num_key_value_heads, c_.head_dim, kvd);
   std::vector<float> attn(n * qd);

@@ -112,8 +112,15 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
   }
-  VISMOE_RETURN_IF_ERROR(ProbeCudaDevice(options.device).status());
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0) {
+    // Its fused norm + RoPE kernel normalises per head and does not clamp.
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend does not run ",
+                                                 config.model_type,
+                                                 " yet (q/k norm over the whole projection, "
+                                                 "clip_qkv): use --backend=cpu"));
+  }
+  VISMOE_RETURN_IF_ERROR(ProbeCudaDevice(options.device).status());
   std::unique_ptr<CudaDecoderOps> m(new CudaDecoderOps());
   m->config_ = config;
   m->renormalize_topk_ = spec.renormalize_topk;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/arch/mrope_positions.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
@@ -262,6 +263,19 @@ TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
   }
   CheckCases(dir, testing::FixturesDir() + "/golden/qwen3_moe_cases.json",
              testing::FixturesDir() + "/golden/qwen3_moe_logits.safetensors");
+}
+
+// OLMoE (model_type olmoe), written in the same decoder: q_norm / k_norm over
+// the whole projection, top-k not renormalised; the second shape adds
+// clip_qkv (42.8% of layer-0 q values clamped), GQA and norm_topk_prob.
+TEST(Qwen3VlMoeParityTest, OlmoeMatchesTransformers) {
+  for (const char* name : {"olmoe", "olmoe_clip"}) {
+    SCOPED_TRACE(name);
+    const std::string dir =
+        testing::FixturesDir() + "/tiny-" + (std::string(name) == "olmoe" ? "olmoe" : "olmoe-clip");
+    CheckCases(dir, absl::StrCat(testing::FixturesDir(), "/golden/", name, "_cases.json"),
+               absl::StrCat(testing::FixturesDir(), "/golden/", name, "_logits.safetensors"));
+  }
 }
 
 // Records what the model reports per MoE layer.
