@@ -44,6 +44,11 @@ std::string Qwen3VlMoeModel::TextPrefix(const ModelConfig& config) {
   return spec.ok() ? spec->text_prefix : "model.";
 }
 
+ExpertNaming Qwen3VlMoeModel::Experts(const ModelConfig& config) {
+  absl::StatusOr<ArchSpec> spec = ArchSpec::For(config);
+  return spec.ok() ? spec->experts : ExpertNaming("model.");
+}
+
 std::unique_ptr<KvCache> Qwen3VlMoeModel::NewKvCache(int64_t capacity) const {
   absl::StatusOr<std::unique_ptr<KvCache>> cache = ops_->CreateKvCache(capacity);
   return cache.ok() ? std::move(*cache) : nullptr;

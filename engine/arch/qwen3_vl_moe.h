@@ -30,6 +30,7 @@
 #include "engine/arch/text_decoder.h"
 #include "engine/backend/decoder_ops.h"
 #include "engine/core/thread_pool.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 
@@ -52,6 +53,9 @@ class Qwen3VlMoeModel final : public TextDecoder {
   // "model.language_model." or "model.": where the text weights live
   // (ArchSpec::text_prefix; "model." for a model_type the spec does not know).
   static std::string TextPrefix(const ModelConfig& config);
+  // Where the routed experts are (ArchSpec::experts; the Qwen names under
+  // "model." for a model_type the spec does not know).
+  static ExpertNaming Experts(const ModelConfig& config);
 
   // CreateKvCache for callers that know it cannot fail (the CPU backend);
   // null when it does.

@@ -45,7 +45,7 @@ absl::StatusOr<Setup> Load(const BatchSweepOptions& o) {
     VISMOE_ASSIGN_OR_RETURN(s.ckpt, Checkpoint::Open(o.model_path));
   }
   VISMOE_ASSIGN_OR_RETURN(s.model, Qwen3VlMoeModel::Create(s.config, *s.ckpt, s.pool.get()));
-  const std::string prefix = Qwen3VlMoeModel::TextPrefix(s.config);
+  const ExpertNaming prefix = Qwen3VlMoeModel::Experts(s.config);
   VISMOE_ASSIGN_OR_RETURN(s.resident,
                           ResidentExpertProvider::Create(*s.ckpt, s.config.text, prefix));
   if (o.budget_bytes > 0) {

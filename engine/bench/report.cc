@@ -30,7 +30,7 @@ int64_t ExpertBytes(const std::string& model_path, bool synthetic_weights) {
   }
   auto ckpt = Checkpoint::Open(model_path);
   if (!config.ok() || !ckpt.ok()) return 0;
-  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::Experts(*config));
   return sizes.ok() ? sizes->expert_bytes : 0;
 }
 

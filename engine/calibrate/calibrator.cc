@@ -165,8 +165,8 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
     VISMOE_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(options.model_path));
   }
   const TextConfig& text = config.text;
-  VISMOE_ASSIGN_OR_RETURN(
-      ModelSizes sizes, MeasureModelSizes(*checkpoint, text, Qwen3VlMoeModel::TextPrefix(config)));
+  VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes,
+                          MeasureModelSizes(*checkpoint, text, Qwen3VlMoeModel::Experts(config)));
   const int num_moe = static_cast<int>(sizes.moe_layers.size());
   if (num_moe == 0 || sizes.num_experts <= 0) {
     return absl::InvalidArgumentError(

@@ -19,6 +19,10 @@ struct FamilyRow {
   // transformers' Qwen3-VL-MoE router renormalises whatever norm_topk_prob says.
   bool always_renormalize;
   QkNormScope qk_norm;
+  // Mixtral's names of the MoE block and its experts' tensors; empty = the
+  // Qwen names (ExpertNaming's defaults).
+  std::string_view moe_block = "";
+  std::string_view expert_gate = "", expert_up = "", expert_down = "";
 };
 constexpr FamilyRow kFamilies[] = {
     {"qwen3_vl_moe", ModelFamily::kQwen3VlMoe, "model.language_model.", "model.visual.",
@@ -27,6 +31,8 @@ constexpr FamilyRow kFamilies[] = {
      QkNormScope::kPerHead},
     {"olmoe", ModelFamily::kOlmoe, "model.", "", ExpertStorage::kPerExpert, false,
      QkNormScope::kProjection},
+    {"mixtral", ModelFamily::kMixtral, "model.", "", ExpertStorage::kPerExpert, true,
+     QkNormScope::kNone, "block_sparse_moe.", "w1.weight", "w3.weight", "w2.weight"},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -115,6 +121,7 @@ void AddAttention(const ArchSpec& spec, const TextConfig& c, const std::string& 
     out->Add(ap + "v_proj.bias", {kvd}, R::kVBias, l);
     out->Add(ap + "o_proj.bias", {h}, R::kOBias, l);
   }
+  if (spec.qk_norm == QkNormScope::kNone) return;
   const bool whole = spec.qk_norm == QkNormScope::kProjection;
   out->Ones(ap + "q_norm.weight", {whole ? qd : hd}, R::kQNorm, l);
   out->Ones(ap + "k_norm.weight", {whole ? kvd : hd}, R::kKNorm, l);
@@ -131,9 +138,10 @@ void AddExperts(const ArchSpec& spec, const TextConfig& c, int l, SpecList* out)
   }
   for (int x = 0; x < e; ++x) {
     const std::string eb = absl::StrCat(xp, x, ".");
-    for (auto [name, shape, role] : {std::tuple{kExpertGateName, Shape{i, h}, R::kExpertGate},
-                                     std::tuple{kExpertUpName, Shape{i, h}, R::kExpertUp},
-                                     std::tuple{kExpertDownName, Shape{h, i}, R::kExpertDown}}) {
+    const ExpertNaming& n = spec.experts;
+    for (auto [name, shape, role] : {std::tuple{n.gate, Shape{i, h}, R::kExpertGate},
+                                     std::tuple{n.up, Shape{i, h}, R::kExpertUp},
+                                     std::tuple{n.down, Shape{h, i}, R::kExpertDown}}) {
       TensorSpec& s = out->Add(eb + name, shape, role, l);
       s.expert = x;
       s.routed_expert = true;
@@ -160,7 +168,7 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
       out->Add(lp + "mlp.down_proj.weight", {h, in}, R::kMlpDown, l);
       continue;
     }
-    out->Add(lp + "mlp.gate.weight", {c.num_experts, h}, R::kRouter, l);
+    out->Add(spec.experts.RouterName(l), {c.num_experts, h}, R::kRouter, l);
     AddExperts(spec, c, l, out);
   }
 }
@@ -230,14 +238,29 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     s.expert_storage = f.expert_storage;
     s.renormalize_topk = f.always_renormalize || config.text.norm_topk_prob;
     s.qk_norm = f.qk_norm;
+    s.experts = ExpertNaming(s.text_prefix);
+    if (!f.moe_block.empty()) {
+      s.experts.block = std::string(f.moe_block);
+      s.experts.gate = std::string(f.expert_gate);
+      s.experts.up = std::string(f.expert_up);
+      s.experts.down = std::string(f.expert_down);
+    }
     return s;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "model_type '", config.model_type, "' is not supported (", SupportedModelTypes(), ")"));
 }
 
+std::string ExpertNaming::LayerPrefix(int layer) const {
+  return absl::StrCat(text_prefix, "layers.", layer, ".", block, "experts.");
+}
+
+std::string ExpertNaming::RouterName(int layer) const {
+  return absl::StrCat(text_prefix, "layers.", layer, ".", block, "gate.weight");
+}
+
 std::string ExpertLayerPrefix(const std::string& text_prefix, int layer) {
-  return absl::StrCat(text_prefix, "layers.", layer, ".mlp.experts.");
+  return ExpertNaming(text_prefix).LayerPrefix(layer);
 }
 
 absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config) {

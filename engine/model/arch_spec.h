@@ -19,6 +19,11 @@
 //   olmoe         OLMoE text: as qwen3_moe, but q_norm / k_norm normalise the
 //                 whole q / k projection (weights [heads * head_dim]) and
 //                 clip_qkv may clamp q, k, v (TextConfig::clip_qkv).
+//   mixtral       Mixtral text: under "model.", the MoE block is
+//                 "block_sparse_moe." (router gate.weight, experts.N.{w1,w3,w2}
+//                 .weight = gate, up, down), no q/k norms, top-k always
+//                 renormalised, optional sliding window
+//                 (TextConfig::sliding_window).
 // Layer kinds come from the config: a decoder layer is MoE unless it is in
 // mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
 //
@@ -38,11 +43,12 @@
 
 namespace vismoe {
 
-enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe };
+enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe, kMixtral };
 
-// What q_norm / k_norm normalise: each head's head_dim values (Qwen3), or the
-// whole projection of a row, all heads together (OLMoE).
-enum class QkNormScope { kPerHead, kProjection };
+// What q_norm / k_norm normalise: each head's head_dim values (Qwen3), the
+// whole projection of a row, all heads together (OLMoE), or nothing: the
+// family has no q/k norms (Mixtral).
+enum class QkNormScope { kPerHead, kProjection, kNone };
 
 // How a MoE layer's routed experts are stored in the checkpoint.
 enum class ExpertStorage {
@@ -91,16 +97,33 @@ struct TensorSpec {
   int64_t nbytes() const { return numel() * static_cast<int64_t>(DTypeSize(dtype)); }
 };
 
-// Routed expert tensor names, under ExpertLayerPrefix(text_prefix, layer):
-//   kFused      gate_up_proj [E,H,2I], down_proj [E,I,H]
-//   kPerExpert  <e>.gate_proj.weight [I,H], <e>.up_proj.weight [I,H], <e>.down_proj.weight [H,I]
+// Where a MoE layer's router and routed experts live, and the per-expert
+// tensor names (ExpertStorage::kPerExpert):
+//   <text_prefix>layers.<layer>.<block>gate.weight                  router [E,H]
+//   <text_prefix>layers.<layer>.<block>experts.<e>.<gate|up|down>   one expert
+//   <text_prefix>layers.<layer>.<block>experts.{gate_up_proj,down_proj}  kFused
+// Built implicitly from a text prefix it names the Qwen families' tensors
+// (block "mlp.", gate_proj / up_proj / down_proj); ArchSpec::experts() gives
+// every family's.
+struct ExpertNaming {
+  ExpertNaming(std::string prefix)  // NOLINT: implicit, the Qwen names
+      : text_prefix(std::move(prefix)) {}
+  ExpertNaming(const char* prefix) : ExpertNaming(std::string(prefix)) {}  // NOLINT
+
+  std::string text_prefix;
+  std::string block = "mlp.";
+  std::string gate = "gate_proj.weight";  // [I,H]
+  std::string up = "up_proj.weight";      // [I,H]
+  std::string down = "down_proj.weight";  // [H,I]
+
+  // "<text_prefix>layers.<layer>.<block>experts.": every routed expert tensor
+  // of the layer starts with it.
+  std::string LayerPrefix(int layer) const;
+  std::string RouterName(int layer) const;
+};
 inline constexpr char kFusedGateUpName[] = "gate_up_proj";
 inline constexpr char kFusedDownName[] = "down_proj";
-inline constexpr char kExpertGateName[] = "gate_proj.weight";
-inline constexpr char kExpertUpName[] = "up_proj.weight";
-inline constexpr char kExpertDownName[] = "down_proj.weight";
-// "<text_prefix>layers.<layer>.mlp.experts.": every routed expert tensor of
-// the layer starts with it.
+// ExpertNaming(text_prefix).LayerPrefix(layer): the Qwen families'.
 std::string ExpertLayerPrefix(const std::string& text_prefix, int layer);
 
 struct ArchSpec {
@@ -111,13 +134,13 @@ struct ArchSpec {
   // The router renormalises the top-k probabilities to sum to 1.
   bool renormalize_topk = true;
   QkNormScope qk_norm = QkNormScope::kPerHead;
+  ExpertNaming experts{""};  // text_prefix is text_prefix's
 
   // The spec of `config`'s family. InvalidArgument naming the model_type when
   // it is not supported.
   static absl::StatusOr<ArchSpec> For(const ModelConfig& config);
 
-  // ExpertLayerPrefix(text_prefix, layer).
-  std::string ExpertPrefix(int layer) const { return ExpertLayerPrefix(text_prefix, layer); }
+  std::string ExpertPrefix(int layer) const { return experts.LayerPrefix(layer); }
 };
 
 // The output projection. A tied checkpoint (tie_word_embeddings) may omit it:

@@ -122,9 +122,20 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
   return absl::OkStatus();
 }
 
-// `olmoe`: OLMoE's fields (experts of intermediate_size, no
-// moe_intermediate_size; norm_topk_prob off unless set; clip_qkv).
-absl::Status ParseText(const json& tc, const std::string& prefix, bool olmoe, TextConfig* t) {
+// The families whose text config.json differs from Qwen3's.
+enum class TextFields {
+  kQwen3,
+  // OLMoE: experts of intermediate_size (no moe_intermediate_size),
+  // norm_topk_prob off unless set, clip_qkv.
+  kOlmoe,
+  // Mixtral: experts of intermediate_size, num_local_experts,
+  // sliding_window.
+  kMixtral,
+};
+
+absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fields,
+                       TextConfig* t) {
+  const bool olmoe = fields == TextFields::kOlmoe, mixtral = fields == TextFields::kMixtral;
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
@@ -133,8 +144,12 @@ absl::Status ParseText(const json& tc, const std::string& prefix, bool olmoe, Te
   VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, false, 1));
   t->head_dim = t->hidden_size / t->num_attention_heads;
   VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, false, 2));
-  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, olmoe, olmoe ? 1 : 0));
-  if (olmoe) {
+  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, olmoe || mixtral,
+                               olmoe || mixtral ? 1 : 0));
+  if (mixtral) {
+    t->moe_intermediate_size = t->intermediate_size;  // every layer is MoE
+    VISMOE_RETURN_IF_ERROR(r.Int("sliding_window", &t->sliding_window, false, 1));
+  } else if (olmoe) {
     t->moe_intermediate_size = t->intermediate_size;  // every layer is MoE
     t->norm_topk_prob = false;                        // OlmoeConfig's default
     double clip = 0;
@@ -147,7 +162,8 @@ absl::Status ParseText(const json& tc, const std::string& prefix, bool olmoe, Te
   } else {
     VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
   }
-  VISMOE_RETURN_IF_ERROR(r.Int("num_experts", &t->num_experts, true, 1));
+  VISMOE_RETURN_IF_ERROR(
+      r.Int(mixtral ? "num_local_experts" : "num_experts", &t->num_experts, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
   VISMOE_RETURN_IF_ERROR(r.Int("decoder_sparse_step", &t->decoder_sparse_step, false, 1));
@@ -252,7 +268,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     if (!root.contains("vision_config") || !root["vision_config"].is_object()) {
       return absl::InvalidArgumentError("config.json: required object 'vision_config' is missing");
     }
-    VISMOE_RETURN_IF_ERROR(ParseText(root["text_config"], "text_config", false, &c.text));
+    VISMOE_RETURN_IF_ERROR(
+        ParseText(root["text_config"], "text_config", TextFields::kQwen3, &c.text));
     VISMOE_RETURN_IF_ERROR(ParseVision(root["vision_config"], &c.vision));
     c.has_vision = true;
     VISMOE_RETURN_IF_ERROR(top.Int("image_token_id", &c.image_token_id, true));
@@ -271,8 +288,11 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
                                          c.text.vocab_size, ")"));
       }
     }
-  } else if (c.model_type == "qwen3_moe" || c.model_type == "olmoe") {
-    VISMOE_RETURN_IF_ERROR(ParseText(root, "", c.model_type == "olmoe", &c.text));
+  } else if (c.model_type == "qwen3_moe" || c.model_type == "olmoe" || c.model_type == "mixtral") {
+    const TextFields fields = c.model_type == "olmoe"     ? TextFields::kOlmoe
+                              : c.model_type == "mixtral" ? TextFields::kMixtral
+                                                          : TextFields::kQwen3;
+    VISMOE_RETURN_IF_ERROR(ParseText(root, "", fields, &c.text));
     if (c.model_type == "olmoe" &&
         c.text.head_dim * c.text.num_attention_heads != c.text.hidden_size) {
       // Its q_norm spans hidden_size values: the whole q projection.
@@ -281,7 +301,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: model_type '", c.model_type,
-                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe)"));
+                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral)"));
   }
   return c;
 }

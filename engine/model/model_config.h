@@ -38,6 +38,9 @@ struct TextConfig {
   // OLMoE: q, k and v are clamped to [-clip_qkv, clip_qkv] after their
   // norms; 0 = no clamp (config null or absent).
   float clip_qkv = 0;
+  // Mixtral: a query attends to the last sliding_window positions, itself
+  // included; 0 = every earlier position (config null or absent).
+  int sliding_window = 0;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
 
@@ -62,7 +65,7 @@ struct VisionConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe"
+  std::string model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe", "mixtral"
   TextConfig text;
   bool has_vision = false;
   VisionConfig vision;

@@ -18,14 +18,14 @@ std::string MiB(int64_t bytes) {
 }  // namespace
 
 absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const TextConfig& config,
-                                             const std::string& prefix) {
+                                             const ExpertNaming& naming) {
   ModelSizes s;
   s.num_experts = config.num_experts;
   std::vector<std::string> expert_prefixes;
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     if (!config.IsMoeLayer(l)) continue;
     s.moe_layers.push_back(l);
-    expert_prefixes.push_back(ExpertLayerPrefix(prefix, l));
+    expert_prefixes.push_back(naming.LayerPrefix(l));
   }
   int64_t expert_total = 0;
   for (const std::string& name : checkpoint.Names()) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 
@@ -31,9 +32,10 @@ struct ModelSizes {
 };
 
 // Measures ModelSizes from the checkpoint's tensor table (no data is read).
-// `prefix` is the text model's tensor prefix, e.g. "model.language_model.".
+// `naming`: where the experts are (ArchSpec::experts; a text prefix such as
+// "model.language_model." names the Qwen families').
 absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const TextConfig& config,
-                                             const std::string& prefix);
+                                             const ExpertNaming& naming);
 
 // Offline calibration result for Eq. 10.
 struct PinnedPrefixProfile {

@@ -9,7 +9,7 @@
 namespace vismoe {
 
 absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::Create(
-    const Checkpoint& checkpoint, const TextConfig& config, const std::string& prefix) {
+    const Checkpoint& checkpoint, const TextConfig& config, const ExpertNaming& naming) {
   std::unique_ptr<ResidentExpertProvider> p(new ResidentExpertProvider());
   const int64_t e = config.num_experts;
   const int64_t h = config.hidden_size;
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
   bool layout_known = false;
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     if (!config.IsMoeLayer(l)) continue;
-    const std::string base = ExpertLayerPrefix(prefix, l);
+    const std::string base = naming.LayerPrefix(l);
     const bool fused = checkpoint.Has(base + kFusedGateUpName);
     if (layout_known && fused != (p->layout_ == ExpertWeights::Layout::kFusedTransposed)) {
       return absl::InvalidArgumentError(absl::StrCat(checkpoint.dir(), ": layer ", l,
@@ -38,9 +38,9 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
       const std::string eb = absl::StrCat(base, x, ".");
       ExpertWeights w;
       w.layout = ExpertWeights::Layout::kSeparate;
-      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.Get(eb + kExpertGateName, {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.Get(eb + kExpertUpName, {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.Get(eb + kExpertDownName, {h, i}));
+      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.Get(eb + naming.gate, {i, h}));
+      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.Get(eb + naming.up, {i, h}));
+      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.Get(eb + naming.down, {h, i}));
       lw.experts.push_back(w);
     }
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_provider.h"
@@ -29,11 +30,12 @@ namespace vismoe {
 
 class ResidentExpertProvider final : public ExpertProvider {
  public:
-  // `prefix` is the text model's tensor prefix, e.g. "model.language_model.".
-  // NotFound / InvalidArgument (naming the tensor) when a MoE layer's experts
-  // are missing or mis-shaped.
+  // `naming`: where the experts are (ArchSpec::experts; a text prefix such
+  // as "model.language_model." names the Qwen families'). NotFound /
+  // InvalidArgument (naming the tensor) when a MoE layer's experts are
+  // missing or mis-shaped.
   static absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> Create(
-      const Checkpoint& checkpoint, const TextConfig& config, const std::string& prefix);
+      const Checkpoint& checkpoint, const TextConfig& config, const ExpertNaming& naming);
 
   // Checks the ids and returns them unchanged (everything is usable).
   absl::StatusOr<std::vector<int>> BeginLayer(Phase phase, int layer,

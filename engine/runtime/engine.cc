@@ -321,7 +321,7 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,
-                                                         Qwen3VlMoeModel::TextPrefix(config_)));
+                                                         Qwen3VlMoeModel::Experts(config_)));
   if (options_.stats != nullptr) options_.stats->SetMemoryRegion("kv_cache", kv_pool_->bytes());
   return activation_bytes;
 }
@@ -346,9 +346,8 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
     experts_->set_stats(options_.stats);
     return absl::OkStatus();
   }
-  VISMOE_ASSIGN_OR_RETURN(
-      ModelSizes sizes,
-      MeasureModelSizes(*checkpoint_, config_.text, Qwen3VlMoeModel::TextPrefix(config_)));
+  VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes, MeasureModelSizes(*checkpoint_, config_.text,
+                                                              Qwen3VlMoeModel::Experts(config_)));
   MemoryPlanOptions po;
   po.budget_bytes = options_.gpu_memory_budget_bytes;
   po.pinned_layers = options_.offload.pinned_layers;

@@ -2,8 +2,8 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens and the OLMoE checkpoints, which
-# the CUDA backend does not run yet); `restore` puts them back in
+# trained VQA model, the CPU parity goldens and the OLMoE and Mixtral
+# checkpoints, which the CUDA backend does not run yet); `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
@@ -20,6 +20,10 @@ paths=(
   tests/fixtures/tiny-olmoe-clip
   tests/fixtures/golden/olmoe_logits.safetensors
   tests/fixtures/golden/olmoe_clip_logits.safetensors
+  tests/fixtures/tiny-mixtral
+  tests/fixtures/tiny-mixtral-swa
+  tests/fixtures/golden/mixtral_logits.safetensors
+  tests/fixtures/golden/mixtral_swa_logits.safetensors
 )
 exclude=.git/info/exclude
 marker="# travel_light.sh"

@@ -179,10 +179,12 @@ absl::Status CpuDecoderStep::Attention(int layer) {
   Linear(pool, x_.data(), n, h, w.v, Bias(w.v_bias), v.data());
   // RMSNorm before the rotary embedding: per head (weight [head_dim]), or
   // OLMoE's over the whole projection (weight [heads * head_dim]).
-  if (ops_.weights().spec.qk_norm == QkNormScope::kProjection) {
+  // Mixtral has none.
+  const QkNormScope norm = ops_.weights().spec.qk_norm;
+  if (norm == QkNormScope::kProjection) {
     RmsNorm(pool, q.data(), n, qd, w.q_norm, c_.rms_norm_eps, q.data());
     RmsNorm(pool, k.data(), n, kvd, w.k_norm, c_.rms_norm_eps, k.data());
-  } else {
+  } else if (norm == QkNormScope::kPerHead) {
     RmsNorm(pool, q.data(), n * c_.num_attention_heads, hd, w.q_norm, c_.rms_norm_eps, q.data());
     RmsNorm(pool, k.data(), n * c_.num_key_value_heads, hd, w.k_norm, c_.rms_norm_eps, k.data());
   }
@@ -195,6 +197,7 @@ absl::Status CpuDecoderStep::Attention(int layer) {
   ApplyRope(pool, rope_, k.data(), n, c_.num_key_value_heads, c_.head_dim, kvd);
   std::vector<float> attn(n * qd);
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim, qd, kvd};
+  shape.window = c_.sliding_window;
   int64_t row = 0;  // the sequence's first row
   for (size_t s = 0; s < caches_.size(); ++s) {
     KvCache* cache = caches_[s];

@@ -113,12 +113,12 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
         absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
   }
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
-  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0) {
-    // Its fused norm + RoPE kernel normalises per head and does not clamp.
-    return absl::UnimplementedError(absl::StrCat("the CUDA backend does not run ",
-                                                 config.model_type,
-                                                 " yet (q/k norm over the whole projection, "
-                                                 "clip_qkv): use --backend=cpu"));
+  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0 || c.sliding_window > 0) {
+    // Its fused norm + RoPE kernel normalises per head and does not clamp;
+    // its attention sees every earlier position.
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA backend does not run ", config.model_type,
+        " yet (q/k norms other than per head, clip_qkv, sliding window): use --backend=cpu"));
   }
   VISMOE_RETURN_IF_ERROR(ProbeCudaDevice(options.device).status());
   std::unique_ptr<CudaDecoderOps> m(new CudaDecoderOps());

@@ -37,26 +37,28 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
     const float* qi = q + i * q_stride + int64_t{h} * d;
     const int64_t kv_off = int64_t{h / group} * d;
     const int64_t visible = causal ? std::min(nk, q_pos0 + i + 1) : nk;
+    const int64_t first =
+        causal && shape.window > 0 ? std::max<int64_t>(0, q_pos0 + i + 1 - shape.window) : 0;
     float mx = -INFINITY;
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = first; j < visible; ++j) {
       p[j] = dot(qi, k + row_at(j) + kv_off, d) * scale;
       mx = std::max(mx, p[j]);
     }
     float sum = 0;
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = first; j < visible; ++j) {
       p[j] = std::exp(p[j] - mx);
       sum += p[j];
     }
     const float inv = 1.0f / sum;
     float* o = out + i * out_stride + int64_t{h} * d;
     std::fill(o, o + d, 0.0f);
-    for (int64_t j = 0; j < visible; ++j) {
+    for (int64_t j = first; j < visible; ++j) {
       p[j] *= inv;
       axpy(p[j], v + row_at(j) + kv_off, o, d);
     }
     if (key_saliency != nullptr) {
       float* hs = head_sal.data() + int64_t{h} * nk;
-      for (int64_t j = 0; j < visible; ++j) hs[j] += p[j];
+      for (int64_t j = first; j < visible; ++j) hs[j] += p[j];
     }
   };
 

@@ -6,7 +6,8 @@
 // For query row i (absolute position q_pos0 + i when causal) and head h, with
 // kv head g = h / (num_heads / num_kv_heads):
 //   s_j = (q[i,h] . k[j,g]) * head_dim^-0.5          for keys j in [0, nk)
-//   causal: keys j > q_pos0 + i are masked out
+//   causal: keys j > q_pos0 + i are masked out, and with a window w > 0 also
+//           keys j <= q_pos0 + i - w (Mixtral's sliding window)
 //   p = softmax(s) in fp32;  out[i,h] = sum_j p_j v[j,g]
 //
 // Layouts (row-major, fp32):
@@ -39,6 +40,7 @@ struct AttentionShape {
   int head_dim = 0;
   int64_t q_row_stride = 0;   // 0 = num_heads * head_dim
   int64_t kv_row_stride = 0;  // 0 = num_kv_heads * head_dim
+  int64_t window = 0;         // causal only: the last `window` keys; 0 = all
 };
 
 // REQUIRES: num_heads % num_kv_heads == 0; nq, nk >= 1; when causal, q_pos0 >= 0

@@ -43,7 +43,7 @@ void Load(const std::string& dir, ThreadPool* pool, Loaded* out) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   out->checkpoint = std::move(*ckpt);
   auto experts = ResidentExpertProvider::Create(*out->checkpoint, out->config.text,
-                                                Qwen3VlMoeModel::TextPrefix(out->config));
+                                                Qwen3VlMoeModel::Experts(out->config));
   ASSERT_TRUE(experts.ok()) << experts.status();
   out->experts = std::move(*experts);
   auto model = Qwen3VlMoeModel::Create(out->config, *out->checkpoint, pool);
@@ -265,16 +265,19 @@ TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
              testing::FixturesDir() + "/golden/qwen3_moe_logits.safetensors");
 }
 
-// OLMoE (model_type olmoe), written in the same decoder: q_norm / k_norm over
-// the whole projection, top-k not renormalised; the second shape adds
-// clip_qkv (42.8% of layer-0 q values clamped), GQA and norm_topk_prob.
-TEST(Qwen3VlMoeParityTest, OlmoeMatchesTransformers) {
-  for (const char* name : {"olmoe", "olmoe_clip"}) {
-    SCOPED_TRACE(name);
-    const std::string dir =
-        testing::FixturesDir() + "/tiny-" + (std::string(name) == "olmoe" ? "olmoe" : "olmoe-clip");
-    CheckCases(dir, absl::StrCat(testing::FixturesDir(), "/golden/", name, "_cases.json"),
-               absl::StrCat(testing::FixturesDir(), "/golden/", name, "_logits.safetensors"));
+// The other text families, written in the same decoder: OLMoE (q_norm /
+// k_norm over the whole projection, top-k not renormalised; the second shape
+// adds clip_qkv, clamping ~43% of layer-0 q values, GQA and norm_topk_prob)
+// and Mixtral (no q/k norms, experts under block_sparse_moe as w1 / w3 / w2;
+// the second shape has an 8-token sliding window, shorter than every prompt).
+TEST(Qwen3VlMoeParityTest, OtherTextFamiliesMatchTransformers) {
+  for (const auto& [fixture, golden] :
+       {std::pair{"tiny-olmoe", "olmoe"}, std::pair{"tiny-olmoe-clip", "olmoe_clip"},
+        std::pair{"tiny-mixtral", "mixtral"}, std::pair{"tiny-mixtral-swa", "mixtral_swa"}}) {
+    SCOPED_TRACE(fixture);
+    CheckCases(absl::StrCat(testing::FixturesDir(), "/", fixture),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_cases.json"),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_logits.safetensors"));
   }
 }
 

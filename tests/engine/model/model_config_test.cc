@@ -1,5 +1,5 @@
-// ModelConfig::Parse and ArchSpec on the OLMoE family: its fields, defaults
-// and refusals, and the tensor list it implies.
+// ModelConfig::Parse and ArchSpec on the OLMoE and Mixtral families: their
+// fields, defaults and refusals, and the tensor lists they imply.
 #include "engine/model/model_config.h"
 
 #include <fstream>
@@ -72,9 +72,52 @@ TEST(ModelConfigTest, OlmoeRefusalsNameTheField) {
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("olmoe needs head_dim * num_attention_heads == hidden_size"));
   j = OlmoeConfig();
-  j["model_type"] = "mixtral";
+  j["model_type"] = "deepseek_v3";
+  EXPECT_THAT(
+      std::string(ModelConfig::Parse(j.dump()).status().message()),
+      HasSubstr("'deepseek_v3' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral)"));
+}
+
+nlohmann::json MixtralConfig() {
+  std::ifstream in(testing::FixturesDir() + "/tiny-mixtral-swa/config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+TEST(ModelConfigTest, MixtralFieldsAndTensorNames) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::Parse(MixtralConfig().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text.num_experts, 4);  // num_local_experts
+  EXPECT_EQ(c->text.moe_intermediate_size, 48);
+  EXPECT_EQ(c->text.sliding_window, 8);
+  absl::StatusOr<ArchSpec> spec = ArchSpec::For(*c);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->qk_norm, QkNormScope::kNone);
+  EXPECT_TRUE(spec->renormalize_topk);  // Mixtral's router always renormalises
+  EXPECT_EQ(spec->ExpertPrefix(1), "model.layers.1.block_sparse_moe.experts.");
+  absl::StatusOr<std::vector<TensorSpec>> tensors = ExpectedTensors(*c);
+  ASSERT_TRUE(tensors.ok());
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQNorm, 0), nullptr);
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouter, 0)->name,
+            "model.layers.0.block_sparse_moe.gate.weight");
+  for (const TensorSpec& t : *tensors) {
+    if (t.role == WeightRole::kExpertUp && t.layer == 2 && t.expert == 3) {
+      EXPECT_EQ(t.name, "model.layers.2.block_sparse_moe.experts.3.w3.weight");
+    }
+  }
+  nlohmann::json j = MixtralConfig();
+  j["sliding_window"] = nullptr;
+  c = ModelConfig::Parse(j.dump());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->text.sliding_window, 0);
+  j["sliding_window"] = 0;
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
-              HasSubstr("'mixtral' is not supported (qwen3_vl_moe, qwen3_moe, olmoe)"));
+              HasSubstr("sliding_window"));
+  j = MixtralConfig();
+  j.erase("num_local_experts");
+  EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
+              HasSubstr("required field 'num_local_experts' is missing"));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// OLMoE through the whole engine on the CPU backend (chat template,
-// tokenizer, sampling): greedy answers equal transformers' goldens all
-// resident and under an offload budget (1 pinned MoE layer + a few slabs,
-// history prefetch), where experts are copied; the CUDA backend refuses the
-// family by name until its kernels run it.
+// The text families beside Qwen3 (OLMoE, Mixtral) through the whole engine
+// on the CPU backend (chat template, tokenizer, sampling): greedy answers
+// equal transformers' goldens all resident and under an offload budget (1
+// pinned MoE layer + a few slabs, history prefetch), where experts are
+// copied; realistic synthetic routing and the CUDA backend refuse them by
+// name until they are built for them.
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/core/thread_pool.h"
@@ -52,22 +54,31 @@ int64_t OffloadBudget(const EngineOptions& o, int slabs) {
   if (!config.ok() || !ckpt.ok()) return 0;
   ThreadPool pool(1);
   auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
-  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
+  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::Experts(*config));
   EXPECT_TRUE(model.ok() && sizes.ok());
   if (!model.ok() || !sizes.ok()) return 0;
   return sizes->resident_bytes + (*model)->NewKvCache(o.max_context_tokens)->bytes() +
          (sizes->num_experts + slabs) * sizes->expert_bytes;
 }
 
-TEST(EngineOlmoeTest, GreedyMatchesTransformersResidentAndOffloaded) {
-  for (const char* name : {"olmoe", "olmoe-clip"}) {
-    SCOPED_TRACE(name);
-    const std::string golden = std::string(name) == "olmoe" ? "olmoe" : "olmoe_clip";
+struct Family {
+  const char* fixture;  // under tests/fixtures
+  const char* golden;   // golden/<golden>_cases.json
+  const char* model_type;
+};
+constexpr Family kFamilies[] = {{"tiny-olmoe", "olmoe", "olmoe"},
+                                {"tiny-olmoe-clip", "olmoe_clip", "olmoe"},
+                                {"tiny-mixtral", "mixtral", "mixtral"},
+                                {"tiny-mixtral-swa", "mixtral_swa", "mixtral"}};
+
+TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.fixture);
     const nlohmann::json cases =
-        ReadJson(testing::FixturesDir() + "/golden/" + golden + "_cases.json");
+        ReadJson(testing::FixturesDir() + "/golden/" + f.golden + "_cases.json");
     ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
     EngineOptions o;
-    o.model_path = testing::FixturesDir() + "/tiny-" + name;
+    o.model_path = testing::FixturesDir() + "/" + f.fixture;
     o.backend = "cpu";
     o.num_threads = 2;
     o.max_context_tokens = 256;
@@ -78,7 +89,7 @@ TEST(EngineOlmoeTest, GreedyMatchesTransformersResidentAndOffloaded) {
       o.offload.prefetch = offload ? "history" : "none";
       auto engine = Engine::Create(o);
       ASSERT_TRUE(engine.ok()) << engine.status();
-      EXPECT_EQ((*engine)->info().model_type, "olmoe");
+      EXPECT_EQ((*engine)->info().model_type, f.model_type);
       uint64_t bytes_h2d = 0;
       for (size_t i = 0; i < 2; ++i) {
         const std::vector<int> greedy = cases[i]["greedy_ids"].get<std::vector<int>>();
@@ -99,38 +110,45 @@ TEST(EngineOlmoeTest, GreedyMatchesTransformersResidentAndOffloaded) {
   }
 }
 
-TEST(EngineOlmoeTest, SyntheticWeightsRouteRandomlyOnly) {
-  EngineOptions o;
-  o.model_path = testing::FixturesDir() + "/tiny-olmoe-clip";
-  o.backend = "cpu";
-  o.synthetic_weights = true;
-  o.max_context_tokens = 256;
-  auto random = Engine::Create(o);
-  ASSERT_TRUE(random.ok()) << random.status();
-  GenerateRequest r;
-  r.messages.push_back({"user", {ContentPart{ContentPart::Kind::kText, "hello", -1}}});
-  r.sampling.max_new_tokens = 4;
-  auto out = (*random)->Generate(r, {});
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->usage.completion_tokens, 4);
-  o.synthetic_routing = "realistic";
-  auto realistic = Engine::Create(o);
-  ASSERT_FALSE(realistic.ok());
-  EXPECT_TRUE(absl::StrContains(realistic.status().message(), "use random synthetic routing"))
-      << realistic.status();
+TEST(EngineTextFamiliesTest, SyntheticWeightsRouteRandomlyOnly) {
+  for (const char* fixture : {"tiny-olmoe-clip", "tiny-mixtral-swa"}) {
+    SCOPED_TRACE(fixture);
+    EngineOptions o;
+    o.model_path = testing::FixturesDir() + "/" + fixture;
+    o.backend = "cpu";
+    o.synthetic_weights = true;
+    o.max_context_tokens = 256;
+    auto random = Engine::Create(o);
+    ASSERT_TRUE(random.ok()) << random.status();
+    GenerateRequest r;
+    r.messages.push_back({"user", {ContentPart{ContentPart::Kind::kText, "hello", -1}}});
+    r.sampling.max_new_tokens = 4;
+    auto out = (*random)->Generate(r, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->usage.completion_tokens, 4);
+    o.synthetic_routing = "realistic";
+    auto realistic = Engine::Create(o);
+    ASSERT_FALSE(realistic.ok());
+    EXPECT_TRUE(absl::StrContains(realistic.status().message(), "use random synthetic routing"))
+        << realistic.status();
+  }
 }
 
-TEST(EngineOlmoeTest, CudaBackendRefusesTheFamilyByName) {
-  EngineOptions o;
-  o.model_path = testing::FixturesDir() + "/tiny-olmoe-clip";
-  o.backend = "cuda";
-  auto engine = Engine::Create(o);
-  ASSERT_FALSE(engine.ok());
-  // Without CUDA in the build or a device, the backend is refused earlier.
-  const std::string message(engine.status().message());
-  EXPECT_TRUE(absl::StrContains(message, "does not run olmoe") ||
-              absl::StrContains(message, "cuda"))
-      << message;
+TEST(EngineTextFamiliesTest, CudaBackendRefusesTheFamiliesByName) {
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.fixture);
+    EngineOptions o;
+    o.model_path = testing::FixturesDir() + "/" + f.fixture;
+    o.backend = "cuda";
+    o.max_context_tokens = 256;
+    auto engine = Engine::Create(o);
+    ASSERT_FALSE(engine.ok());
+    // Without CUDA in the build or a device, the backend is refused earlier.
+    const std::string message(engine.status().message());
+    EXPECT_TRUE(absl::StrContains(message, absl::StrCat("does not run ", f.model_type)) ||
+                absl::StrContains(message, "cuda"))
+        << message;
+  }
 }
 
 }  // namespace
