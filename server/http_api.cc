@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const Options& options,
   http.set_tcp_nodelay(true);  // each SSE chunk leaves at once
   http.set_read_timeout(Seconds(kIoTimeout));
   http.set_write_timeout(Seconds(kIoTimeout));
-  http.set_keep_alive_timeout(Seconds(kIoTimeout));
+  http.set_keep_alive_timeout(Seconds(kKeepAliveTimeout));
   http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
   api->Route();
   const auto [host, port] = SplitHostPort(options.listen);

@@ -9,8 +9,9 @@
 //                               shutting down (no API key needed)
 //
 // Built on cpp-httplib (Debian's libcpp-httplib): one thread per connection
-// from a fixed pool (Options::threads), so a connection that sends nothing
-// or stalls is dropped after kIoTimeout and cannot hold a thread longer; the
+// from a fixed pool (Options::threads), so a connection that stalls is
+// dropped after kIoTimeout (an idle keep-alive one after kKeepAliveTimeout)
+// and cannot hold a thread longer; the
 // engine never waits for a client (streamed text waits in the request's own
 // buffer). A body is read only after the API key is checked, and never more
 // than Options::max_body_bytes of it (413). A streaming client that
@@ -48,9 +49,11 @@ namespace vismoe::server {
 
 class HttpApi {
  public:
-  // How long a connection may stay silent while the server reads a request or
-  // waits for the next one, and how long one write may block.
+  // How long a connection may stay silent while the server reads a request,
+  // and how long one write may block.
   static constexpr absl::Duration kIoTimeout = absl::Seconds(5);
+  // How long an idle keep-alive connection is kept for its next request.
+  static constexpr absl::Duration kKeepAliveTimeout = absl::Seconds(2);
   // How often a streamed request checks that its client is still there.
   static constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 

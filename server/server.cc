@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -207,13 +208,17 @@ void VismoeServer::Shutdown() {
   SetServing(false);
   absl::MutexLock load_lock(&load_mu_);  // waits for a LoadModel in progress
   if (Scheduler* s = scheduler(); s != nullptr) s->Drain(options_.drain_timeout);
-  // Every Generate call has finished by now; this ends unary calls and closes
-  // the listeners.
+  // Every Generate call and chat completion has finished by now; this ends
+  // unary calls and closes the listeners, both at once (an idle HTTP
+  // connection may take HttpApi::kKeepAliveTimeout to let go).
+  std::thread http_stop([this] {
+    if (http_ != nullptr) http_->Stop();
+  });
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     grpc_server_->Wait();
   }
-  if (http_ != nullptr) http_->Stop();
+  http_stop.join();
   spdlog::info("shutdown complete");
   absl::MutexLock lock(&mu_);
   shutdown_done_ = true;

@@ -56,7 +56,7 @@ ABSL_FLAG(std::string, http_listen, kDefaults.http_listen,
           "OpenAI-compatible HTTP API (POST /v1/chat/completions, GET /v1/models, GET /health) "
           "on host:port; empty = off");
 ABSL_FLAG(int, http_threads, kDefaults.http_threads,
-          "HTTP connections served at once (one thread each; idle ones are dropped after 5 s)");
+          "HTTP connections served at once (one thread each; idle ones are dropped after 2 s)");
 ABSL_FLAG(absl::Duration, http_request_timeout, kDefaults.http_request_timeout,
           "An HTTP API request running longer ends with 504");
 ABSL_FLAG(std::string, served_model_name, kDefaults.served_model_name,

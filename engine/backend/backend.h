@@ -68,6 +68,9 @@ class Backend {
   // True when the decoder reads experts from device memory only, so it runs
   // behind the offload provider even without a memory budget.
   virtual bool experts_in_device_memory() const = 0;
+  // OK when this backend runs `config`'s model; Unimplemented naming what it
+  // lacks otherwise (the "auto" choice then takes the CPU backend).
+  virtual absl::Status Runs(const ModelConfig& config) const = 0;
 
   virtual absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
       const ModelConfig& config, const Checkpoint& checkpoint,

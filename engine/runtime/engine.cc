@@ -207,11 +207,17 @@ absl::StatusOr<std::optional<CalibrationProfile>> LoadProfile(const EngineOption
 
 absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
   VISMOE_RETURN_IF_ERROR(CheckOptions(options));
-  VISMOE_ASSIGN_OR_RETURN(const BackendChoice choice, ChooseBackend(options.backend));
+  VISMOE_ASSIGN_OR_RETURN(BackendChoice choice, ChooseBackend(options.backend));
   if (options.backend != "cpu") spdlog::info("engine: {}", choice.line);
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->options_ = options;
   VISMOE_RETURN_IF_ERROR(e->LoadFiles());
+  if (absl::Status runs = choice.backend->Runs(e->config_); !runs.ok()) {
+    if (options.backend != "auto") return runs;
+    // "auto" means the best backend that runs the model.
+    VISMOE_ASSIGN_OR_RETURN(choice, ChooseBackend("cpu"));
+    spdlog::info("engine: {}; running on the cpu backend", std::string(runs.message()));
+  }
   VISMOE_ASSIGN_OR_RETURN(const int64_t activation_bytes, e->LoadModel(*choice.backend));
   VISMOE_ASSIGN_OR_RETURN(const std::optional<CalibrationProfile> profile,
                           LoadProfile(options, e->config_));

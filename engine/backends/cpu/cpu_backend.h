@@ -13,6 +13,8 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   absl::StatusOr<std::string> Probe() const override;
   bool experts_in_device_memory() const override { return false; }
+  // The reference: every family the arch spec knows.
+  absl::Status Runs(const ModelConfig&) const override { return absl::OkStatus(); }
   absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const override;

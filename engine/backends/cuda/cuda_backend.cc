@@ -16,6 +16,10 @@ absl::StatusOr<std::string> CudaBackend::Probe() const {
   return absl::StrCat("CUDA device ", device.Summary());
 }
 
+absl::Status CudaBackend::Runs(const ModelConfig& config) const {
+  return CudaDecoderOps::Runs(config);
+}
+
 absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
   CudaDecoderOps::Options o;

@@ -91,6 +91,19 @@ int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_t
          tables * static_cast<int64_t>(sizeof(void*));
 }
 
+absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  const TextConfig& c = config.text;
+  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0 || c.sliding_window > 0) {
+    // Its fused norm + RoPE kernel normalises per head and does not clamp;
+    // its attention sees every earlier position.
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA backend does not run ", config.model_type,
+        " yet (q/k norms other than per head, clip_qkv, sliding window): use --backend=cpu"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const ModelConfig& config,
                                                                        const Checkpoint& ckpt,
                                                                        const Options& options) {
@@ -113,13 +126,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
         absl::StrCat("max_tokens_per_step must be >= 1, got ", options.max_tokens_per_step));
   }
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
-  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0 || c.sliding_window > 0) {
-    // Its fused norm + RoPE kernel normalises per head and does not clamp;
-    // its attention sees every earlier position.
-    return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend does not run ", config.model_type,
-        " yet (q/k norms other than per head, clip_qkv, sliding window): use --backend=cpu"));
-  }
+  VISMOE_RETURN_IF_ERROR(Runs(config));
   VISMOE_RETURN_IF_ERROR(ProbeCudaDevice(options.device).status());
   std::unique_ptr<CudaDecoderOps> m(new CudaDecoderOps());
   m->config_ = config;

@@ -93,6 +93,9 @@ class CudaDecoderOps final : public DecoderOps {
   // all_logits: [16, vocab] fp32 at a time.
   static constexpr int64_t kLogitRowsPerChunk = 16;
 
+  // OK when these ops run `config`'s family; Unimplemented naming what they
+  // lack otherwise.
+  static absl::Status Runs(const ModelConfig& config);
   // Checks the config, uploads the weights (errors name the tensor), creates
   // the stream, events, cuBLAS handle and scratch. kUnavailable without a
   // device; kResourceExhausted when the device cannot hold them.

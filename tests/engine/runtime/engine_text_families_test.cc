@@ -134,6 +134,17 @@ TEST(EngineTextFamiliesTest, SyntheticWeightsRouteRandomlyOnly) {
   }
 }
 
+// "auto" takes the CPU backend for them, with or without a device.
+TEST(EngineTextFamiliesTest, AutoRunsThemOnTheCpu) {
+  EngineOptions o;
+  o.model_path = testing::FixturesDir() + "/tiny-mixtral-swa";
+  o.backend = "auto";
+  o.max_context_tokens = 256;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().backend, "cpu");
+}
+
 TEST(EngineTextFamiliesTest, CudaBackendRefusesTheFamiliesByName) {
   for (const Family& f : kFamilies) {
     SCOPED_TRACE(f.fixture);
