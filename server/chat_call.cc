@@ -8,13 +8,14 @@
 namespace vismoe::server {
 
 ChatCall::ChatCall(ChatCompletionRequest parsed, std::string request_id, CompletionHeader header,
-                   absl::Duration timeout, ServerMetrics* metrics)
+                   absl::Duration timeout, bool up_to_context, ServerMetrics* metrics)
     : parsed_(std::move(parsed)),
       request_id_(std::move(request_id)),
       header_(std::move(header)),
       received_(absl::Now()),
       deadline_(received_ + timeout),
       timeout_(timeout),
+      up_to_context_(up_to_context),
       metrics_(metrics) {}
 
 absl::Status ChatCall::Submit(const ServingBackend& backend) {
@@ -22,6 +23,7 @@ absl::Status ChatCall::Submit(const ServingBackend& backend) {
   absl::Status status = validated.status();
   if (validated.ok()) {
     validated->request.request_id = request_id_;
+    validated->up_to_context = up_to_context_;
     std::unique_ptr<SchedulerJob> job = NewSchedulerJob(backend, std::move(*validated), metrics_);
     // The job holds the call alive until on_done (its images point into it).
     std::shared_ptr<ChatCall> self = shared_from_this();

@@ -28,9 +28,10 @@ namespace vismoe::server {
 
 class ChatCall : public std::enable_shared_from_this<ChatCall> {
  public:
-  // `metrics` may be null.
+  // `metrics` may be null. `up_to_context`: the client named no max tokens
+  // (ValidatedRequest::up_to_context).
   ChatCall(ChatCompletionRequest parsed, std::string request_id, CompletionHeader header,
-           absl::Duration timeout, ServerMetrics* metrics);
+           absl::Duration timeout, bool up_to_context, ServerMetrics* metrics);
 
   // Validates the request and queues it. On error nothing was queued and the
   // outcome is already counted.
@@ -61,6 +62,7 @@ class ChatCall : public std::enable_shared_from_this<ChatCall> {
   const absl::Time received_;
   const absl::Time deadline_;
   const absl::Duration timeout_;
+  const bool up_to_context_;
   ServerMetrics* const metrics_;
   std::atomic<bool> client_gone_{false};
 

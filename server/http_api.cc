@@ -245,7 +245,8 @@ void HttpApi::HandleChat(const httplib::Request& req, httplib::Response& res,
   if (IsLoggableRequestId(parsed->request.request_id())) {
     request_id = parsed->request.request_id();
   }
-  if (parsed->request.sampling().max_new_tokens() == 0) {
+  const bool up_to_context = parsed->request.sampling().max_new_tokens() == 0;
+  if (up_to_context) {
     parsed->request.mutable_sampling()->set_max_new_tokens(options_.default_max_tokens);
   }
   absl::StatusOr<ServingBackend> backend = Backend();
@@ -257,7 +258,7 @@ void HttpApi::HandleChat(const httplib::Request& req, httplib::Response& res,
   CompletionHeader header{absl::StrCat("chatcmpl-", request_id), absl::ToUnixSeconds(absl::Now()),
                           options_.model_name};
   auto call = std::make_shared<ChatCall>(std::move(*parsed), request_id, header,
-                                         options_.request_timeout, metrics_);
+                                         options_.request_timeout, up_to_context, metrics_);
   if (absl::Status s = call->Submit(*backend); !s.ok()) {
     ReplyError(res, s, ToHttpStatus(s.code()), request_id, /*count=*/false);
     return;

@@ -245,7 +245,8 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> RequestValidator::Complete(
                                                    options_.max_prompt_tokens, " tokens"));
   }
   const int context = engine.info().max_context_tokens;
-  if (context > 0 && prompt_tokens + req.sampling.max_new_tokens > context) {
+  if (context > 0 && !validated.up_to_context &&
+      prompt_tokens + req.sampling.max_new_tokens > context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt_tokens, " tokens) + sampling.max_new_tokens (",
         req.sampling.max_new_tokens, ") exceeds the model context of ", context, " tokens"));

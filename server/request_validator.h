@@ -32,6 +32,10 @@ namespace vismoe::server {
 struct ValidatedRequest {
   GenerateRequest request;                    // images empty until Complete()
   std::vector<absl::string_view> image_data;  // by ContentPart::image_index
+  // max_new_tokens is a ceiling the client did not ask for (the HTTP API's
+  // default): a prompt that leaves less room in the context is not refused;
+  // generation stops at the context's end (finish reason length).
+  bool up_to_context = false;
 };
 
 class RequestValidator {

@@ -271,6 +271,28 @@ TEST(HttpApiTest, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
               HasSubstr("vismoe_requests_total{api=\"http\",status=\"invalid_argument\"} 15"));
 }
 
+// OpenAI's "up to the limit": no max_tokens means --max_new_tokens_limit, and
+// a prompt that leaves less room in the context is not refused (generation
+// stops at its end), while the same number asked for explicitly is.
+TEST(HttpApiTest, AbsentMaxTokensMeansUpToTheLimit) {
+  FakeEngine* engine = nullptr;
+  ServerOptions o = HttpOptions();
+  o.max_new_tokens_limit = 4096;  // FakeEngine's context is 4096 tokens
+  auto server = StartFake(o, &engine);
+  ASSERT_NE(server, nullptr);
+  engine->step_delay = absl::ZeroDuration();
+  auto c = Client(server->http_port());
+  json body = TextBody("hello", 1);
+  body.erase("max_tokens");
+  httplib::Result r = PostChat(*c, body.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 4096);
+  EXPECT_THAT(
+      ErrorMessage(PostChat(*c, TextBody("hello", 4096).dump()), 400, "invalid_request_error"),
+      HasSubstr("exceeds the model context"));
+}
+
 TEST(HttpApiTest, ApiKeyIsRequiredWhereConfigured) {
   FakeEngine* engine = nullptr;
   ServerOptions o = HttpOptions();
