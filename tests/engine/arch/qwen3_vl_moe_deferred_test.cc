@@ -78,10 +78,16 @@ class QueryLog final : public NullStatsSink {
 };
 
 // Forwards to the offload provider; counts RecordPinnedLayer calls.
+// The provider's counters depend on which copies have landed when a layer is
+// planned or a prefetch chosen (a slab in flight cannot be evicted), i.e. on
+// the copy thread's timing. For the two runs to be compared count for count,
+// every copy lands before each of those points: Counting waits before
+// BeginLayer, Quiesce before the predictor sees a hook.
 class Counting final : public ExpertProvider {
  public:
   explicit Counting(OffloadExpertProvider* p) : p_(p) {}
   absl::StatusOr<std::vector<int>> BeginLayer(Phase ph, int l, absl::Span<const int> e) override {
+    p_->WaitForTransfers();
     return p_->BeginLayer(ph, l, e);
   }
   absl::StatusOr<ExpertWeights> Acquire(int l, int e) override { return p_->Acquire(l, e); }
@@ -97,6 +103,17 @@ class Counting final : public ExpertProvider {
     return p_->RecordPinnedLayer(ph, l, e);
   }
   int recorded = 0;
+
+ private:
+  OffloadExpertProvider* p_;
+};
+
+class Quiesce final : public RouterObserver {
+ public:
+  explicit Quiesce(OffloadExpertProvider* p) : p_(p) {}
+  void OnRouting(Phase, int, const float*, const RouterResult&) override { p_->WaitForTransfers(); }
+  void OnPostAttention(Phase, int, const float*, int64_t) override { p_->WaitForTransfers(); }
+  void OnMoeOutput(Phase, int, const float*, int64_t) override { p_->WaitForTransfers(); }
 
  private:
   OffloadExpertProvider* p_;
@@ -195,7 +212,8 @@ class DeferredTest : public ::testing::Test {
         return kept;
       };
     }
-    ObserverChain chain{rec, run.offload->observer()};
+    Quiesce quiesce(run.offload.get());
+    ObserverChain chain{rec, &quiesce, run.offload->observer()};
     in.tokens = prompt;
     in.observer = chain.Head();
     std::vector<float> logits;
