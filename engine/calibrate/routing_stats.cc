@@ -197,6 +197,32 @@ void RoutingStatsRecorder::OnRouting(Phase phase, int layer, const float* /*hidd
   }
 }
 
+namespace {
+
+// Shares of each token's ids at one layer found again at the next, summed over
+// consecutive MoE layers with the same token count (token compression drops
+// rows from later layers: those pairs do not line up).
+void AddLayerAgreement(const std::vector<const LayerSequence*>& layers, double* agree,
+                       double* selections, int64_t* top_k) {
+  const LayerSequence* prev = nullptr;
+  for (const LayerSequence* cur : layers) {
+    if (cur == nullptr || cur->empty()) continue;
+    if (prev != nullptr && prev->size() == cur->size()) {
+      for (size_t t = 0; t < cur->size(); ++t) {
+        const std::vector<int>& a = (*prev)[t];
+        for (int e : a) {
+          *agree += std::find((*cur)[t].begin(), (*cur)[t].end(), e) != (*cur)[t].end();
+        }
+        *selections += static_cast<double>(a.size());
+        *top_k = static_cast<int64_t>(a.size());
+      }
+    }
+    prev = cur;
+  }
+}
+
+}  // namespace
+
 RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequences,
                                  const RoutingStatsOptions& o,
                                  const std::vector<std::vector<const LayerSequence*>>& requests) {
@@ -216,7 +242,10 @@ RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequen
   }
   std::vector<HitCount> shared_lru(o.cache_fractions.size()),
       shared_belady(o.cache_fractions.size());
+  double agree = 0, agree_selections = 0;
+  int64_t top_k = 0;
   for (const auto& layers : requests) {
+    AddLayerAgreement(layers, &agree, &agree_selections, &top_k);
     const std::vector<std::vector<int64_t>> tokens = Interleave(layers, o.num_experts);
     int64_t moe_layers = 0;
     for (const LayerSequence* l : layers) moe_layers += l != nullptr && !l->empty();
@@ -236,6 +265,9 @@ RoutingStats ComputeRoutingStats(const std::vector<const LayerSequence*>& sequen
   }
   out.first_use_share = Share(sums.first_uses, sums.selections);
   out.distinct_per_window = sums.windows > 0 ? sums.distinct / sums.windows : 0;
+  out.next_layer_agreement = agree_selections > 0 ? agree / agree_selections : 0;
+  out.next_layer_agreement_chance =
+      agree_selections > 0 ? static_cast<double>(top_k) / o.num_experts : 0;
   for (size_t i = 0; i < o.cache_fractions.size(); ++i) {
     CacheHits c;
     c.fraction = o.cache_fractions[i];
@@ -269,6 +301,8 @@ nlohmann::json RoutingStatsJson(const RoutingStats& s) {
           {"reuse_within_8", s.reuse_within_8},
           {"first_use_share", s.first_use_share},
           {"distinct_per_window", s.distinct_per_window},
+          {"next_layer_agreement", s.next_layer_agreement},
+          {"next_layer_agreement_chance", s.next_layer_agreement_chance},
           {"cache", cache}};
 }
 

@@ -14,7 +14,11 @@
 //    cache), fed in execution order (token by token, layer by layer), sized as
 //    the same share of all the layers' experts;
 //  - spread: distinct experts per window of 64 tokens (visual tokens spread
-//    wider than text ones in the VisMMOE paper's Figure 3).
+//    wider than text ones in the VisMMOE paper's Figure 3);
+//  - next-layer id agreement: the share of a token's top-k at one MoE layer
+//    whose expert ids are again in its top-k at the next MoE layer (chance:
+//    top_k / num_experts). A predictor that scores expert ids over the next
+//    layers without knowing the layer (VisMMOE's MLP) relies on it.
 // RoutingStatsRecorder collects the token sequences (an observer of the
 // forward pass); RoutingStats computes the figures over any number of them.
 // Thread safety: the recorder observes one forward thread; the rest are
@@ -75,6 +79,10 @@ struct RoutingStats {
   double reuse_within_8 = 0;       // ... within 8
   double first_use_share = 0;      // selections never seen before in their sequence
   double distinct_per_window = 0;  // mean distinct experts per spread_window tokens
+  // Over consecutive MoE layers of the same request with the same tokens (0
+  // without ComputeRoutingStats' `requests`).
+  double next_layer_agreement = 0;
+  double next_layer_agreement_chance = 0;  // top_k / num_experts
   std::vector<CacheHits> cache;
 };
 

@@ -101,3 +101,30 @@ TEST(RoutingStatsTest, RecorderKeepsRowsInOrderPerPhaseAndLayer) {
 
 }  // namespace
 }  // namespace vismoe
+
+namespace vismoe {
+namespace {
+
+TEST(RoutingStatsTest, NextLayerIdAgreementOverAlignedLayers) {
+  const LayerSequence a = {{0, 1}, {2, 3}};
+  const LayerSequence b = {{1, 5}, {2, 3}};  // 1 of 2, then 2 of 2 ids again
+  const LayerSequence c = {{1}, {2}, {3}};   // other rows (compressed away): not paired
+  const LayerSequence d = {{6, 7}, {0, 3}};  // after c, paired with nothing aligned
+  RoutingStatsOptions o;
+  o.num_experts = 8;
+  const std::vector<const LayerSequence*> all = {&a, &b, &d};
+  RoutingStats s = ComputeRoutingStats(all, o, {{&a, &b}});
+  EXPECT_DOUBLE_EQ(s.next_layer_agreement, 3.0 / 4.0);
+  EXPECT_DOUBLE_EQ(s.next_layer_agreement_chance, 2.0 / 8.0);
+  // b -> c differs in length; c -> d too: only a -> b counts.
+  s = ComputeRoutingStats(all, o, {{&a, &b, &c, &d}});
+  EXPECT_DOUBLE_EQ(s.next_layer_agreement, 3.0 / 4.0);
+  // b -> d: token 0 shares nothing, token 1 shares id 3.
+  s = ComputeRoutingStats(all, o, {{&a, &b}, {&b, &d}});
+  EXPECT_DOUBLE_EQ(s.next_layer_agreement, (3.0 + 1.0) / 8.0);
+  EXPECT_EQ(ComputeRoutingStats(all, o).next_layer_agreement, 0);  // needs `requests`
+  EXPECT_TRUE(RoutingStatsJson(s).contains("next_layer_agreement"));
+}
+
+}  // namespace
+}  // namespace vismoe
