@@ -259,10 +259,6 @@ std::string ExpertNaming::RouterName(int layer) const {
   return absl::StrCat(text_prefix, "layers.", layer, ".", block, "gate.weight");
 }
 
-std::string ExpertLayerPrefix(const std::string& text_prefix, int layer) {
-  return ExpertNaming(text_prefix).LayerPrefix(layer);
-}
-
 absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config) {
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   VISMOE_RETURN_IF_ERROR(CheckText(config.text));

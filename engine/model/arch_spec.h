@@ -123,8 +123,6 @@ struct ExpertNaming {
 };
 inline constexpr char kFusedGateUpName[] = "gate_up_proj";
 inline constexpr char kFusedDownName[] = "down_proj";
-// ExpertNaming(text_prefix).LayerPrefix(layer): the Qwen families'.
-std::string ExpertLayerPrefix(const std::string& text_prefix, int layer);
 
 struct ArchSpec {
   ModelFamily family = ModelFamily::kQwen3VlMoe;

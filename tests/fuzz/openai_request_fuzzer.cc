@@ -7,24 +7,13 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
-#include "server/image_decoder.h"
 #include "server/openai_request.h"
 #include "server/request_bytes.h"
-#include "server/request_validator.h"
 #include "spdlog/spdlog.h"
+#include "tests/fuzz/default_validator.h"
 
 namespace vismoe::server {
 namespace {
-
-const RequestValidator& Validator() {
-  static const RequestValidator* const validator = [] {
-    ImageDecoder::Options decoder_options;
-    decoder_options.num_threads = 1;
-    static const ImageDecoder* const decoder = ImageDecoder::Create(decoder_options)->release();
-    return new RequestValidator(RequestValidator::Options(), decoder);
-  }();
-  return *validator;
-}
 
 void Fuzz(absl::string_view body) {
   absl::StatusOr<ChatCompletionRequest> parsed = ParseChatCompletionRequest(body);
@@ -33,7 +22,7 @@ void Fuzz(absl::string_view body) {
     return;
   }
   if (parsed->request.messages_size() == 0) std::abort();
-  absl::StatusOr<ValidatedRequest> validated = Validator().Validate(parsed->request);
+  absl::StatusOr<ValidatedRequest> validated = DefaultValidator().Validate(parsed->request);
   if (!validated.ok() && !absl::IsInvalidArgument(validated.status())) std::abort();
 }
 

@@ -9,24 +9,13 @@
 
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
-#include "server/image_decoder.h"
 #include "server/request_bytes.h"
-#include "server/request_validator.h"
 #include "spdlog/spdlog.h"
+#include "tests/fuzz/default_validator.h"
 #include "vismoe/v1/inference.pb.h"
 
 namespace vismoe::server {
 namespace {
-
-const RequestValidator& Validator() {
-  static const RequestValidator* const validator = [] {
-    ImageDecoder::Options decoder_options;
-    decoder_options.num_threads = 1;
-    static const ImageDecoder* const decoder = ImageDecoder::Create(decoder_options)->release();
-    return new RequestValidator(RequestValidator::Options(), decoder);
-  }();
-  return *validator;
-}
 
 void Fuzz(const char* data, size_t size) {
   // Two slices, so messages that straddle a slice boundary are read too.
@@ -35,7 +24,7 @@ void Fuzz(const char* data, size_t size) {
   const grpc::ByteBuffer bytes(slices, 2);
   v1::GenerateRequest proto;
   if (!ParseRequestBytes(bytes, &proto).ok()) return;
-  absl::StatusOr<ValidatedRequest> validated = Validator().Validate(proto);
+  absl::StatusOr<ValidatedRequest> validated = DefaultValidator().Validate(proto);
   if (!validated.ok()) {
     // Every refusal is InvalidArgument (the service maps it to the client's fault).
     if (!absl::IsInvalidArgument(validated.status())) std::abort();

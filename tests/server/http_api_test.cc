@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/server/fake_engine.h"
+#include "tests/server/fake_server.h"
 #include "tests/server/server_test_util.h"
 
 namespace vismoe::server {
@@ -29,44 +30,17 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using vismoe::testing::ExpectedText;
 using vismoe::testing::FakeEngine;
 using vismoe::testing::LoopbackOptions;
+using vismoe::testing::StartFake;
+using vismoe::testing::WaitUntil;
 
 ServerOptions HttpOptions() {
   ServerOptions o = LoopbackOptions("/models/fake-vl");
   o.http_listen = "127.0.0.1:0";
   o.served_model_name = "fake-vl";
   return o;
-}
-
-std::unique_ptr<VismoeServer> StartFake(const ServerOptions& options, FakeEngine** engine,
-                                        bool load = true) {
-  auto factory = [engine](const EngineOptions&) -> absl::StatusOr<std::unique_ptr<Engine>> {
-    auto e = std::make_unique<FakeEngine>();
-    *engine = e.get();
-    return std::unique_ptr<Engine>(std::move(e));
-  };
-  absl::StatusOr<std::unique_ptr<VismoeServer>> server = VismoeServer::Start(options, factory);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (!server.ok()) return nullptr;
-  if (load) {
-    EXPECT_TRUE((*server)->LoadModel().ok());
-  }
-  return std::move(*server);
-}
-
-std::string ExpectedText(int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) absl::StrAppend(&s, "w", i, " ");
-  return s;
-}
-
-void WaitUntil(const std::function<bool()>& cond) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!cond()) {
-    ASSERT_LT(absl::Now(), deadline) << "condition not reached in 20 s";
-    absl::SleepFor(absl::Milliseconds(5));
-  }
 }
 
 std::unique_ptr<httplib::Client> Client(int port) {

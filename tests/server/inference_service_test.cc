@@ -11,49 +11,23 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/server/fake_engine.h"
+#include "tests/server/fake_server.h"
 #include "tests/server/server_test_util.h"
 
 namespace vismoe::server {
 namespace {
 
 using ::testing::HasSubstr;
+using vismoe::testing::ExpectedText;
 using vismoe::testing::FakeEngine;
 using vismoe::testing::HealthStatus;
 using vismoe::testing::LoopbackOptions;
 using vismoe::testing::MakeStub;
 using vismoe::testing::RunGenerate;
+using vismoe::testing::StartFake;
 using vismoe::testing::StreamResult;
 using vismoe::testing::TextRequest;
-
-// Starts a server whose engine is a FakeEngine; `engine` points at it.
-std::unique_ptr<VismoeServer> StartFake(ServerOptions options, FakeEngine** engine,
-                                        bool load = true) {
-  auto factory = [engine](const EngineOptions&) -> absl::StatusOr<std::unique_ptr<Engine>> {
-    auto e = std::make_unique<FakeEngine>();
-    *engine = e.get();
-    return std::unique_ptr<Engine>(std::move(e));
-  };
-  absl::StatusOr<std::unique_ptr<VismoeServer>> server = VismoeServer::Start(options, factory);
-  EXPECT_TRUE(server.ok()) << server.status();
-  if (load) {
-    EXPECT_TRUE((*server)->LoadModel().ok());
-  }
-  return std::move(*server);
-}
-
-std::string ExpectedText(int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) absl::StrAppend(&s, "w", i, " ");
-  return s;
-}
-
-void WaitUntil(const std::function<bool()>& cond) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!cond()) {
-    ASSERT_LT(absl::Now(), deadline) << "condition not reached in 20 s";
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-}
+using vismoe::testing::WaitUntil;
 
 TEST(InferenceServiceTest, StreamsDeltasThenOneFinalResult) {
   FakeEngine* engine = nullptr;

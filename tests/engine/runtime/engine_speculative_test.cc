@@ -17,6 +17,7 @@
 #include "engine/offload/memory_plan.h"
 #include "gtest/gtest.h"
 #include "tests/testing/image_request.h"
+#include "tests/testing/offload_budget.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -33,21 +34,6 @@ class SpeculationSink final : public NullStatsSink {
   uint64_t kept = 0, discarded = 0;
 };
 
-// Device bytes for the resident weights, the KV cache and `slabs` expert slabs.
-int64_t BudgetFor(const EngineOptions& o, int pinned_layers, int slabs) {
-  auto config = ModelConfig::Load(o.model_path);
-  auto ckpt = Checkpoint::Open(o.model_path);
-  EXPECT_TRUE(config.ok() && ckpt.ok());
-  if (!config.ok() || !ckpt.ok()) return 0;
-  ThreadPool pool(1);
-  auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
-  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::TextPrefix(*config));
-  EXPECT_TRUE(model.ok() && sizes.ok());
-  if (!model.ok() || !sizes.ok()) return 0;
-  return sizes->resident_bytes + (*model)->NewKvCache(o.max_context_tokens)->bytes() +
-         (pinned_layers * sizes->num_experts + slabs) * sizes->expert_bytes;
-}
-
 // The tiny model behind 1 pinned MoE layer + `slabs` slabs (of the 48 experts
 // of its 3 offloaded layers), router-lookahead prefetch, copies at 20 MB/s
 // (1.8 ms an expert), so a miss is a wait.
@@ -60,7 +46,7 @@ EngineOptions Offloaded(int slabs) {
   o.offload.pinned_layers = 1;
   o.offload.prefetch = "router-lookahead";
   o.offload.copy_bandwidth_bytes_per_s = 20e6;
-  o.gpu_memory_budget_bytes = BudgetFor(o, 1, slabs);
+  o.gpu_memory_budget_bytes = testing::OffloadBudget(o, 1, slabs);
   return o;
 }
 

@@ -13,13 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
-#include "engine/arch/qwen3_vl_moe.h"
-#include "engine/core/thread_pool.h"
-#include "engine/model/checkpoint.h"
-#include "engine/model/model_config.h"
-#include "engine/offload/memory_plan.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/offload_budget.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -46,21 +42,6 @@ GenerateRequest FromCase(const nlohmann::json& c, int max_new_tokens) {
   return r;
 }
 
-// Resident bytes + KV + one pinned MoE layer + `slabs` expert slabs.
-int64_t OffloadBudget(const EngineOptions& o, int slabs) {
-  auto config = ModelConfig::Load(o.model_path);
-  auto ckpt = Checkpoint::Open(o.model_path);
-  EXPECT_TRUE(config.ok() && ckpt.ok());
-  if (!config.ok() || !ckpt.ok()) return 0;
-  ThreadPool pool(1);
-  auto model = Qwen3VlMoeModel::Create(*config, **ckpt, &pool);
-  auto sizes = MeasureModelSizes(**ckpt, config->text, Qwen3VlMoeModel::Experts(*config));
-  EXPECT_TRUE(model.ok() && sizes.ok());
-  if (!model.ok() || !sizes.ok()) return 0;
-  return sizes->resident_bytes + (*model)->NewKvCache(o.max_context_tokens)->bytes() +
-         (sizes->num_experts + slabs) * sizes->expert_bytes;
-}
-
 struct Family {
   const char* fixture;  // under tests/fixtures
   const char* golden;   // golden/<golden>_cases.json
@@ -84,7 +65,7 @@ TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
     o.max_context_tokens = 256;
     for (const bool offload : {false, true}) {
       SCOPED_TRACE(offload ? "offloaded" : "resident");
-      o.gpu_memory_budget_bytes = offload ? OffloadBudget(o, 3) : 0;
+      o.gpu_memory_budget_bytes = offload ? testing::OffloadBudget(o, 1, 3) : 0;
       o.offload.pinned_layers = offload ? 1 : -1;
       o.offload.prefetch = offload ? "history" : "none";
       auto engine = Engine::Create(o);
