@@ -138,6 +138,7 @@ absl::Status VismoeServer::LoadModel() {
   eo.offload.eviction = options_.eviction;
   eo.offload.miss_policy = options_.miss_policy;
   eo.offload.host_experts = options_.host_experts;
+  eo.offload.expert_dtype = options_.expert_dtype;
   eo.offload.host_moe_layers = options_.host_moe_layers;
   eo.offload.prefetch = options_.expert_predictor.empty() ? "none" : options_.expert_predictor;
   eo.offload.preload = options_.preload;

@@ -145,6 +145,10 @@ ABSL_FLAG(std::string, host_experts, kDefaults.host_experts,
           "Where expert copies are read from: mapped (the mmapped checkpoint, no second host "
           "copy) | packed (a packed copy, page-locked on CUDA) | auto (packed only where a "
           "page-locked copy fits the host's available memory with room to spare)");
+ABSL_FLAG(std::string, expert_dtype, kDefaults.expert_dtype,
+          "The dtype routed experts are kept in: auto (as the checkpoint stores them) | fp8 "
+          "(bf16/f16/f32 experts quantised at load to 128x128-block FP8, half the bytes per "
+          "copy; lossy, CPU backend only for now)");
 ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
           "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
           "profile's");
@@ -411,6 +415,7 @@ const std::vector<OptionDef>& OptionDefs() {
                 [](const ServerOptions& o) { return absl::StrCat(o.preload_share); }},
       VISMOE_STRING_OPTION(miss_policy),
       VISMOE_STRING_OPTION(host_experts),
+      VISMOE_STRING_OPTION(expert_dtype),
       SkipThresholdOption("commit_threshold", &ServerOptions::commit_threshold),
       NumberOption(
           "commit_owa_alpha1", &ServerOptions::commit_owa_alpha1,

@@ -113,6 +113,9 @@ struct ServerOptions {
   // Where expert copies are read from: auto | mapped | packed
   // (engine/offload/host_store_mode.h; OffloadOptions::host_experts).
   std::string host_experts = "auto";
+  // The dtype experts are kept in: auto | fp8 (quantised at load, CPU
+  // backend; engine/offload/expert_dtype.h; OffloadOptions::expert_dtype).
+  std::string expert_dtype = "auto";
   double commit_threshold = -1;
   double commit_owa_alpha1 = 0;
   double commit_owa_alpha2 = 1;

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/core/dtype.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "server/listen_address.h"
@@ -188,6 +189,9 @@ absl::Status FinalizeServerOptions(ServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("option host_experts: unknown mode \"",
                                                    o->host_experts, "\" (",
                                                    PolicyNames<HostStoreMode>(", "), ")"));
+  }
+  if (absl::Status st = ParseExpertDType(o->expert_dtype).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("option ", st.message()));
   }
   if (o->miss_policy == "commit" && o->calibration_profile.empty() && o->commit_threshold < 0) {
     return absl::InvalidArgumentError(

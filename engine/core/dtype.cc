@@ -1,5 +1,9 @@
 #include "engine/core/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace vismoe {
@@ -11,6 +15,8 @@ size_t DTypeSize(DType t) {
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kF8E4M3:
+      return 1;
   }
   return 0;
 }
@@ -23,6 +29,8 @@ std::string_view DTypeName(DType t) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -31,8 +39,16 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", std::string(name),
+                                                 "' (supported: F32, F16, BF16, F8_E4M3)"));
+}
+
+absl::StatusOr<std::optional<DType>> ParseExpertDType(std::string_view name) {
+  if (name == "auto") return std::optional<DType>();
+  if (name == "fp8") return std::optional<DType>(DType::kF8E4M3);
   return absl::InvalidArgumentError(
-      absl::StrCat("unsupported dtype '", std::string(name), "' (supported: F32, F16, BF16)"));
+      absl::StrCat("expert_dtype must be auto or fp8, got '", std::string(name), "'"));
 }
 
 float F16ToFloat(uint16_t h) {
@@ -88,6 +104,52 @@ uint16_t FloatToF16(float f) {
   return sign | static_cast<uint16_t>(v);
 }
 
+float E4m3ToFloat(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xfu;
+  const uint32_t mant = v & 0x7u;
+  if ((v & 0x7fu) == 0x7fu) return std::numeric_limits<float>::quiet_NaN();
+  float mag;
+  if (exp == 0) {
+    mag = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant/8 * 2^-6
+  } else {
+    const uint32_t bits = ((exp + 127 - 7) << 23) | (mant << 20);
+    std::memcpy(&mag, &bits, sizeof(mag));
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &mag, sizeof(bits));
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint8_t FloatToE4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::min(std::fabs(f), kE4m3Max);
+  // Normals step by 2^(e-3) in [2^e, 2^(e+1)), e >= -6; below 2^-6 the
+  // subnormals step by 2^-9. Dividing by the step is exact (a power of two);
+  // nearbyint rounds half to even in the default rounding mode.
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e)
+  const int step_exp = std::max(e - 1, -6) - 3;
+  const float q = std::nearbyint(std::ldexp(a, -step_exp));  // integer multiple of the step
+  const float r = std::ldexp(q, step_exp);                   // may round up to the next binade
+  if (r == 0.0f) return sign;
+  int re = 0;
+  const float m = std::frexp(r, &re);  // r = m * 2^re, m in [0.5, 1)
+  uint32_t exp_field = static_cast<uint32_t>(re - 1 + 7);
+  uint32_t mant;
+  if (re - 1 < -6) {  // subnormal: r = mant * 2^-9
+    exp_field = 0;
+    mant = static_cast<uint32_t>(std::ldexp(r, 9));
+  } else {
+    mant = static_cast<uint32_t>(std::ldexp(m, 4)) - 8;  // (2m - 1) * 8
+  }
+  return static_cast<uint8_t>(sign | (exp_field << 3) | mant);
+}
+
 void ToFloat(DType t, const void* src, size_t n, float* dst) {
   switch (t) {
     case DType::kF32:
@@ -101,6 +163,11 @@ void ToFloat(DType t, const void* src, size_t n, float* dst) {
     case DType::kF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = F16ToFloat(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = E4m3ToFloat(s[i]);
       return;
     }
   }
@@ -128,9 +195,10 @@ int64_t FirstNonFinite(DType t, const void* src, size_t n) {
       return FirstAllOnesExponent<uint16_t>(src, n, 0x7C00);
     case DType::kF32:
       return FirstAllOnesExponent<uint32_t>(src, n, 0x7F800000u);
-    default:
-      return -1;
+    case DType::kF8E4M3:
+      return FirstAllOnesExponent<uint8_t>(src, n, 0x7F);
   }
+  return -1;
 }
 
 }  // namespace vismoe

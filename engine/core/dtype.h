@@ -1,22 +1,26 @@
 // Element types of stored weights and their conversions to fp32.
 // The CPU backend computes in fp32; weights stay in their file dtype and are
 // widened on the fly with these helpers.
+// F8_E4M3 (float8_e4m3fn: 4 exponent bits, bias 7, 3 mantissa bits, no
+// infinities, 0x7f/0xff NaN, largest finite 448) holds only block-scaled
+// linear weights (TensorView::scale): its conversions give the unscaled value.
 #ifndef VISMOE_ENGINE_CORE_DTYPE_H_
 #define VISMOE_ENGINE_CORE_DTYPE_H_
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 
 namespace vismoe {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kF8E4M3 };
 
 // Bytes per element.
 size_t DTypeSize(DType t);
-// "F32", "F16", "BF16" (the safetensors spelling).
+// "F32", "F16", "BF16", "F8_E4M3" (the safetensors spelling).
 std::string_view DTypeName(DType t);
 // Parses the safetensors spelling; anything else is InvalidArgument.
 absl::StatusOr<DType> ParseDType(std::string_view name);
@@ -40,12 +44,24 @@ inline uint16_t FloatToBf16(float f) {
 float F16ToFloat(uint16_t h);
 uint16_t FloatToF16(float f);
 
+// Exact: every e4m3 value is an fp32 value (NaN stays NaN).
+float E4m3ToFloat(uint8_t v);
+// Round to nearest even, saturating at +-448 (torch's cast after the clamp
+// its FP8 quantisers apply); NaN -> 0x7f.
+uint8_t FloatToE4m3(float f);
+// The largest finite e4m3 value.
+inline constexpr float kE4m3Max = 448.0f;
+
+// The --expert_dtype choice (engine/offload/expert_dtype.h): "auto" -> unset
+// (as stored), "fp8" -> F8_E4M3; InvalidArgument naming the choices otherwise.
+absl::StatusOr<std::optional<DType>> ParseExpertDType(std::string_view name);
+
 // Widens `n` elements of type `t` at `src` into fp32 `dst`.
 void ToFloat(DType t, const void* src, size_t n, float* dst);
 
 // The index of the first NaN or infinity among `n` values of float dtype `t`
 // at `src` (read from the bits: a bf16 value costs one mask and compare),
-// or -1 when every value is finite or `t` is not a float dtype.
+// or -1 when every value is finite (e4m3: not NaN; it has no infinities).
 int64_t FirstNonFinite(DType t, const void* src, size_t n);
 
 }  // namespace vismoe

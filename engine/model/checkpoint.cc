@@ -134,7 +134,7 @@ absl::Status Checkpoint::OpenIndex(const std::string& index_path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+absl::StatusOr<TensorView> Checkpoint::GetAnyDType(absl::string_view name) const {
   if (auto m = in_memory_.find(name); m != in_memory_.end()) return m->second;
   auto it = shard_of_.find(name);
   if (it == shard_of_.end()) {
@@ -143,14 +143,63 @@ absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
   return it->second->Get(name);
 }
 
+absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name) const {
+  VISMOE_ASSIGN_OR_RETURN(TensorView view, GetAnyDType(name));
+  if (view.dtype == DType::kF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' is F8_E4M3 in ", dir_,
+        ": only linear weights of an FP8 checkpoint (config.json quantization_config with "
+        "quant_method fp8, and a weight_scale_inv beside the weight) may be"));
+  }
+  return view;
+}
+
+absl::StatusOr<size_t> Checkpoint::StoredBytes(absl::string_view name) const {
+  VISMOE_ASSIGN_OR_RETURN(TensorView view, GetAnyDType(name));
+  return view.nbytes();
+}
+
+absl::StatusOr<TensorView> Checkpoint::GetLinear(absl::string_view name, const Shape& expected,
+                                                 const std::optional<QuantBlock>& block) const {
+  if (!block.has_value()) return Get(name, expected);
+  VISMOE_ASSIGN_OR_RETURN(TensorView view, GetAnyDType(name));
+  if (view.dtype != DType::kF8E4M3) return Get(name, expected);
+  VISMOE_RETURN_IF_ERROR(CheckShape(name, view, expected));
+  if (view.rank() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' is F8_E4M3 but not a matrix (in ", dir_, ")"));
+  }
+  const std::string scale_name = absl::StrCat(name, "_scale_inv");
+  if (!Has(scale_name)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is F8_E4M3 but ",
+                                                   scale_name, " is missing (in ", dir_, ")"));
+  }
+  Shape scale_shape(expected.begin(), expected.end() - 2);
+  scale_shape.push_back(CeilDiv(expected[expected.size() - 2], block->rows));
+  scale_shape.push_back(CeilDiv(expected.back(), block->cols));
+  VISMOE_ASSIGN_OR_RETURN(const TensorView scale, Get(scale_name, scale_shape));
+  if (scale.dtype != DType::kF32 && scale.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", scale_name, "' has dtype ",
+                                                   std::string(DTypeName(scale.dtype)),
+                                                   "; block scales must be F32 or BF16"));
+  }
+  VISMOE_RETURN_IF_ERROR(CheckFinite(*this, scale_name, scale));
+  view.scale = {scale.data, scale.dtype, block->rows, block->cols};
+  return view;
+}
+
+absl::Status Checkpoint::CheckShape(absl::string_view name, const TensorView& view,
+                                    const Shape& expected) const {
+  if (view.shape == expected) return absl::OkStatus();
+  const TensorView want{nullptr, view.dtype, expected};
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ",
+                                                 view.ShapeString(), ", expected ",
+                                                 want.ShapeString(), " (in ", dir_, ")"));
+}
+
 absl::StatusOr<TensorView> Checkpoint::Get(absl::string_view name, const Shape& expected) const {
   VISMOE_ASSIGN_OR_RETURN(TensorView view, Get(name));
-  if (view.shape != expected) {
-    const TensorView want{nullptr, view.dtype, expected};
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ",
-                                                   view.ShapeString(), ", expected ",
-                                                   want.ShapeString(), " (in ", dir_, ")"));
-  }
+  VISMOE_RETURN_IF_ERROR(CheckShape(name, view, expected));
   return view;
 }
 

@@ -20,6 +20,7 @@
 #define VISMOE_ENGINE_MODEL_CHECKPOINT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,11 +56,20 @@ class Checkpoint {
     return shard_of_.contains(name) || in_memory_.contains(name);
   }
   // NotFound: "tensor 'X' not found in <dir>"; InvalidArgument if the tensor's
-  // dtype is not F32/F16/BF16.
+  // dtype is not F32/F16/BF16 (F8_E4M3 only through GetLinear: its values
+  // mean nothing without their scales).
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
   // As Get(name), and InvalidArgument
   // "tensor 'X' has shape [a, b], expected [c, d]" if the shape differs.
   absl::StatusOr<TensorView> Get(absl::string_view name, const Shape& expected) const;
+  // A linear weight [..., out, in]: as Get(name, expected), and where `block`
+  // is set (an FP8 checkpoint's weight_block_size) an F8_E4M3 tensor with its
+  // scales `<name>_scale_inv` [..., ceil(out / rows), ceil(in / cols)] (F32 or
+  // BF16, finite) attached as the view's `scale`. Errors name the tensor.
+  absl::StatusOr<TensorView> GetLinear(absl::string_view name, const Shape& expected,
+                                       const std::optional<QuantBlock>& block) const;
+  // Bytes of the stored tensor whatever its dtype; NotFound if absent.
+  absl::StatusOr<size_t> StoredBytes(absl::string_view name) const;
   // All tensor names, sorted.
   std::vector<std::string> Names() const;
   const std::string& dir() const { return dir_; }
@@ -70,6 +80,10 @@ class Checkpoint {
   explicit Checkpoint(std::string dir) : dir_(std::move(dir)) {}
 
   absl::Status OpenIndex(const std::string& index_path);
+  // The view whatever its (supported) dtype, F8_E4M3 included.
+  absl::StatusOr<TensorView> GetAnyDType(absl::string_view name) const;
+  absl::Status CheckShape(absl::string_view name, const TensorView& view,
+                          const Shape& expected) const;
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -245,6 +246,63 @@ absl::Status ParseVision(const json& vc, VisionConfig* v) {
   return absl::OkStatus();
 }
 
+// quantization_config: only fine-grained FP8 (e4m3 weights, dynamic
+// activations, block scales whose column size the CPU kernels can step by).
+absl::Status ParseQuantization(const json& q, std::optional<Fp8Config>* out) {
+  const std::string prefix = "quantization_config";
+  if (!q.is_object()) {
+    return absl::InvalidArgumentError("config.json: field 'quantization_config' must be an object");
+  }
+  FieldReader r(q, prefix);
+  auto unsupported = [&](const char* key, const std::string& value, const char* supported) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", r.Path(key), " '", value,
+                                                   "' is not supported (", supported, ")"));
+  };
+  std::string method, fmt = "e4m3", activation = "dynamic", scale_fmt = "float";
+  VISMOE_RETURN_IF_ERROR(r.String("quant_method", &method, true));
+  if (method != "fp8") return unsupported("quant_method", method, "fp8");
+  VISMOE_RETURN_IF_ERROR(r.String("fmt", &fmt, false));
+  if (fmt != "e4m3") return unsupported("fmt", fmt, "e4m3");
+  VISMOE_RETURN_IF_ERROR(r.String("activation_scheme", &activation, false));
+  if (absl::AsciiStrToLower(activation) != "dynamic") {
+    return unsupported("activation_scheme", activation, "dynamic");
+  }
+  VISMOE_RETURN_IF_ERROR(r.String("scale_fmt", &scale_fmt, false));
+  if (scale_fmt != "float") return unsupported("scale_fmt", scale_fmt, "float");
+  Fp8Config c;
+  if (q.contains("weight_block_size") && q["weight_block_size"].is_null()) {
+    return absl::InvalidArgumentError(
+        "config.json: quantization_config.weight_block_size is null (per-tensor FP8 scales are "
+        "not supported, only [rows, cols] blocks)");
+  }
+  std::vector<int> block = {128, 128};  // FineGrainedFP8Config's default
+  VISMOE_RETURN_IF_ERROR(r.IntList("weight_block_size", &block, false));
+  if (block.size() != 2 || block[0] < 1 || block[1] < 16 || block[1] % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "config.json: quantization_config.weight_block_size must be [rows, cols] with rows >= 1 "
+        "and cols a positive multiple of 16 (the published [128, 128] is)");
+  }
+  c.block = {block[0], block[1]};
+  if (r.Has("modules_to_not_convert")) {
+    const json& m = q["modules_to_not_convert"];
+    if (!m.is_array()) {
+      return absl::InvalidArgumentError(
+          "config.json: field 'quantization_config.modules_to_not_convert' must be a list of "
+          "strings");
+    }
+    for (const json& e : m) {
+      if (!e.is_string()) {
+        return absl::InvalidArgumentError(
+            "config.json: field 'quantization_config.modules_to_not_convert' must be a list of "
+            "strings");
+      }
+      c.modules_to_not_convert.push_back(e.get<std::string>());
+    }
+  }
+  *out = std::move(c);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool TextConfig::IsMoeLayer(int layer) const {
@@ -302,6 +360,9 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: model_type '", c.model_type,
                      "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral)"));
+  }
+  if (top.Has("quantization_config")) {
+    VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text.fp8));
   }
   return c;
 }

@@ -5,13 +5,26 @@
 #define VISMOE_ENGINE_MODEL_MODEL_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
 
 namespace vismoe {
+
+// The quantization_config of a fine-grained FP8 checkpoint (transformers'
+// FineGrainedFP8Config, as Qwen's and DeepSeek's FP8 checkpoints publish it):
+// linear weights stored F8_E4M3 with a `<name>_scale_inv` per block of
+// block_rows x block_cols, activations unquantised ("dynamic"). Which weights
+// are FP8 is read from each tensor's dtype; modules_to_not_convert is kept
+// for messages.
+struct Fp8Config {
+  QuantBlock block;
+  std::vector<std::string> modules_to_not_convert;
+};
 
 struct TextConfig {
   int hidden_size = 0;
@@ -43,10 +56,17 @@ struct TextConfig {
   int sliding_window = 0;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
+  // Set for an FP8 checkpoint (the top-level quantization_config).
+  std::optional<Fp8Config> fp8;
 
   // True when decoder layer `layer` has a sparse MoE block.
   bool IsMoeLayer(int layer) const;
 };
+
+// The weight block size of an FP8 checkpoint; unset otherwise.
+inline std::optional<QuantBlock> Fp8Block(const TextConfig& c) {
+  return c.fp8.has_value() ? std::optional<QuantBlock>(c.fp8->block) : std::nullopt;
+}
 
 struct VisionConfig {
   int depth = 0;

@@ -299,7 +299,7 @@ absl::StatusOr<TensorView> SafetensorsFile::Get(absl::string_view name) const {
   if (!it->second.supported) {
     return absl::InvalidArgumentError(
         absl::StrCat(path_, ": tensor '", name, "' has dtype ", it->second.dtype_name,
-                     ", which is not supported (supported: F32, F16, BF16)"));
+                     ", which is not supported (supported: F32, F16, BF16, F8_E4M3)"));
   }
   return it->second.view;
 }

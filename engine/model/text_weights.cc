@@ -61,6 +61,25 @@ TensorView* Slot(TextWeights& w, const TensorSpec& s) {
   }
 }
 
+// Roles computed only through cpu::Linear-style products, so they may be
+// block-quantised (F8_E4M3 + scales) in an FP8 checkpoint.
+bool IsLinearRole(WeightRole role) {
+  switch (role) {
+    case WeightRole::kQ:
+    case WeightRole::kK:
+    case WeightRole::kV:
+    case WeightRole::kO:
+    case WeightRole::kRouter:
+    case WeightRole::kMlpGate:
+    case WeightRole::kMlpUp:
+    case WeightRole::kMlpDown:
+    case WeightRole::kLmHead:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
@@ -78,14 +97,19 @@ absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
     if (slot == nullptr) {
       return absl::InternalError(absl::StrCat("tensor list: no slot for ", s.name));
     }
-    VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.Get(s.name, s.shape));
+    if (IsLinearRole(s.role)) {
+      VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.GetLinear(s.name, s.shape, Fp8Block(config.text)));
+    } else {
+      VISMOE_ASSIGN_OR_RETURN(*slot, checkpoint.Get(s.name, s.shape));
+    }
     VISMOE_RETURN_IF_ERROR(CheckFinite(checkpoint, s.name, *slot));
   }
   if (w.lm_head.empty()) {  // tied: a checkpoint may still carry the projection
     const TextConfig& c = config.text;
     if (checkpoint.Has(kLmHeadName)) {
-      VISMOE_ASSIGN_OR_RETURN(w.lm_head,
-                              checkpoint.Get(kLmHeadName, {c.vocab_size, c.hidden_size}));
+      VISMOE_ASSIGN_OR_RETURN(
+          w.lm_head,
+          checkpoint.GetLinear(kLmHeadName, {c.vocab_size, c.hidden_size}, Fp8Block(config.text)));
     } else {
       w.lm_head = w.embed;
     }

@@ -8,6 +8,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/fp8_block.h"
 #include "engine/core/status_macros.h"
 
 namespace vismoe {
@@ -51,31 +52,103 @@ absl::InlinedVector<const TensorView*, 3> PartsOf(const ExpertWeights& w) {
   return {&w.gate, &w.up, &w.down};
 }
 
+// The block experts are quantised in at load (transformers' default).
+constexpr QuantBlock kLoadQuantBlock{128, 128};
+
+// Part `p` (gate, up, down) of `w` as the fp32 [out, in] matrix of the
+// separate layout, whatever w's layout (the fused one is transposed).
+std::vector<float> SeparateMatrix(const ExpertWeights& w, int p, Shape* shape) {
+  if (w.layout == ExpertWeights::Layout::kSeparate) {
+    const TensorView& t = *PartsOf(w)[p];
+    *shape = t.shape;
+    std::vector<float> m(static_cast<size_t>(t.numel()));
+    ToFloat(t.dtype, t.data, m.size(), m.data());
+    return m;
+  }
+  const TensorView& t = p == 2 ? w.down : w.gate_up;  // [H, 2I] or [I, H]
+  const int64_t rows_in = t.dim(0), cols_in = t.dim(1);
+  std::vector<float> src(static_cast<size_t>(t.numel()));
+  ToFloat(t.dtype, t.data, src.size(), src.data());
+  const int64_t out = p == 2 ? cols_in : cols_in / 2, in = rows_in;
+  const int64_t col0 = p == 1 ? out : 0;  // up is the second half of gate_up's columns
+  std::vector<float> m(static_cast<size_t>(out * in));
+  for (int64_t i = 0; i < in; ++i) {
+    for (int64_t o = 0; o < out; ++o) m[o * in + i] = src[i * cols_in + col0 + o];
+  }
+  *shape = {out, in};
+  return m;
+}
+
+int64_t ScaleCount(const Shape& shape, QuantBlock b) {
+  return CeilDiv(shape[0], b.rows) * CeilDiv(shape[1], b.cols);
+}
+
 }  // namespace
 
 absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
                                                        std::optional<DType> dtype) {
   ExpertFormat f;
-  f.layout = w.layout;
+  f.source_layout = w.layout;
   const auto parts = PartsOf(w);
   f.source_dtype = parts[0]->dtype;
   f.dtype = dtype.value_or(f.source_dtype);
   for (const TensorView* t : parts) {
     if (t->empty()) return absl::InvalidArgumentError("expert weights miss a tensor");
-    if (t->dtype != f.source_dtype) {
-      return absl::InvalidArgumentError("expert tensors of one expert differ in dtype");
+    if (t->dtype != f.source_dtype || !(t->scale == parts[0]->scale.WithData(t->scale.data))) {
+      return absl::InvalidArgumentError("expert tensors of one expert differ in dtype or scales");
     }
-    f.parts.push_back({f.bytes, t->shape});
-    f.bytes = RoundUp(f.bytes + static_cast<size_t>(t->numel()) * DTypeSize(f.dtype), kPartAlign);
+    f.source_shapes.push_back(t->shape);
+  }
+  const bool quantise = f.dtype == DType::kF8E4M3 && f.source_dtype != DType::kF8E4M3;
+  if (f.source_dtype == DType::kF8E4M3 && f.dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 experts cannot be converted to ",
+                                                   std::string(DTypeName(f.dtype)), " here"));
+  }
+  std::vector<Shape> shapes = f.source_shapes;
+  f.layout = w.layout;
+  if (quantise) {
+    f.layout = ExpertWeights::Layout::kSeparate;
+    f.block = kLoadQuantBlock;
+    f.scale_dtype = DType::kF32;
+    shapes.clear();
+    for (int p = 0; p < 3; ++p) {
+      Shape shape;
+      if (w.layout == ExpertWeights::Layout::kSeparate) {
+        shape = parts[p]->shape;
+      } else {  // gate_up [H, 2I], down [I, H]
+        const int64_t h = w.gate_up.dim(0), i = w.gate_up.dim(1) / 2;
+        shape = p == 2 ? Shape{h, i} : Shape{i, h};
+      }
+      shapes.push_back(shape);
+    }
+  } else if (f.source_dtype == DType::kF8E4M3) {
+    f.block = QuantBlock{parts[0]->scale.rows, parts[0]->scale.cols};
+    f.scale_dtype = parts[0]->scale.dtype;
+  }
+  for (const Shape& shape : shapes) {
+    Part part{f.bytes, shape, 0};
+    const int64_t numel = TensorView{nullptr, f.dtype, shape}.numel();
+    f.bytes = RoundUp(f.bytes + static_cast<size_t>(numel) * DTypeSize(f.dtype), kPartAlign);
+    if (f.block.has_value()) {
+      part.scale_offset = f.bytes;
+      f.bytes =
+          RoundUp(f.bytes + ScaleCount(shape, *f.block) * DTypeSize(f.scale_dtype), kPartAlign);
+    }
+    f.parts.push_back(part);
   }
   return f;
 }
 
 bool ExpertFormat::Matches(const ExpertWeights& w) const {
-  if (w.layout != layout) return false;
+  if (w.layout != source_layout) return false;
   const auto t = PartsOf(w);
   for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i]->empty() || t[i]->dtype != source_dtype || t[i]->shape != parts[i].shape) {
+    if (t[i]->empty() || t[i]->dtype != source_dtype || t[i]->shape != source_shapes[i]) {
+      return false;
+    }
+    if (source_dtype == DType::kF8E4M3 &&
+        (t[i]->scale.data == nullptr || t[i]->scale.dtype != scale_dtype ||
+         t[i]->scale.rows != block->rows || t[i]->scale.cols != block->cols)) {
       return false;
     }
   }
@@ -86,9 +159,22 @@ void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
   const auto t = PartsOf(w);
   char* d = static_cast<char*>(dst);
   std::memset(d, 0, bytes);  // padding is deterministic
+  if (dtype == DType::kF8E4M3 && source_dtype != DType::kF8E4M3) {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      Shape shape;
+      const std::vector<float> m = SeparateMatrix(w, static_cast<int>(p), &shape);
+      QuantizeFp8Blocks(m.data(), shape[0], shape[1], *block,
+                        reinterpret_cast<uint8_t*>(d + parts[p].offset),
+                        reinterpret_cast<float*>(d + parts[p].scale_offset));
+    }
+    return;
+  }
   for (size_t i = 0; i < t.size(); ++i) {
     if (source_dtype == dtype) {
       std::memcpy(d + parts[i].offset, t[i]->data, t[i]->nbytes());
+      if (block.has_value()) {
+        std::memcpy(d + parts[i].scale_offset, t[i]->scale.data, t[i]->scale_nbytes());
+      }
     } else {
       ConvertFloats(source_dtype, t[i]->data, static_cast<size_t>(t[i]->numel()), dtype,
                     d + parts[i].offset);
@@ -96,11 +182,17 @@ void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
   }
 }
 
-ExpertWeights ExpertFormat::View(const void* block) const {
+ExpertWeights ExpertFormat::View(const void* block_start) const {
   ExpertWeights w;
   w.layout = layout;
-  const char* b = static_cast<const char*>(block);
-  auto part = [&](int i) { return TensorView{b + parts[i].offset, dtype, parts[i].shape}; };
+  const char* b = static_cast<const char*>(block_start);
+  auto part = [&](int i) {
+    TensorView v{b + parts[i].offset, dtype, parts[i].shape};
+    if (block.has_value()) {
+      v.scale = {b + parts[i].scale_offset, scale_dtype, block->rows, block->cols};
+    }
+    return v;
+  };
   if (layout == ExpertWeights::Layout::kFusedTransposed) {
     w.gate_up = part(0);
     w.down = part(1);
@@ -161,7 +253,7 @@ absl::Status HostExpertStore::SetFormat(const ExpertWeights& w, std::optional<DT
                                         bool may_map, size_t num_layers) {
   VISMOE_ASSIGN_OR_RETURN(format_, ExpertFormat::FromWeights(w, dtype));
   const size_t count = num_layers * static_cast<size_t>(num_experts_);
-  if (may_map && format_.dtype == format_.source_dtype) {
+  if (may_map && format_.dtype == format_.source_dtype && format_.layout == format_.source_layout) {
     views_.resize(count);
     return absl::OkStatus();
   }
@@ -228,6 +320,10 @@ HostExpertStore::Segments HostExpertStore::CopySegments(int layer, int expert) c
   const auto tensors = PartsOf(views_[static_cast<size_t>(index)]);
   for (size_t i = 0; i < tensors.size(); ++i) {
     out.push_back({tensors[i]->data, format_.parts[i].offset, tensors[i]->nbytes()});
+    if (format_.block.has_value()) {
+      out.push_back(
+          {tensors[i]->scale.data, format_.parts[i].scale_offset, tensors[i]->scale_nbytes()});
+    }
   }
   return out;
 }

@@ -34,26 +34,39 @@
 namespace vismoe {
 
 // Where one expert's tensors sit in a contiguous block.
+// Block-quantised formats (dtype F8_E4M3) also hold each part's scales in
+// the block, after the part: an FP8 checkpoint's experts as published, or
+// experts quantised at load (--expert_dtype=fp8: every layout becomes
+// kSeparate [out, in] matrices, 128 x 128 blocks, F32 scales, the recipe of
+// engine/core/fp8_block.h), so one copy moves weights and scales together.
 struct ExpertFormat {
   struct Part {
     size_t offset = 0;
     Shape shape;
+    size_t scale_offset = 0;  // block-quantised formats only
     bool operator==(const Part&) const = default;
   };
   ExpertWeights::Layout layout = ExpertWeights::Layout::kFusedTransposed;
+  ExpertWeights::Layout source_layout = ExpertWeights::Layout::kFusedTransposed;
   DType dtype = DType::kBF16;         // of the packed block
   DType source_dtype = DType::kBF16;  // of the ExpertWeights packed from
+  // Set for block-quantised formats: the scales' block and dtype.
+  std::optional<QuantBlock> block;
+  DType scale_dtype = DType::kF32;
   std::vector<Part> parts;  // fused: gate_up, down; separate: gate, up, down
-  size_t bytes = 0;         // sum of the parts (each part 64-byte aligned)
+  std::vector<Shape> source_shapes;  // of the ExpertWeights packed from
+  size_t bytes = 0;                  // sum of the parts and scales (each 64-byte aligned)
 
   // The format of `w` packed as `dtype` (unset = w's own). InvalidArgument if
-  // the tensors of `w` disagree in dtype or are missing.
+  // the tensors of `w` disagree in dtype or are missing, or for a conversion
+  // out of F8_E4M3.
   static absl::StatusOr<ExpertFormat> FromWeights(const ExpertWeights& w,
                                                   std::optional<DType> dtype = std::nullopt);
-  // True when `w` has this format's layout, source dtype and shapes.
+  // True when `w` has this format's source layout, dtype, scales and shapes.
   bool Matches(const ExpertWeights& w) const;
   // Copies the tensors of `w` into `dst` (bytes() long), converting from
-  // source_dtype to dtype (round to nearest even). REQUIRES: Matches(w).
+  // source_dtype to dtype (round to nearest even; to F8_E4M3 by block
+  // quantisation). REQUIRES: Matches(w).
   void Pack(const ExpertWeights& w, void* dst) const;
   // Views over a packed block.
   ExpertWeights View(const void* block) const;

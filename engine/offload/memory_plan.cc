@@ -29,7 +29,7 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const
   }
   int64_t expert_total = 0;
   for (const std::string& name : checkpoint.Names()) {
-    VISMOE_ASSIGN_OR_RETURN(TensorView t, checkpoint.Get(name));
+    VISMOE_ASSIGN_OR_RETURN(const size_t bytes, checkpoint.StoredBytes(name));
     bool is_expert = false;
     for (const std::string& p : expert_prefixes) {
       if (absl::StartsWith(name, p)) {
@@ -38,9 +38,9 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const
       }
     }
     if (is_expert) {
-      expert_total += static_cast<int64_t>(t.nbytes());
+      expert_total += static_cast<int64_t>(bytes);
     } else {
-      s.resident_bytes += static_cast<int64_t>(t.nbytes());
+      s.resident_bytes += static_cast<int64_t>(bytes);
     }
   }
   const int64_t n = static_cast<int64_t>(s.moe_layers.size()) * config.num_experts;

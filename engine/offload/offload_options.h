@@ -24,6 +24,9 @@ struct OffloadOptions {
   // "packed" from a packed copy (page-locked on CUDA), "auto" packs only a
   // page-locked copy that fits the host's available memory with room to spare.
   std::string host_experts = "auto";
+  // The dtype experts are kept in: "auto" (the checkpoint's, or what the
+  // backend reads) | "fp8" (block-quantised at load; engine/offload/expert_dtype.h).
+  std::string expert_dtype = "auto";
   // Per-sequence preload (MELINOE; engine/policy/preload.md): "none" |
   // "prefill-routing" (after a sequence's prefill, its top preload_experts
   // experts per offloaded layer by prefill routing mass are copied in and kept

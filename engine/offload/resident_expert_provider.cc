@@ -38,9 +38,10 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
       const std::string eb = absl::StrCat(base, x, ".");
       ExpertWeights w;
       w.layout = ExpertWeights::Layout::kSeparate;
-      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.Get(eb + naming.gate, {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.Get(eb + naming.up, {i, h}));
-      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.Get(eb + naming.down, {h, i}));
+      const std::optional<QuantBlock> block = Fp8Block(config);
+      VISMOE_ASSIGN_OR_RETURN(w.gate, checkpoint.GetLinear(eb + naming.gate, {i, h}, block));
+      VISMOE_ASSIGN_OR_RETURN(w.up, checkpoint.GetLinear(eb + naming.up, {i, h}, block));
+      VISMOE_ASSIGN_OR_RETURN(w.down, checkpoint.GetLinear(eb + naming.down, {h, i}, block));
       lw.experts.push_back(w);
     }
   }

@@ -31,6 +31,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/synthetic_weights.h"
 #include "engine/model/tokenizer.h"
+#include "engine/offload/expert_dtype.h"
 #include "engine/offload/host_store_mode.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
@@ -174,6 +175,7 @@ absl::Status CheckOptions(const EngineOptions& options) {
         absl::StrCat("max_context_tokens must be >= 2, got ", options.max_context_tokens));
   }
   VISMOE_RETURN_IF_ERROR(CheckStepLimits({options.max_running_sequences, options.max_step_tokens}));
+  VISMOE_RETURN_IF_ERROR(ParseExpertDType(options.offload.expert_dtype).status());
   if (options.kv_cache_tokens != 0 && options.kv_cache_tokens < options.max_context_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_cache_tokens (", options.kv_cache_tokens, ") must be 0 or >= max_context_tokens (",
@@ -212,7 +214,14 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   std::unique_ptr<LocalEngine> e(new LocalEngine());
   e->options_ = options;
   VISMOE_RETURN_IF_ERROR(e->LoadFiles());
-  if (absl::Status runs = choice.backend->Runs(e->config_); !runs.ok()) {
+  absl::Status runs = choice.backend->Runs(e->config_);
+  if (runs.ok() && options.offload.expert_dtype == "fp8" &&
+      std::string_view(choice.backend->name()) != "cpu") {
+    runs = absl::UnimplementedError(absl::StrCat(
+        "expert_dtype=fp8: the ", choice.backend->name(),
+        " backend computes experts in bf16; FP8 experts run on the cpu backend for now"));
+  }
+  if (!runs.ok()) {
     if (options.backend != "auto") return runs;
     // "auto" means the best backend that runs the model.
     VISMOE_ASSIGN_OR_RETURN(choice, ChooseBackend("cpu"));
@@ -325,6 +334,9 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(kv_pool_,
                           model_->CreateKvPool(KvTokens() / kKvBlockTokens, kKvBlockTokens));
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
+  VISMOE_ASSIGN_OR_RETURN(const std::optional<DType> expert_dtype,
+                          ParseExpertDType(options_.offload.expert_dtype));
+  if (expert_dtype.has_value()) device_parts_.expert_dtype = expert_dtype;
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,
                                                          Qwen3VlMoeModel::Experts(config_)));
@@ -341,7 +353,10 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
                                               options_.offload, profile));
   // A decoder that reads experts from device memory only always runs behind
   // the offload provider; without a budget, one that holds every expert.
-  if (options_.gpu_memory_budget_bytes <= 0 && !backend.experts_in_device_memory()) {
+  // Experts quantised at load live in the offload provider's memory, as
+  // everything-pinned when there is no budget.
+  const bool quantised = device_parts_.expert_dtype == DType::kF8E4M3;
+  if (options_.gpu_memory_budget_bytes <= 0 && !backend.experts_in_device_memory() && !quantised) {
     if (options_.offload.host_moe_layers > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "host_moe_layers=", options_.offload.host_moe_layers,
@@ -354,6 +369,10 @@ absl::Status LocalEngine::SetUpExperts(const Backend& backend, int64_t activatio
   }
   VISMOE_ASSIGN_OR_RETURN(ModelSizes sizes, MeasureModelSizes(*checkpoint_, config_.text,
                                                               Qwen3VlMoeModel::Experts(config_)));
+  if (quantised && !sizes.moe_layers.empty()) {  // the plan counts packed FP8 experts
+    VISMOE_ASSIGN_OR_RETURN(sizes.expert_bytes,
+                            PackedExpertBytes(*experts_, sizes.moe_layers[0], DType::kF8E4M3));
+  }
   MemoryPlanOptions po;
   po.budget_bytes = options_.gpu_memory_budget_bytes;
   po.pinned_layers = options_.offload.pinned_layers;

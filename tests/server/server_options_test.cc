@@ -129,6 +129,9 @@ TEST(ServerOptionsTest, FinalizeChecksCrossFieldRules) {
   o.host_experts = "pinned";
   fails(o, "option host_experts: unknown mode \"pinned\" (auto, mapped, packed)");
   o = base;
+  o.expert_dtype = "int4";
+  fails(o, "option expert_dtype must be auto or fp8, got 'int4'");
+  o = base;
   o.host_moe_layers = -2;
   fails(o, "option host_moe_layers must be >= 0, got -2");
   o = base;
@@ -175,6 +178,8 @@ TEST(ServerOptionsTest, HostExecutionOptions) {
   EXPECT_EQ(o.host_experts, "auto");
   ASSERT_TRUE(SetServerOption("host_experts", "mapped", &o).ok());
   EXPECT_THAT(o.DebugString(), HasSubstr("host_experts = mapped"));
+  ASSERT_TRUE(SetServerOption("expert_dtype", "fp8", &o).ok());
+  EXPECT_THAT(o.DebugString(), HasSubstr("expert_dtype = fp8"));
   absl::Status bad = SetServerOption("host_moe_layers", "two", &o);
   EXPECT_THAT(std::string(bad.message()),
               HasSubstr("option host_moe_layers: invalid value \"two\": expected an integer"));

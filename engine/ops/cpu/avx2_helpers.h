@@ -21,12 +21,35 @@ namespace vismoe::cpu::internal {
 
 // Bytes of one weight of dtype D.
 template <DType D>
-constexpr size_t kSize = D == DType::kF32 ? 4 : 2;
+constexpr size_t kSize = D == DType::kF32 ? 4 : (D == DType::kF8E4M3 ? 1 : 2);
+
+// Eight e4m3 bytes (zero-extended to 16 bits) as the fp16 bit patterns of
+// their values / 256: the sign moves to bit 15, exponent and mantissa to bits
+// 13..7 (fp16's exponent bias 15 is e4m3's 7 plus 8, subnormals included), so
+// the conversion is exact; the NaN codes (low seven bits all set) get an
+// all-ones exponent, staying NaN.
+VISMOE_AVX2 inline __m128i E4m3ToHalfBits(__m128i bytes16) {
+  const __m128i low7 = _mm_and_si128(bytes16, _mm_set1_epi16(0x7f));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(bytes16, _mm_set1_epi16(0x80)), 8);
+  const __m128i nan =
+      _mm_and_si128(_mm_cmpeq_epi16(low7, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7e00));
+  return _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi16(low7, 7)), nan);
+}
+
+// Eight e4m3 weights at element i of p times `mul` = 256 * their block's
+// scale: (value / 256) * (256 * scale) is value * scale rounded once, the
+// dequantised weight.
+VISMOE_AVX2 inline __m256 Load8E4m3(const void* p, int64_t i, __m256 mul) {
+  const __m128i b =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(p) + i));
+  return _mm256_mul_ps(_mm256_cvtph_ps(E4m3ToHalfBits(_mm_cvtepu8_epi16(b))), mul);
+}
 
 // Eight weights of dtype D starting at element i of p, widened exactly
 // (BF16: zero-extend and shift; F16: vcvtph2ps).
 template <DType D>
 VISMOE_AVX2 inline __m256 Load8(const void* p, int64_t i) {
+  static_assert(D != DType::kF8E4M3, "e4m3 weights need their scale: Load8E4m3");
   if constexpr (D == DType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(p) + i);
   } else {
@@ -35,6 +58,23 @@ VISMOE_AVX2 inline __m256 Load8(const void* p, int64_t i) {
     if constexpr (D == DType::kF16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+}
+
+// Load8 for every dtype, Load8E4m3 (with `mul`) for e4m3; `mul` is unused
+// for the others.
+template <DType D>
+VISMOE_AVX2 inline __m256 LoadW8(const void* p, int64_t i, __m256 mul) {
+  if constexpr (D == DType::kF8E4M3) {
+    return Load8E4m3(p, i, mul);
+  } else {
+    return Load8<D>(p, i);
+  }
+}
+
+// 256 * the scale of weight (o, i), broadcast (the `mul` of Load8E4m3).
+VISMOE_AVX2 inline __m256 E4m3Mul(const float* scale, int64_t scale_rows, int64_t scale_cols,
+                                  int64_t scale_stride, int64_t o, int64_t i) {
+  return _mm256_set1_ps(256.0f * scale[(o / scale_rows) * scale_stride + i / scale_cols]);
 }
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.

@@ -15,6 +15,18 @@ namespace {
 constexpr int64_t kMinRowsPerChunk = 16;
 constexpr int64_t kColsPerUnit = 64;
 
+// The block scales of an e4m3 weight w [out, in] as fp32 in `scale`, and the
+// matching fields of `a`; nothing for other dtypes.
+void SetScale(const TensorView& w, std::vector<float>* scale, internal::MatMulArgs* a) {
+  if (w.dtype != DType::kF8E4M3) return;
+  scale->resize(static_cast<size_t>(w.scale_numel()));
+  ToFloat(w.scale.dtype, w.scale.data, scale->size(), scale->data());
+  a->scale = scale->data();
+  a->scale_rows = w.scale.rows;
+  a->scale_cols = w.scale.cols;
+  a->scale_stride = CeilDiv(w.dim(1), w.scale.cols);
+}
+
 }  // namespace
 
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
@@ -25,7 +37,9 @@ void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const Tenso
     b.resize(out);
     ToFloat(bias->dtype, bias->data, out, b.data());
   }
-  const internal::MatMulArgs a{x, n, in, w.data, w.dtype, out, b.empty() ? nullptr : b.data(), y};
+  internal::MatMulArgs a{x, n, in, w.data, w.dtype, out, b.empty() ? nullptr : b.data(), y};
+  std::vector<float> scale;
+  SetScale(w, &scale, &a);
   const KernelPath path = ActiveKernelPath();
   const auto kernel = path == KernelPath::kAvx512 ? internal::LinearRowsAvx512
                       : path == KernelPath::kAvx2 ? internal::LinearRowsAvx2
@@ -37,6 +51,7 @@ void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
   const internal::MatMulArgs a{x, n, in, w_t.data, w_t.dtype, out, nullptr, y};
+  if (w_t.dtype == DType::kF8E4M3) internal::ColsUnsupported(a);
   // The AVX-512 path runs the AVX2 cols kernels (matmul_kernels.h).
   const auto kernel = ActiveKernelPath() >= KernelPath::kAvx2 ? internal::LinearColsAvx2
                                                               : internal::LinearColsPortable;
@@ -55,10 +70,16 @@ void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, co
     ToFloat(bias->dtype, bias->data, out, b.data());
   }
   const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(w.dtype);
+  internal::MatMulArgs scaled;
+  std::vector<float> scale;
+  SetScale(w, &scale, &scaled);
   ParallelFor(pool, out, 16, [&](int64_t o0, int64_t o1) {
     std::vector<float> wrow(in);
     for (int64_t o = o0; o < o1; ++o) {
       ToFloat(w.dtype, static_cast<const char*>(w.data) + o * row_bytes, in, wrow.data());
+      if (scaled.scale != nullptr) {
+        for (int64_t i = 0; i < in; ++i) wrow[i] *= scaled.ScaleAt(o, i);
+      }
       const float bo = b.empty() ? 0.0f : b[o];
       for (int64_t t = 0; t < n; ++t) y[t * out + o] = Dot(x + t * in, wrow.data(), in) + bo;
     }
@@ -68,6 +89,9 @@ void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, co
 void LinearTransposedReference(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                                const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
+  if (w_t.dtype == DType::kF8E4M3) {
+    internal::ColsUnsupported(internal::MatMulArgs{x, n, in, w_t.data, w_t.dtype, out, nullptr, y});
+  }
   // Widen the weight once into [out, in] order, then reuse the row kernel.
   std::vector<float> w(static_cast<size_t>(out) * in);
   const size_t esz = DTypeSize(w_t.dtype);

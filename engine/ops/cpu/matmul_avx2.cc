@@ -24,22 +24,36 @@ namespace vismoe::cpu::internal {
 namespace {
 
 // y[t0+r, o+j] (r < MB, j < NB): MB*NB accumulators over the full chunks of
-// eight, then the tail chunk through zero-padded copies.
+// eight, then the tail chunk through zero-padded copies. E4m3 weights load
+// with their block's scale (mul[j]), refreshed as i enters a column block.
 template <DType D, int MB, int NB>
 VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
   const size_t wstride = a.in * kSize<D>;
   const float* x = a.x + t0 * a.in;
   __m256 acc[MB][NB];
+  __m256 mul[NB];
 #pragma GCC unroll 16
   for (int r = 0; r < MB; ++r)
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
+  int64_t next_block = 0;
   const int64_t full = a.in & ~int64_t{7};
   for (int64_t i = 0; i < full; i += 8) {
+    if constexpr (D == DType::kF8E4M3) {
+      if (i == next_block) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NB; ++j) {
+          mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, i);
+        }
+        next_block += a.scale_cols;
+      }
+    }
     __m256 wv[NB];
 #pragma GCC unroll 16
-    for (int j = 0; j < NB; ++j) wv[j] = Load8<D>(w + j * wstride, i);
+    for (int j = 0; j < NB; ++j) wv[j] = LoadW8<D>(w + j * wstride, i, mul[j]);
 #pragma GCC unroll 16
     for (int r = 0; r < MB; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + r * a.in + i);
@@ -54,7 +68,10 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     for (int j = 0; j < NB; ++j) {
       std::memset(wp, 0, sizeof(wp));
       std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
-      const __m256 wv = Load8<D>(wp, 0);
+      if constexpr (D == DType::kF8E4M3) {
+        mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, full);
+      }
+      const __m256 wv = LoadW8<D>(wp, 0, mul[j]);
 #pragma GCC unroll 16
       for (int r = 0; r < MB; ++r) {
         std::memset(xp, 0, sizeof(xp));
@@ -306,6 +323,8 @@ void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
       return Rows<DType::kBF16>(a, o0, o1);
     case DType::kF16:
       return Rows<DType::kF16>(a, o0, o1);
+    case DType::kF8E4M3:
+      return Rows<DType::kF8E4M3>(a, o0, o1);
   }
 }
 
@@ -317,7 +336,10 @@ void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
       return Cols<DType::kBF16>(a, o0, o1);
     case DType::kF16:
       return Cols<DType::kF16>(a, o0, o1);
+    case DType::kF8E4M3:
+      break;
   }
+  ColsUnsupported(a);
 }
 
 }  // namespace vismoe::cpu::internal

@@ -30,10 +30,21 @@
 namespace vismoe::cpu::internal {
 namespace {
 
-// Sixteen weights of dtype D starting at element i of p, widened exactly.
+// Sixteen weights of dtype D starting at element i of p, widened exactly
+// (e4m3: times `mul` = 256 * their block's scale, as Load8E4m3).
 template <DType D>
-VISMOE_AVX512 inline __m512 Load16(const void* p, int64_t i) {
-  if constexpr (D == DType::kF32) {
+VISMOE_AVX512 inline __m512 Load16(const void* p, int64_t i, __m512 mul) {
+  if constexpr (D == DType::kF8E4M3) {  // as Load8E4m3, sixteen at a time
+    const __m128i b =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(p) + i));
+    const __m256i v = _mm256_cvtepu8_epi16(b);
+    const __m256i low7 = _mm256_and_si256(v, _mm256_set1_epi16(0x7f));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8);
+    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(low7, _mm256_set1_epi16(0x7f)),
+                                         _mm256_set1_epi16(0x7e00));
+    const __m256i h = _mm256_or_si256(_mm256_or_si256(sign, _mm256_slli_epi16(low7, 7)), nan);
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), mul);
+  } else if constexpr (D == DType::kF32) {
     return _mm512_loadu_ps(static_cast<const float*>(p) + i);
   } else {
     const __m256i h =
@@ -78,13 +89,22 @@ VISMOE_AVX512 void RowDot(const MatMulArgs& a, int64_t t, int64_t o) {
   const int64_t in = a.in;
   const int64_t full = in & ~int64_t{15};
   __m512 acc = _mm512_setzero_ps();
+  __m512 mul = _mm512_setzero_ps();
+  int64_t next_block = 0;
   for (int64_t i = 0; i < full; i += 16) {
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Load16<D>(w, i), acc);
+    if constexpr (D == DType::kF8E4M3) {
+      if (i == next_block) {
+        mul = _mm512_set1_ps(256.0f * a.ScaleAt(o, i));
+        next_block += a.scale_cols;
+      }
+    }
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Load16<D>(w, i, mul), acc);
   }
   if (full < in) {
+    if constexpr (D == DType::kF8E4M3) mul = _mm512_set1_ps(256.0f * a.ScaleAt(o, full));
     Tail<D, 1, 1> tail;
     PadTail<D, 1, 1>(x, in, w, 0, full, &tail);
-    acc = _mm512_fmadd_ps(_mm512_load_ps(tail.x[0]), Load16<D>(tail.w[0], 0), acc);
+    acc = _mm512_fmadd_ps(_mm512_load_ps(tail.x[0]), Load16<D>(tail.w[0], 0, mul), acc);
   }
   const float b = a.bias == nullptr ? 0.0f : a.bias[o];
   a.y[t * a.out + o] = Hsum16(acc) + b;
@@ -102,18 +122,31 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   const size_t wstride = a.in * kSize<D>;
   const float* x = a.x + t0 * a.in;
   __m256 lo[MB][NB], hi[MB][NB];
+  __m256 mul[NB];
 #pragma GCC unroll 16
   for (int r = 0; r < MB; ++r)
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
+  int64_t next_block = 0;
   const int64_t in = a.in;
   const int64_t full = in & ~int64_t{15};
   for (int64_t i = 0; i < full; i += 16) {
+    if constexpr (D == DType::kF8E4M3) {
+      if (i == next_block) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NB; ++j) {
+          mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, i);
+        }
+        next_block += a.scale_cols;
+      }
+    }
     __m256 wl[NB], wh[NB];
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
-      wl[j] = Load8<D>(w + j * wstride, i);
-      wh[j] = Load8<D>(w + j * wstride, i + 8);
+      wl[j] = LoadW8<D>(w + j * wstride, i, mul[j]);
+      wh[j] = LoadW8<D>(w + j * wstride, i + 8, mul[j]);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MB; ++r) {
@@ -131,7 +164,11 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     PadTail<D, MB, NB>(x, in, w, wstride, full, &tail);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
-      const __m256 wvl = Load8<D>(tail.w[j], 0), wvh = Load8<D>(tail.w[j], 8);
+      if constexpr (D == DType::kF8E4M3) {
+        mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, full);
+      }
+      const __m256 wvl = LoadW8<D>(tail.w[j], 0, mul[j]);
+      const __m256 wvh = LoadW8<D>(tail.w[j], 8, mul[j]);
 #pragma GCC unroll 16
       for (int r = 0; r < MB; ++r) {
         lo[r][j] = _mm256_fmadd_ps(_mm256_load_ps(tail.x[r]), wvl, lo[r][j]);
@@ -195,6 +232,8 @@ void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1) {
       return Rows<DType::kBF16>(a, o0, o1);
     case DType::kF16:
       return Rows<DType::kF16>(a, o0, o1);
+    case DType::kF8E4M3:
+      return Rows<DType::kF8E4M3>(a, o0, o1);
   }
 }
 

@@ -38,6 +38,19 @@ struct MatMulArgs {
   int64_t out = 0;
   const float* bias = nullptr;  // [out] fp32 or null (rows kernels only)
   float* y = nullptr;           // [n, out] row-major
+  // F8_E4M3 weights only (rows kernels): the block scales widened to fp32,
+  // [ceil(out / scale_rows), scale_stride], scale_stride = ceil(in / scale_cols).
+  // Each weight is widened to e4m3 value * its block's scale (one fp32
+  // rounding: the dequantised weight), then accumulated as any other dtype.
+  // REQUIRES: scale_cols % 16 == 0, so no SIMD load of 8 or 16 weights
+  // straddles two blocks.
+  const float* scale = nullptr;
+  int64_t scale_rows = 0, scale_cols = 0, scale_stride = 0;
+
+  // The scale of weight (o, i). REQUIRES: scale set.
+  float ScaleAt(int64_t o, int64_t i) const {
+    return scale[(o / scale_rows) * scale_stride + i / scale_cols];
+  }
 };
 
 // y[t, o] for every t and o in [o0, o1), weights [out, in].
@@ -46,8 +59,16 @@ void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
 void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1);
 
 // y[t, o] for every t and o in [o0, o1), weights [in, out] (read in place).
+// REQUIRES: dtype is not F8_E4M3 (block-scaled weights are [out, in]).
 void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);
 void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
+
+// A cols kernel called with e4m3 weights: a programming error (Linear
+// refuses them first); reports and aborts.
+[[noreturn]] void ColsUnsupported(const MatMulArgs& a);
+
+// F8_E4M3 -> fp32 for all 256 bit patterns (E4m3ToFloat's values).
+const float* E4m3Table();
 
 // F16 -> fp32 for all 65536 bit patterns (F16ToFloat's values), built on
 // first use; the portable path's F16 loads go through it.

@@ -3,7 +3,10 @@
 // element at a time as they are read (BF16 by a shift, F16 through a table),
 // never widened into scratch. Accumulation order: see matmul_kernels.h.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/ops/cpu/matmul_kernels.h"
@@ -24,6 +27,14 @@ struct LoadF16 {
   const float* table;
   float operator()(int64_t i) const { return table[p[i]]; }
 };
+// One row of e4m3 weights and its row of block scales.
+struct LoadE4m3 {
+  const uint8_t* p;
+  const float* table;
+  const float* scale_row;
+  int64_t scale_cols;
+  float operator()(int64_t i) const { return table[p[i]] * scale_row[i / scale_cols]; }
+};
 
 // The eight-lane dot product of matmul_kernels.h, without FMA.
 template <typename Load>
@@ -40,7 +51,7 @@ float Dot8(const float* x, Load w, int64_t in) {
 template <typename MakeLoad>
 void Rows(const MatMulArgs& a, int64_t o0, int64_t o1, MakeLoad make_load) {
   for (int64_t o = o0; o < o1; ++o) {
-    const auto w = make_load(o * a.in);
+    const auto w = make_load(o);
     const float b = a.bias == nullptr ? 0.0f : a.bias[o];
     for (int64_t t = 0; t < a.n; ++t) a.y[t * a.out + o] = Dot8(a.x + t * a.in, w, a.in) + b;
   }
@@ -55,37 +66,62 @@ void Cols(const MatMulArgs& a, int64_t o0, int64_t o1, MakeLoad make_load) {
     std::fill(y + o0, y + o1, 0.0f);
     for (int64_t i = 0; i < a.in; ++i) {
       const float xi = a.x[t * a.in + i];
-      const auto w = make_load(i * a.out);
+      const auto w = make_load(i);
       for (int64_t o = o0; o < o1; ++o) y[o] += xi * w(o);
     }
   }
 }
 
-// Calls body(make_load) with a loader factory for a.dtype: make_load(offset)
-// returns a loader whose element i is weight element offset + i.
+// Calls body(make_load) with a loader factory for a.dtype: make_load(k)
+// returns a loader whose element i is weight element k * stride + i (row k
+// of [rows, stride] weights; stride = in for rows kernels, out for cols).
 template <typename Body>
-void WithLoader(const MatMulArgs& a, Body body) {
+void WithLoader(const MatMulArgs& a, int64_t stride, Body body) {
   switch (a.dtype) {
     case DType::kF32: {
       const auto* w = static_cast<const float*>(a.w);
-      body([w](int64_t off) { return LoadF32{w + off}; });
+      body([w, stride](int64_t k) { return LoadF32{w + k * stride}; });
       return;
     }
     case DType::kBF16: {
       const auto* w = static_cast<const uint16_t*>(a.w);
-      body([w](int64_t off) { return LoadBf16{w + off}; });
+      body([w, stride](int64_t k) { return LoadBf16{w + k * stride}; });
       return;
     }
     case DType::kF16: {
       const auto* w = static_cast<const uint16_t*>(a.w);
       const float* table = F16Table();
-      body([w, table](int64_t off) { return LoadF16{w + off, table}; });
+      body([w, table, stride](int64_t k) { return LoadF16{w + k * stride, table}; });
+      return;
+    }
+    case DType::kF8E4M3: {  // rows kernels only (k = o)
+      const auto* w = static_cast<const uint8_t*>(a.w);
+      const float* table = E4m3Table();
+      body([w, table, stride, &a](int64_t k) {
+        return LoadE4m3{w + k * stride, table, a.scale + (k / a.scale_rows) * a.scale_stride,
+                        a.scale_cols};
+      });
       return;
     }
   }
 }
 
 }  // namespace
+
+const float* E4m3Table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (uint32_t v = 0; v < 256; ++v) t[v] = E4m3ToFloat(static_cast<uint8_t>(v));
+    return t;
+  }();
+  return table.data();
+}
+
+void ColsUnsupported(const MatMulArgs& a) {
+  std::fprintf(stderr, "vismoe: a [in, out] matrix kernel was called with %s weights\n",
+               std::string(DTypeName(a.dtype)).c_str());
+  std::abort();
+}
 
 const float* F16Table() {
   static const std::vector<float> table = [] {
@@ -97,11 +133,12 @@ const float* F16Table() {
 }
 
 void LinearRowsPortable(const MatMulArgs& a, int64_t o0, int64_t o1) {
-  WithLoader(a, [&](auto make_load) { Rows(a, o0, o1, make_load); });
+  WithLoader(a, a.in, [&](auto make_load) { Rows(a, o0, o1, make_load); });
 }
 
 void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1) {
-  WithLoader(a, [&](auto make_load) { Cols(a, o0, o1, make_load); });
+  if (a.dtype == DType::kF8E4M3) ColsUnsupported(a);
+  WithLoader(a, a.out, [&](auto make_load) { Cols(a, o0, o1, make_load); });
 }
 
 }  // namespace vismoe::cpu::internal

@@ -161,7 +161,8 @@ TEST(Qwen3VlMoeParityTest, TextCasesMatchTransformers) {
 
 // Images: golden pixel values -> vision tower -> M-RoPE positions -> decoder.
 void CheckMultimodalCases(const std::string& model_dir, const std::string& gold,
-                          bool near_ties = false) {
+                          bool near_ties = false, std::string pixels_dir = "") {
+  if (pixels_dir.empty()) pixels_dir = gold;
   const nlohmann::json cases = ReadJson(gold + "/mm_cases.json");
   ASSERT_TRUE(cases.is_array() && !cases.empty()) << gold << "/mm_cases.json";
   ThreadPool pool(2);
@@ -169,7 +170,7 @@ void CheckMultimodalCases(const std::string& model_dir, const std::string& gold,
   ASSERT_NO_FATAL_FAILURE(Load(model_dir, &pool, &m));
   auto vision = Qwen3VlVisionModel::Create(m.config, *m.checkpoint, &pool);
   ASSERT_TRUE(vision.ok()) << vision.status();
-  auto pixels = SafetensorsFile::Open(gold + "/pixel_values.safetensors");
+  auto pixels = SafetensorsFile::Open(pixels_dir + "/pixel_values.safetensors");
   ASSERT_TRUE(pixels.ok()) << pixels.status();
   auto golden = SafetensorsFile::Open(gold + "/mm_logits.safetensors");
   ASSERT_TRUE(golden.ok()) << golden.status();
@@ -221,6 +222,16 @@ void CheckMultimodalCases(const std::string& model_dir, const std::string& gold,
 
 TEST(Qwen3VlMoeParityTest, MultimodalCasesMatchTransformers) {
   CheckMultimodalCases(testing::TinyModelDir(), testing::FixturesDir() + "/golden");
+}
+
+// The FP8 layout of Qwen3-VL-30B-A3B-Instruct-FP8 (attention and per-expert
+// weights F8_E4M3 with 32 x 32 block scales): transformers in fp32 on the
+// dequantised weights, the CPU kernels dequantising as they read.
+TEST(Qwen3VlMoeParityTest, Fp8CheckpointMatchesTransformersOnItsDequantisedWeights) {
+  const std::string dir = testing::FixturesDir() + "/tiny-qwen3-vl-moe-fp8";
+  const std::string gold = testing::FixturesDir() + "/golden/fp8";
+  CheckCases(dir, gold + "/text_cases.json", gold + "/text_logits.safetensors");
+  CheckMultimodalCases(dir, gold, /*near_ties=*/false, testing::FixturesDir() + "/golden");
 }
 
 // The trained VQA benchmark models (tests/fixtures/vqa-qwen3-vl-moe and the

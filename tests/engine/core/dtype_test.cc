@@ -9,7 +9,7 @@ namespace vismoe {
 namespace {
 
 TEST(DTypeTest, ParseAndName) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3}) {
     auto parsed = ParseDType(DTypeName(t));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, t);
@@ -17,6 +17,67 @@ TEST(DTypeTest, ParseAndName) {
   EXPECT_FALSE(ParseDType("I8").ok());
   EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
   EXPECT_EQ(DTypeSize(DType::kF32), 4u);
+  EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
+  EXPECT_EQ(DTypeName(DType::kF8E4M3), "F8_E4M3");
+}
+
+TEST(DTypeTest, E4m3DecodesTheFormatsValues) {
+  EXPECT_EQ(E4m3ToFloat(0x00), 0.0f);
+  EXPECT_TRUE(std::signbit(E4m3ToFloat(0x80)));
+  EXPECT_EQ(E4m3ToFloat(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(E4m3ToFloat(0x07), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(E4m3ToFloat(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(E4m3ToFloat(0x38), 1.0f);
+  EXPECT_EQ(E4m3ToFloat(0x3c), 1.5f);
+  EXPECT_EQ(E4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(0xfe), -448.0f);
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0x7f)));
+  EXPECT_TRUE(std::isnan(E4m3ToFloat(0xff)));
+  EXPECT_EQ(FirstNonFinite(DType::kF8E4M3, "\x01\x7e\xff", 3), 2);
+  EXPECT_EQ(FirstNonFinite(DType::kF8E4M3, "\x01\x7e\xfe", 3), -1);
+}
+
+// FloatToE4m3 against a search over every finite e4m3 value: the nearest,
+// ties to the even code (mantissa bit 0 clear), saturating at +-448.
+TEST(DTypeTest, E4m3EncodeIsRoundToNearestEvenWithSaturation) {
+  for (uint32_t v = 0; v < 256; ++v) {
+    const auto b = static_cast<uint8_t>(v);
+    if ((b & 0x7f) == 0x7f) continue;
+    if (b == 0x80) continue;  // -0 encodes as 0x80 too, checked below
+    EXPECT_EQ(FloatToE4m3(E4m3ToFloat(b)), b) << std::hex << v;
+  }
+  EXPECT_EQ(FloatToE4m3(-0.0f), 0x80);
+  auto nearest = [](float f) {
+    int best = -1;
+    double best_d = 0;
+    for (int v = 0; v < 128; ++v) {  // magnitudes; sign added after
+      if (v == 0x7f) continue;
+      const double d = std::fabs(std::fabs(static_cast<double>(f)) - E4m3ToFloat(v));
+      if (best < 0 || d < best_d || (d == best_d && (v & 1) == 0)) {
+        best = v;
+        best_d = d;
+      }
+    }
+    return static_cast<uint8_t>(best | (std::signbit(f) ? 0x80 : 0));
+  };
+  uint32_t state = 12345;
+  for (int k = 0; k < 20000; ++k) {
+    state = state * 1664525u + 1013904223u;
+    // Magnitudes from 2^-12 to 2^9, both signs, plus the exact midpoints.
+    float f = std::ldexp(1.0f + (state >> 9) / 8388608.0f, static_cast<int>(state % 22) - 12);
+    if (k % 4 == 1) f = -f;
+    if (k % 4 == 2) {
+      const uint8_t lo = static_cast<uint8_t>(state % 0x7e);
+      f = 0.5f * (E4m3ToFloat(lo) + E4m3ToFloat(lo + 1));
+    }
+    const float clamped = std::fmin(std::fmax(f, -448.0f), 448.0f);
+    EXPECT_EQ(FloatToE4m3(f), nearest(clamped)) << f;
+  }
+  EXPECT_EQ(FloatToE4m3(1e6f), 0x7e);
+  EXPECT_EQ(FloatToE4m3(-1e6f), 0xfe);
+  EXPECT_EQ(FloatToE4m3(std::numeric_limits<float>::infinity()), 0x7e);
+  EXPECT_EQ(FloatToE4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_EQ(FloatToE4m3(std::ldexp(1.0f, -11)), 0x00);  // below half the smallest subnormal
 }
 
 TEST(DTypeTest, Bf16RoundTripAndRounding) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu/kernel_dispatch.h"
@@ -226,6 +227,106 @@ TEST(LinearTest, EveryHalfBitPatternWidensExactly) {
                           << ", want " << want;
           }
         }
+      }
+    }
+  }
+}
+
+// A block-quantised e4m3 weight [out, in] with its scales, and the same
+// weight dequantised to fp32 (each element e4m3 value * block scale, one
+// rounding): what the kernels must compute with.
+struct E4m3Weights {
+  std::vector<uint8_t> q;
+  std::vector<float> scale_f32;
+  std::vector<uint16_t> scale_bf16;
+  std::vector<float> dequantised;
+  TensorView view, dense;
+};
+
+E4m3Weights MakeE4m3(int64_t out, int64_t in, int64_t rows, int64_t cols, DType scale_dtype,
+                     int64_t salt) {
+  E4m3Weights w;
+  const std::vector<float> values = Pattern(out * in, salt, 400.0f);
+  for (float v : values) w.q.push_back(FloatToE4m3(v));
+  const int64_t sr = CeilDiv(out, rows), sc = CeilDiv(in, cols);
+  const std::vector<float> scales = Pattern(sr * sc, salt + 1, 1.0f / 512);
+  for (float s : scales) {
+    const float positive = std::fabs(s) + 1.0f / 4096;
+    w.scale_bf16.push_back(FloatToBf16(positive));
+    w.scale_f32.push_back(scale_dtype == DType::kBF16 ? Bf16ToFloat(w.scale_bf16.back())
+                                                      : positive);
+  }
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      w.dequantised.push_back(E4m3ToFloat(w.q[o * in + i]) *
+                              w.scale_f32[(o / rows) * sc + i / cols]);
+    }
+  }
+  const void* sdata = scale_dtype == DType::kBF16 ? static_cast<const void*>(w.scale_bf16.data())
+                                                  : w.scale_f32.data();
+  w.view = {w.q.data(), DType::kF8E4M3, {out, in}, {sdata, scale_dtype, rows, cols}};
+  w.dense = {w.dequantised.data(), DType::kF32, {out, in}};
+  return w;
+}
+
+// Dequantising as the weights are read computes exactly the products and
+// sums of the dequantised fp32 weight: bit-identical outputs on each path,
+// over tails, partial blocks, both scale dtypes and batch sizes.
+TEST(LinearTest, E4m3WeightsGiveTheBitsOfTheirDequantisedWeights) {
+  ThreadPool pool(2);
+  struct Block {
+    int64_t rows, cols;
+  };
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (DType scale_dtype : {DType::kF32, DType::kBF16}) {
+      for (Block b : {Block{1, 16}, Block{4, 32}, Block{3, 48}, Block{128, 128}}) {
+        for (int64_t in : {1, 16, 40, 100, 256, 300}) {
+          for (int64_t out : {1, 5, 13, 67}) {
+            const E4m3Weights w = MakeE4m3(out, in, b.rows, b.cols, scale_dtype, in * 31 + out);
+            const std::vector<float> bias = Pattern(out, 7, 0.25f);
+            const TensorView bias_view{bias.data(), DType::kF32, {out}};
+            for (int64_t n : {1, 2, 4, 5}) {
+              const std::vector<float> x = Pattern(n * in, in + n, 1.0f);
+              std::vector<float> got(n * out), want(n * out), ref(n * out), ref_want(n * out);
+              Linear(n > 2 ? &pool : nullptr, x.data(), n, in, w.view, &bias_view, got.data());
+              Linear(nullptr, x.data(), n, in, w.dense, &bias_view, want.data());
+              LinearReference(nullptr, x.data(), n, in, w.view, nullptr, ref.data());
+              LinearReference(nullptr, x.data(), n, in, w.dense, nullptr, ref_want.data());
+              const std::string what = absl::StrCat(
+                  std::string(KernelPathName(path)), " scale ", std::string(DTypeName(scale_dtype)),
+                  " block ", b.rows, "x", b.cols, " n=", n, " in=", in, " out=", out);
+              ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                  << what;
+              ASSERT_EQ(std::memcmp(ref.data(), ref_want.data(), ref.size() * sizeof(float)), 0)
+                  << what << " (reference)";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// x = 1 over a one-column weight with scale 1: y is each e4m3 value exactly,
+// the NaN codes 0x7f / 0xff NaN (so broken expert bytes reach the logits'
+// finiteness check instead of becoming numbers).
+TEST(LinearTest, EveryE4m3BitPatternWidensExactly) {
+  std::vector<uint8_t> all(256);
+  for (uint32_t v = 0; v < 256; ++v) all[v] = static_cast<uint8_t>(v);
+  const std::vector<float> ones(256, 1.0f);
+  const float one = 1.0f;
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    const TensorView w{all.data(), DType::kF8E4M3, {256, 1}, {ones.data(), DType::kF32, 1, 16}};
+    std::vector<float> y(256);
+    Linear(nullptr, &one, 1, 1, w, nullptr, y.data());
+    for (uint32_t v = 0; v < 256; ++v) {
+      const float want = E4m3ToFloat(static_cast<uint8_t>(v));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[v])) << KernelPathName(path) << " 0x" << std::hex << v;
+      } else {
+        EXPECT_EQ(y[v], want) << KernelPathName(path) << " 0x" << std::hex << v;
       }
     }
   }

@@ -1,0 +1,163 @@
+// FP8 experts through the whole engine on the CPU backend: an FP8 checkpoint
+// (tests/fixtures/tiny-qwen3-vl-moe-fp8) answers its transformers goldens all
+// resident and under an offload budget, reading its experts from the mapped
+// checkpoint or a packed store; --expert_dtype=fp8 quantises a bf16 model's
+// experts at load, and every budget then gives the same answer; in both, an
+// expert copy moves about half the bytes of a bf16 one.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "engine/api/engine.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/offload_budget.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str(), nullptr, false);
+}
+
+GenerateRequest FromCase(const nlohmann::json& c, int max_new_tokens) {
+  GenerateRequest r;
+  for (const auto& m : c["messages"]) {
+    ChatMessage msg;
+    msg.role = m["role"].get<std::string>();
+    msg.content.push_back(
+        ContentPart{ContentPart::Kind::kText, m["content"].get<std::string>(), -1});
+    r.messages.push_back(msg);
+  }
+  r.sampling.max_new_tokens = max_new_tokens;
+  return r;
+}
+
+EngineOptions Options(const std::string& fixture) {
+  EngineOptions o;
+  o.model_path = testing::FixturesDir() + "/" + fixture;
+  o.backend = "cpu";
+  o.num_threads = 2;
+  o.max_context_tokens = 256;
+  return o;
+}
+
+// One pinned MoE layer and three slabs, no prefetch: every copied byte is a
+// miss's, so bytes_h2d / misses is the bytes of one expert copy.
+void Offload(EngineOptions* o, const char* host_experts) {
+  o->gpu_memory_budget_bytes = testing::OffloadBudget(*o, 1, 3);
+  o->offload.pinned_layers = 1;
+  o->offload.prefetch = "none";
+  o->offload.host_experts = host_experts;
+}
+
+struct Answers {
+  std::vector<std::vector<int>> tokens;
+  uint64_t bytes_h2d = 0, misses = 0;
+  double BytesPerCopy() const { return misses == 0 ? 0 : double(bytes_h2d) / double(misses); }
+};
+
+Answers Answer(const EngineOptions& o, const nlohmann::json& cases) {
+  Answers run;
+  auto engine = Engine::Create(o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return run;
+  for (size_t i = 0; i < 2; ++i) {
+    auto r = (*engine)->Generate(FromCase(cases[i], 16), {});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.tokens.push_back(r->token_ids);
+    run.bytes_h2d += r->offload.bytes_h2d;
+    run.misses += r->offload.cache_queries - r->offload.cache_hits;
+  }
+  return run;
+}
+
+std::vector<int> Prefix(const nlohmann::json& c, size_t n) {
+  const std::vector<int> all = c["greedy_ids"].get<std::vector<int>>();
+  return std::vector<int>(all.begin(), all.begin() + std::min(n, all.size()));
+}
+
+TEST(EngineFp8Test, Fp8CheckpointAnswersItsGoldensResidentAndOffloaded) {
+  const nlohmann::json cases = ReadJson(testing::FixturesDir() + "/golden/fp8/text_cases.json");
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  EngineOptions bf16 = Options("tiny-qwen3-vl-moe");
+  Offload(&bf16, "packed");
+  const Answers bf16_run = Answer(bf16, cases);
+  for (const char* host_experts : {"", "mapped", "packed"}) {
+    SCOPED_TRACE(*host_experts == 0 ? "resident" : host_experts);
+    EngineOptions o = Options("tiny-qwen3-vl-moe-fp8");
+    if (*host_experts != 0) Offload(&o, host_experts);
+    const Answers run = Answer(o, cases);
+    ASSERT_EQ(run.tokens.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(run.tokens[i], Prefix(cases[i], run.tokens[i].size()));
+    }
+    if (*host_experts == 0) {
+      EXPECT_EQ(run.bytes_h2d, 0u);
+      continue;
+    }
+    ASSERT_GT(run.misses, 0u);
+    // 3 x (6144 e4m3 bytes + 32 scale bytes, 64-byte aligned) vs 3 x 12288 bf16 bytes.
+    EXPECT_EQ(run.BytesPerCopy(), 3 * (6144 + 64));
+    EXPECT_LT(run.BytesPerCopy() / bf16_run.BytesPerCopy(), 0.51);
+  }
+}
+
+TEST(EngineFp8Test, ExpertDtypeFp8QuantisesABf16ModelsExpertsAtLoad) {
+  const nlohmann::json cases = ReadJson(testing::FixturesDir() + "/golden/text_cases.json");
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  EngineOptions bf16 = Options("tiny-qwen3-vl-moe");
+  Offload(&bf16, "packed");
+  const Answers bf16_run = Answer(bf16, cases);
+  EngineOptions o = Options("tiny-qwen3-vl-moe");
+  o.offload.expert_dtype = "fp8";
+  const Answers resident = Answer(o, cases);
+  Offload(&o, "auto");
+  o.offload.expert_dtype = "fp8";
+  const Answers offloaded = Answer(o, cases);
+  ASSERT_EQ(resident.tokens.size(), 2u);
+  // The offload runtime is exact over the quantised experts.
+  EXPECT_EQ(offloaded.tokens, resident.tokens);
+  EXPECT_EQ(resident.bytes_h2d, 0u);
+  ASSERT_GT(offloaded.misses, 0u);
+  // 128 x 128 blocks: gate/up [48, 128] and down [128, 48] hold one scale each.
+  EXPECT_EQ(offloaded.BytesPerCopy(), 3 * (6144 + 64));
+  EXPECT_LT(offloaded.BytesPerCopy() / bf16_run.BytesPerCopy(), 0.51);
+  // Quantisation changes the weights, so some answer differs from bf16's
+  // (if none did, the option would not be in effect).
+  EXPECT_NE(resident.tokens, bf16_run.tokens);
+}
+
+TEST(EngineFp8Test, ExpertDtypeIsCheckedAndRefusedOnTheCudaBackend) {
+  EngineOptions o = Options("tiny-qwen3-vl-moe");
+  o.offload.expert_dtype = "int4";
+  auto bad = Engine::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "expert_dtype must be auto or fp8"))
+      << bad.status();
+  o.offload.expert_dtype = "fp8";
+  o.backend = "cuda";
+  auto cuda = Engine::Create(o);
+  ASSERT_FALSE(cuda.ok());
+  // Without CUDA in the build or a device, the backend is refused earlier.
+  const std::string message(cuda.status().message());
+  EXPECT_TRUE(absl::StrContains(message, "FP8 experts run on the cpu backend") ||
+              absl::StrContains(message, "cuda"))
+      << message;
+  // An FP8 checkpoint: "auto" takes the CPU backend, with or without a device.
+  EngineOptions fp8 = Options("tiny-qwen3-vl-moe-fp8");
+  fp8.backend = "auto";
+  auto engine = Engine::Create(fp8);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().backend, "cpu");
+}
+
+}  // namespace
+}  // namespace vismoe
