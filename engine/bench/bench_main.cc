@@ -123,6 +123,7 @@ int Main() {
       {"keep_ratio", b.keep_ratio},
       {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
       {"host_experts", b.engine.offload.host_experts},
+      {"expert_dtype", b.engine.offload.expert_dtype},
       {"miss_policy", b.engine.offload.miss_policy},
       {"host_moe_layers", b.engine.offload.host_moe_layers},
       {"checkpoint_bytes", CheckpointBytes(b.engine.model_path, b.engine.synthetic_weights)},

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/dtype.h"
 #include "engine/core/policy_names.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/synthetic_routing.h"
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, host_experts, "auto",
           "where expert copies are read from: mapped (the mmapped checkpoint, no second host "
           "copy) | packed (a packed copy, page-locked on CUDA) | auto (packed only where a "
           "page-locked copy fits the host's available memory with room to spare)");
+ABSL_FLAG(std::string, expert_dtype, "auto",
+          "the dtype routed experts are kept and copied in: auto (as stored) | fp8 (quantised at "
+          "load to 128x128-block FP8; lossy; CPU backend; engine/offload/expert_dtype.h)");
 ABSL_FLAG(std::string, miss_policy, "fetch",
           "an offloaded expert miss: fetch (copy it in, wait) | cpu (compute it on the host when "
           "the measured host time is below its copy time; engine/policy/host_experts.md) | "
@@ -189,6 +193,10 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   }
   o.host_experts = absl::GetFlag(FLAGS_host_experts);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<HostStoreMode>("host_experts", o.host_experts));
+  o.expert_dtype = absl::GetFlag(FLAGS_expert_dtype);
+  if (absl::Status st = ParseExpertDType(o.expert_dtype).status(); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", st.message()));
+  }
   o.preload = absl::GetFlag(FLAGS_preload);
   VISMOE_RETURN_IF_ERROR(CheckPolicy<PreloadKind>("preload", o.preload));
   o.preload_experts = absl::GetFlag(FLAGS_preload_experts);
