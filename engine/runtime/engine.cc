@@ -1,4 +1,6 @@
-// Engine implementation: one model, its requests batched by a step thread
+// Engine implementation (LocalEngine, engine/runtime/local_engine.h): start-up
+// and the request path; a request's policy overrides are in
+// local_engine_requests.cc. One model, its requests batched by a step thread
 // (engine/runtime/batch_loop.h), on the backend the registry picks (engine/backends/registry.h):
 // its DecoderOps under the one decoder of the family, its VisionOps under the
 // one vision tower, and its offload device. Tokenizer, image preprocessing, sampling and the
@@ -43,6 +45,7 @@
 #include "engine/policy/sequence_preload.h"
 #include "engine/policy/token_compressor.h"
 #include "engine/runtime/batch_loop.h"
+#include "engine/runtime/local_engine.h"
 #include "engine/runtime/local_prepared.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/prompt_builder.h"
@@ -77,97 +80,6 @@ constexpr int64_t kKvBlockTokens = KvPool::kDefaultBlockTokens;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-class LocalEngine final : public Engine {
- public:
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
-
-  const ModelInfo& info() const override { return info_; }
-  absl::StatusOr<std::unique_ptr<PreparedRequest>> Prepare(const GenerateRequest& request) override;
-  using Engine::Generate;
-  absl::StatusOr<GenerateResult> Generate(const PreparedRequest& prepared,
-                                          const GenerateCallbacks& callbacks) override;
-
- private:
-  LocalEngine() = default;
-  // Create's steps, in order: the files of the checkpoint directory; the
-  // backend's vision tower, decoder, offload device, and the KV pool (returns
-  // the device activation bytes); the expert provider (resident, or the offload
-  // runtime with its predictor); where token compression runs; ModelInfo.
-  absl::Status LoadFiles();
-  absl::StatusOr<int64_t> LoadModel(const Backend& backend);
-  absl::Status SetUpExperts(const Backend& backend, int64_t activation_bytes,
-                            const CalibrationProfile* profile);
-  absl::Status SetUpCompression();
-  // FailedPrecondition, naming `setting`, when compressor `co` reads the
-  // routing of MoE layers before the compression and none runs there.
-  absl::Status CheckCompressionRouting(const TokenCompressorOptions& co,
-                                       absl::string_view setting) const;
-  void FillInfo();
-  // The request's own checks (messages, sampling), before its prompt is built.
-  static absl::Status CheckRequest(const GenerateRequest& request);
-  // The request's token compression, checked; and the request's predictor,
-  // which must be the engine's.
-  absl::StatusOr<TokenCompressorOptions> RequestCompression(const GenerateRequest& request) const;
-  // Create's last step: the step scheduler, model runner and the step thread.
-  void StartLoop();
-  // The KV pool's size in tokens.
-  int64_t KvTokens() const;
-  // The expert counters since the last call (the step thread's only).
-  OffloadStats TakeStepStats();
-  // A sequence's preload (engine/policy/sequence_preload.h), or null when
-  // preload is off or every expert is resident.
-  std::unique_ptr<SequencePreload> MakePreload() const;
-  // One start-up line when preload is on: what it keeps, or that it has
-  // nothing to do (no offload runtime).
-  void LogPreload() const;
-  // The request's expert skipping: the engine's, with the request's overrides.
-  absl::StatusOr<std::optional<ExpertSkipping>> RequestSkipping(
-      const GenerateRequest& request) const;
-  // The request's miss policy: the engine's, with the request's overrides;
-  // a commit rule, or nullopt to fetch.
-  absl::StatusOr<std::optional<CommitMissPolicy>> RequestCommit(
-      const GenerateRequest& request) const;
-  // The commit rule `rule` (resolved from the settings named by `names`)
-  // needs prefetch predictions wherever experts are offloaded.
-  absl::Status CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
-                                       const std::string& name) const;
-  // Speculative execution's settings (the profile's default vectors), or a
-  // start-up error on a backend without it.
-  absl::Status SetUpSpeculation(const CalibrationProfile* profile);
-
-  EngineOptions options_;
-  ModelInfo info_;
-  ModelConfig config_;
-  std::vector<int> eos_ids_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Checkpoint> checkpoint_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ChatTemplate> template_;
-  std::unique_ptr<ImagePreprocessor> preprocessor_;  // null without vision
-  std::unique_ptr<PromptBuilder> prompts_;
-  std::unique_ptr<VisionTower> vision_;  // null without vision
-  std::unique_ptr<TextDecoder> model_;
-  std::unique_ptr<ResidentExpertProvider> experts_;
-  // The backend's memory and copy path (null members on the CPU backend);
-  // declared before offload_, which borrows them, so they outlive it.
-  OffloadDeviceParts device_parts_;
-  std::unique_ptr<OffloadExpertProvider> offload_;   // null = everything resident
-  RouterObserver* predictor_ = nullptr;              // offload_'s predictor, or null
-  ExpertProvider* provider_ = nullptr;               // offload_ or experts_
-  int compress_layer_ = 0;                           // decoder layer token compression runs before
-  std::optional<SkipCalibration> skip_calibration_;  // the profile's, for per-request rules
-  std::optional<CommitCalibration> commit_calibration_;  // likewise
-  std::optional<SpeculativeExecution> speculative_;      // nullopt = off
-  uint64_t last_queries_ = 0;  // experts_->queries() at the last TakeStepStats
-  // Every sequence's KV rows: allocated once, at start-up (the memory plan's
-  // KV region), handed out in blocks.
-  std::unique_ptr<KvPool> kv_pool_;
-  std::unique_ptr<StepScheduler> scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
-  // Last, so that it is destroyed (its thread joined) before what it uses.
-  std::unique_ptr<BatchLoop> loop_;
-};
 
 absl::Status CheckOptions(const EngineOptions& options) {
   if (options.max_context_tokens < 2) {
@@ -206,6 +118,8 @@ absl::StatusOr<std::optional<CalibrationProfile>> LoadProfile(const EngineOption
                profile.default_vectors.empty() ? "absent" : "present");
   return profile;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
   VISMOE_RETURN_IF_ERROR(CheckOptions(options));
@@ -450,121 +364,6 @@ void LocalEngine::FillInfo() {
                i.num_layers, i.num_experts, i.experts_per_token, i.model_path);
 }
 
-absl::Status LocalEngine::CheckRequest(const GenerateRequest& request) {
-  if (request.messages.empty()) return absl::InvalidArgumentError("request has no messages");
-  const SamplingParams& s = request.sampling;
-  if (s.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.max_new_tokens must be >= 1, got ", s.max_new_tokens));
-  }
-  VISMOE_RETURN_IF_ERROR(Sampler::Validate(s));
-  for (const std::string& stop : s.stop) {
-    if (stop.empty()) return absl::InvalidArgumentError("sampling.stop has an empty string");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<TokenCompressorOptions> LocalEngine::RequestCompression(
-    const GenerateRequest& request) const {
-  TokenCompressorOptions co = options_.compression;
-  if (request.policy.token_compressor.has_value()) co.kind = *request.policy.token_compressor;
-  if (request.policy.keep_ratio.has_value()) co = WithKeepRatio(co, *request.policy.keep_ratio);
-  // Checked here, so a request that cannot compress fails alone, before it
-  // joins a batch.
-  VISMOE_RETURN_IF_ERROR(CheckCompressionRouting(co, "policy.token_compressor"));
-  // The predictor feeds the shared slab cache, so it is chosen per engine,
-  // not per request: a request may only name the one that is running.
-  if (request.policy.expert_predictor.has_value() &&
-      *request.policy.expert_predictor != options_.offload.prefetch) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "policy.expert_predictor \"", *request.policy.expert_predictor,
-        "\" cannot be chosen per request; this server runs \"", options_.offload.prefetch, "\""));
-  }
-  return co;
-}
-
-absl::StatusOr<std::optional<ExpertSkipping>> LocalEngine::RequestSkipping(
-    const GenerateRequest& request) const {
-  ExpertSkippingOptions so = options_.skipping;
-  const PolicyOverrides& po = request.policy;
-  if (po.expert_skipping.has_value()) so.kind = *po.expert_skipping;
-  // A request's threshold is a value, never "unset": negative is an error.
-  for (const auto& [name, value] : {std::pair{"policy.skip_tau_text", po.skip_tau_text},
-                                    std::pair{"policy.skip_tau_visual", po.skip_tau_visual}}) {
-    if (value.has_value() && !(*value >= 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be a finite value >= 0, got ", *value));
-    }
-  }
-  if (po.skip_tau_text.has_value()) so.tau_text = *po.skip_tau_text;
-  if (po.skip_tau_visual.has_value()) so.tau_visual = *po.skip_tau_visual;
-  const SkipOptionNames names{"policy.expert_skipping", "policy.skip_tau_text",
-                              "policy.skip_tau_visual"};
-  return ResolveExpertSkipping(so, skip_calibration_ ? &*skip_calibration_ : nullptr,
-                               config_.text.num_hidden_layers, names);
-}
-
-// Whether misses are computed on the host ("cpu") is the offload provider's,
-// one for every sequence of a step: a request may turn commit on or off, not
-// change that.
-absl::Status CheckRequestMissPolicy(const std::string& asked, const std::string& engine) {
-  const bool host = engine == PolicyName(MissPolicy::kCpu);
-  if (asked == PolicyName(MissPolicy::kCpu) && !host) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "policy.miss_policy \"cpu\" is an engine-wide setting (host execution of misses is "
-        "shared by every request of a step); this engine's miss policy is \"",
-        engine, "\""));
-  }
-  if (asked == PolicyName(MissPolicy::kFetch) && host) {
-    return absl::InvalidArgumentError(
-        "policy.miss_policy \"fetch\": this engine computes misses on the host for every "
-        "request (miss policy \"cpu\"); a request may ask for \"cpu\" or \"commit\"");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::optional<CommitMissPolicy>> LocalEngine::RequestCommit(
-    const GenerateRequest& request) const {
-  std::string miss_policy = options_.offload.miss_policy;
-  CommitMissOptions co = options_.commit;
-  const PolicyOverrides& po = request.policy;
-  if (po.miss_policy.has_value()) {
-    VISMOE_RETURN_IF_ERROR(CheckRequestMissPolicy(*po.miss_policy, miss_policy));
-    miss_policy = *po.miss_policy;
-  }
-  // A request's values are values, never "unset": each is checked as given.
-  if (po.commit_threshold.has_value()) {
-    if (!(*po.commit_threshold >= 0) || !std::isfinite(*po.commit_threshold)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "policy.commit_threshold must be a finite value >= 0, got ", *po.commit_threshold));
-    }
-    co.threshold = *po.commit_threshold;
-  }
-  if (po.commit_owa_alpha1.has_value()) co.owa_alpha1 = *po.commit_owa_alpha1;
-  if (po.commit_owa_alpha2.has_value()) co.owa_alpha2 = *po.commit_owa_alpha2;
-  const CommitOptionNames names{"policy.miss_policy", "policy.commit_threshold",
-                                "policy.commit_owa_alpha1", "policy.commit_owa_alpha2"};
-  VISMOE_ASSIGN_OR_RETURN(
-      std::optional<CommitMissPolicy> rule,
-      ResolveCommitMiss(miss_policy, co, commit_calibration_ ? &*commit_calibration_ : nullptr,
-                        config_.text.num_experts_per_tok, names));
-  VISMOE_RETURN_IF_ERROR(CheckCommitHasPredictor(rule, names.miss_policy));
-  return rule;
-}
-
-absl::Status LocalEngine::CheckCommitHasPredictor(const std::optional<CommitMissPolicy>& rule,
-                                                  const std::string& name) const {
-  if (!rule.has_value() || offload_ == nullptr || offload_->plan().offloaded_layer_ids.empty() ||
-      predictor_ != nullptr) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      name,
-      " \"commit\" computes with the experts the predictor chose, and this engine runs no "
-      "expert predictor (expert_predictor \"none\"): choose history, router-lookahead or "
-      "mlp-lookahead"));
-}
-
 absl::Status LocalEngine::SetUpSpeculation(const CalibrationProfile* profile) {
   if (!options_.speculative_execution) return absl::OkStatus();
   if (!model_->supports_speculative_execution()) {
@@ -684,8 +483,6 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   if (!seq.status.ok()) return seq.status;
   return std::move(seq.result);
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   return LocalEngine::Create(options);
