@@ -26,8 +26,10 @@ struct BlockScale {
   int64_t rows = 0;  // block size along the output dimension
   int64_t cols = 0;  // ... and along the input dimension
   bool operator==(const BlockScale&) const = default;
-  // The same block layout over other scale data (to compare layouts).
-  BlockScale WithData(const void* d) const { return {d, dtype, rows, cols}; }
+  // The same dtype and block size (the data may differ).
+  bool SameBlocks(const BlockScale& o) const {
+    return dtype == o.dtype && rows == o.rows && cols == o.cols;
+  }
 };
 
 // The block size of a block-quantised checkpoint (weight_block_size).

@@ -55,27 +55,33 @@ absl::InlinedVector<const TensorView*, 3> PartsOf(const ExpertWeights& w) {
 // The block experts are quantised in at load (transformers' default).
 constexpr QuantBlock kLoadQuantBlock{128, 128};
 
-// Part `p` (gate, up, down) of `w` as the fp32 [out, in] matrix of the
-// separate layout, whatever w's layout (the fused one is transposed).
-std::vector<float> SeparateMatrix(const ExpertWeights& w, int p, Shape* shape) {
+// The [out, in] shape of part `p` (gate, up, down) of `w` in the separate
+// layout, whatever w's layout (fused: gate_up [H, 2I], down [I, H]).
+Shape SeparateShape(const ExpertWeights& w, int p) {
+  if (w.layout == ExpertWeights::Layout::kSeparate) return PartsOf(w)[p]->shape;
+  const int64_t h = w.gate_up.dim(0), i = w.gate_up.dim(1) / 2;
+  return p == 2 ? Shape{h, i} : Shape{i, h};
+}
+
+// Part `p` of `w` as that fp32 [out, in] matrix (the fused layout transposed).
+std::vector<float> SeparateMatrix(const ExpertWeights& w, int p) {
   if (w.layout == ExpertWeights::Layout::kSeparate) {
     const TensorView& t = *PartsOf(w)[p];
-    *shape = t.shape;
     std::vector<float> m(static_cast<size_t>(t.numel()));
     ToFloat(t.dtype, t.data, m.size(), m.data());
     return m;
   }
-  const TensorView& t = p == 2 ? w.down : w.gate_up;  // [H, 2I] or [I, H]
-  const int64_t rows_in = t.dim(0), cols_in = t.dim(1);
+  const TensorView& t = p == 2 ? w.down : w.gate_up;  // [I, H] or [H, 2I]
+  const int64_t cols_in = t.dim(1);
   std::vector<float> src(static_cast<size_t>(t.numel()));
   ToFloat(t.dtype, t.data, src.size(), src.data());
-  const int64_t out = p == 2 ? cols_in : cols_in / 2, in = rows_in;
+  const Shape shape = SeparateShape(w, p);
+  const int64_t out = shape[0], in = shape[1];
   const int64_t col0 = p == 1 ? out : 0;  // up is the second half of gate_up's columns
   std::vector<float> m(static_cast<size_t>(out * in));
   for (int64_t i = 0; i < in; ++i) {
     for (int64_t o = 0; o < out; ++o) m[o * in + i] = src[i * cols_in + col0 + o];
   }
-  *shape = {out, in};
   return m;
 }
 
@@ -94,7 +100,9 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
   f.dtype = dtype.value_or(f.source_dtype);
   for (const TensorView* t : parts) {
     if (t->empty()) return absl::InvalidArgumentError("expert weights miss a tensor");
-    if (t->dtype != f.source_dtype || !(t->scale == parts[0]->scale.WithData(t->scale.data))) {
+    if (t->dtype != f.source_dtype ||
+        (t->scale.data == nullptr) != (parts[0]->scale.data == nullptr) ||
+        !t->scale.SameBlocks(parts[0]->scale)) {
       return absl::InvalidArgumentError("expert tensors of one expert differ in dtype or scales");
     }
     f.source_shapes.push_back(t->shape);
@@ -111,16 +119,7 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
     f.block = kLoadQuantBlock;
     f.scale_dtype = DType::kF32;
     shapes.clear();
-    for (int p = 0; p < 3; ++p) {
-      Shape shape;
-      if (w.layout == ExpertWeights::Layout::kSeparate) {
-        shape = parts[p]->shape;
-      } else {  // gate_up [H, 2I], down [I, H]
-        const int64_t h = w.gate_up.dim(0), i = w.gate_up.dim(1) / 2;
-        shape = p == 2 ? Shape{h, i} : Shape{i, h};
-      }
-      shapes.push_back(shape);
-    }
+    for (int p = 0; p < 3; ++p) shapes.push_back(SeparateShape(w, p));
   } else if (f.source_dtype == DType::kF8E4M3) {
     f.block = QuantBlock{parts[0]->scale.rows, parts[0]->scale.cols};
     f.scale_dtype = parts[0]->scale.dtype;
@@ -147,8 +146,8 @@ bool ExpertFormat::Matches(const ExpertWeights& w) const {
       return false;
     }
     if (source_dtype == DType::kF8E4M3 &&
-        (t[i]->scale.data == nullptr || t[i]->scale.dtype != scale_dtype ||
-         t[i]->scale.rows != block->rows || t[i]->scale.cols != block->cols)) {
+        (t[i]->scale.data == nullptr ||
+         !t[i]->scale.SameBlocks({nullptr, scale_dtype, block->rows, block->cols}))) {
       return false;
     }
   }
@@ -161,8 +160,8 @@ void ExpertFormat::Pack(const ExpertWeights& w, void* dst) const {
   std::memset(d, 0, bytes);  // padding is deterministic
   if (dtype == DType::kF8E4M3 && source_dtype != DType::kF8E4M3) {
     for (size_t p = 0; p < parts.size(); ++p) {
-      Shape shape;
-      const std::vector<float> m = SeparateMatrix(w, static_cast<int>(p), &shape);
+      const std::vector<float> m = SeparateMatrix(w, static_cast<int>(p));
+      const Shape& shape = parts[p].shape;
       QuantizeFp8Blocks(m.data(), shape[0], shape[1], *block,
                         reinterpret_cast<uint8_t*>(d + parts[p].offset),
                         reinterpret_cast<float*>(d + parts[p].scale_offset));

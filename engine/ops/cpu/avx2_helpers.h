@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "engine/core/dtype.h"
+#include "engine/ops/cpu/matmul_kernels.h"
 
 #define VISMOE_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -71,10 +72,12 @@ VISMOE_AVX2 inline __m256 LoadW8(const void* p, int64_t i, __m256 mul) {
   }
 }
 
-// 256 * the scale of weight (o, i), broadcast (the `mul` of Load8E4m3).
-VISMOE_AVX2 inline __m256 E4m3Mul(const float* scale, int64_t scale_rows, int64_t scale_cols,
-                                  int64_t scale_stride, int64_t o, int64_t i) {
-  return _mm256_set1_ps(256.0f * scale[(o / scale_rows) * scale_stride + i / scale_cols]);
+// mul[j] = 256 * the scale of weight (o + j, i), broadcast, for j < NB: the
+// `mul` of Load8E4m3 for NB weight rows from column i on.
+template <int NB>
+VISMOE_AVX2 inline void SetE4m3Muls(const MatMulArgs& a, int64_t o, int64_t i, __m256* mul) {
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j) mul[j] = _mm256_set1_ps(256.0f * a.ScaleAt(o + j, i));
 }
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.

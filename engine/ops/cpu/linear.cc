@@ -15,13 +15,18 @@ namespace {
 constexpr int64_t kMinRowsPerChunk = 16;
 constexpr int64_t kColsPerUnit = 64;
 
-// The block scales of an e4m3 weight w [out, in] as fp32 in `scale`, and the
-// matching fields of `a`; nothing for other dtypes.
-void SetScale(const TensorView& w, std::vector<float>* scale, internal::MatMulArgs* a) {
+// The block scales of an e4m3 weight w [out, in] as fp32 (read in place when
+// stored F32, else widened into `widened`), and the matching fields of `a`;
+// nothing for other dtypes.
+void SetScale(const TensorView& w, std::vector<float>* widened, internal::MatMulArgs* a) {
   if (w.dtype != DType::kF8E4M3) return;
-  scale->resize(static_cast<size_t>(w.scale_numel()));
-  ToFloat(w.scale.dtype, w.scale.data, scale->size(), scale->data());
-  a->scale = scale->data();
+  if (w.scale.dtype == DType::kF32) {
+    a->scale = static_cast<const float*>(w.scale.data);
+  } else {
+    widened->resize(static_cast<size_t>(w.scale_numel()));
+    ToFloat(w.scale.dtype, w.scale.data, widened->size(), widened->data());
+    a->scale = widened->data();
+  }
   a->scale_rows = w.scale.rows;
   a->scale_cols = w.scale.cols;
   a->scale_stride = CeilDiv(w.dim(1), w.scale.cols);

@@ -44,10 +44,7 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   for (int64_t i = 0; i < full; i += 8) {
     if constexpr (D == DType::kF8E4M3) {
       if (i == next_block) {
-#pragma GCC unroll 16
-        for (int j = 0; j < NB; ++j) {
-          mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, i);
-        }
+        SetE4m3Muls<NB>(a, o, i, mul);
         next_block += a.scale_cols;
       }
     }
@@ -64,13 +61,11 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   if (const int64_t rest = a.in - full; rest > 0) {
     alignas(32) float xp[8];
     alignas(32) char wp[8 * 4];
+    if constexpr (D == DType::kF8E4M3) SetE4m3Muls<NB>(a, o, full, mul);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
       std::memset(wp, 0, sizeof(wp));
       std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
-      if constexpr (D == DType::kF8E4M3) {
-        mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, full);
-      }
       const __m256 wv = LoadW8<D>(wp, 0, mul[j]);
 #pragma GCC unroll 16
       for (int r = 0; r < MB; ++r) {

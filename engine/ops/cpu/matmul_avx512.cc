@@ -135,10 +135,7 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   for (int64_t i = 0; i < full; i += 16) {
     if constexpr (D == DType::kF8E4M3) {
       if (i == next_block) {
-#pragma GCC unroll 16
-        for (int j = 0; j < NB; ++j) {
-          mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, i);
-        }
+        SetE4m3Muls<NB>(a, o, i, mul);
         next_block += a.scale_cols;
       }
     }
@@ -162,11 +159,9 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   if (full < in) {
     Tail<D, MB, NB> tail;
     PadTail<D, MB, NB>(x, in, w, wstride, full, &tail);
+    if constexpr (D == DType::kF8E4M3) SetE4m3Muls<NB>(a, o, full, mul);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
-      if constexpr (D == DType::kF8E4M3) {
-        mul[j] = E4m3Mul(a.scale, a.scale_rows, a.scale_cols, a.scale_stride, o + j, full);
-      }
       const __m256 wvl = LoadW8<D>(tail.w[j], 0, mul[j]);
       const __m256 wvh = LoadW8<D>(tail.w[j], 8, mul[j]);
 #pragma GCC unroll 16

@@ -10,6 +10,7 @@
 #include "engine/arch/mrope_positions.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -20,18 +21,11 @@ std::string GoldenDir() {
   return env != nullptr ? env : testing::FixturesDir() + "/golden";
 }
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
 TEST(MropePositionsParityTest, MatchesGetRopeIndex) {
   auto config = ModelConfig::Load(testing::TinyModelDir());
   ASSERT_TRUE(config.ok()) << config.status();
-  const nlohmann::json images = ReadJson(GoldenDir() + "/images.json");
-  const nlohmann::json cases = ReadJson(GoldenDir() + "/mm_cases.json");
+  const nlohmann::json images = testing::ReadJsonFile(GoldenDir() + "/images.json");
+  const nlohmann::json cases = testing::ReadJsonFile(GoldenDir() + "/mm_cases.json");
   ASSERT_TRUE(images.is_array() && cases.is_array() && !cases.empty())
       << "missing or malformed goldens in " << GoldenDir();
   absl::flat_hash_map<std::string, GridThw> grid_of;

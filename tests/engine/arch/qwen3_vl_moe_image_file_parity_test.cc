@@ -24,24 +24,18 @@
 #include "engine/runtime/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/image_file.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
 namespace {
 
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
 TEST(Qwen3VlMoeImageFileParityTest, LogitsAndGreedyTokensFromImageFiles) {
   const std::string gold = testing::FixturesDir() + "/golden";
   const std::string dir = testing::TinyModelDir();
-  const nlohmann::json cases = ReadJson(gold + "/mm_cases.json");
-  const nlohmann::json images = ReadJson(gold + "/images.json");
+  const nlohmann::json cases = testing::ReadJsonFile(gold + "/mm_cases.json");
+  const nlohmann::json images = testing::ReadJsonFile(gold + "/images.json");
   ASSERT_TRUE(cases.is_array() && !cases.empty());
   ASSERT_TRUE(images.is_array() && !images.empty());
   std::map<std::string, std::string> file_of;

@@ -23,6 +23,7 @@
 #include "engine/runtime/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -49,13 +50,6 @@ void Load(const std::string& dir, ThreadPool* pool, Loaded* out) {
   auto model = Qwen3VlMoeModel::Create(out->config, *out->checkpoint, pool);
   ASSERT_TRUE(model.ok()) << model.status();
   out->model = std::move(*model);
-}
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
 }
 
 // Logits agree when each row's max |diff| is within kRelTol of that row's
@@ -163,7 +157,7 @@ TEST(Qwen3VlMoeParityTest, TextCasesMatchTransformers) {
 void CheckMultimodalCases(const std::string& model_dir, const std::string& gold,
                           bool near_ties = false, std::string pixels_dir = "") {
   if (pixels_dir.empty()) pixels_dir = gold;
-  const nlohmann::json cases = ReadJson(gold + "/mm_cases.json");
+  const nlohmann::json cases = testing::ReadJsonFile(gold + "/mm_cases.json");
   ASSERT_TRUE(cases.is_array() && !cases.empty()) << gold << "/mm_cases.json";
   ThreadPool pool(2);
   Loaded m;

@@ -4,8 +4,6 @@
 // checkpoint or a packed store; --expert_dtype=fp8 quantises a bf16 model's
 // experts at load, and every budget then gives the same answer; in both, an
 // expert copy moves about half the bytes of a bf16 one.
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,31 +11,12 @@
 #include "engine/api/engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/offload_budget.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
 namespace {
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
-GenerateRequest FromCase(const nlohmann::json& c, int max_new_tokens) {
-  GenerateRequest r;
-  for (const auto& m : c["messages"]) {
-    ChatMessage msg;
-    msg.role = m["role"].get<std::string>();
-    msg.content.push_back(
-        ContentPart{ContentPart::Kind::kText, m["content"].get<std::string>(), -1});
-    r.messages.push_back(msg);
-  }
-  r.sampling.max_new_tokens = max_new_tokens;
-  return r;
-}
 
 EngineOptions Options(const std::string& fixture) {
   EngineOptions o;
@@ -69,7 +48,7 @@ Answers Answer(const EngineOptions& o, const nlohmann::json& cases) {
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return run;
   for (size_t i = 0; i < 2; ++i) {
-    auto r = (*engine)->Generate(FromCase(cases[i], 16), {});
+    auto r = (*engine)->Generate(testing::TextRequestFromCase(cases[i], 16), {});
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return run;
     run.tokens.push_back(r->token_ids);
@@ -85,7 +64,8 @@ std::vector<int> Prefix(const nlohmann::json& c, size_t n) {
 }
 
 TEST(EngineFp8Test, Fp8CheckpointAnswersItsGoldensResidentAndOffloaded) {
-  const nlohmann::json cases = ReadJson(testing::FixturesDir() + "/golden/fp8/text_cases.json");
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/fp8/text_cases.json");
   ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
   EngineOptions bf16 = Options("tiny-qwen3-vl-moe");
   Offload(&bf16, "packed");
@@ -111,7 +91,8 @@ TEST(EngineFp8Test, Fp8CheckpointAnswersItsGoldensResidentAndOffloaded) {
 }
 
 TEST(EngineFp8Test, ExpertDtypeFp8QuantisesABf16ModelsExpertsAtLoad) {
-  const nlohmann::json cases = ReadJson(testing::FixturesDir() + "/golden/text_cases.json");
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/text_cases.json");
   ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
   EngineOptions bf16 = Options("tiny-qwen3-vl-moe");
   Offload(&bf16, "packed");

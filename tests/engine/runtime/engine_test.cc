@@ -22,6 +22,7 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/testing/cuda_device.h"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/image_request.h"
 #include "tests/testing/paths.h"
 
@@ -29,13 +30,6 @@ namespace vismoe {
 namespace {
 
 using ::testing::HasSubstr;
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
 
 // A golden text case as a request.
 struct Case {
@@ -48,7 +42,7 @@ struct Case {
 Case LoadCase(const std::string& name) {
   Case c;
   const std::string path = testing::FixturesDir() + "/golden/text_cases.json";
-  const nlohmann::json cases = ReadJson(path);
+  const nlohmann::json cases = testing::ReadJsonFile(path);
   if (!cases.is_array()) {
     ADD_FAILURE() << path << " is missing or not a JSON list";
     return c;
@@ -349,7 +343,8 @@ TEST_F(EngineTest, GenerateRefusesARequestPreparedElsewhere) {
 
 TEST(EngineTextMoeTest, Qwen3MoeGreedyMatchesTransformers) {
   const std::string dir = testing::FixturesDir() + "/tiny-qwen3-moe";
-  const nlohmann::json cases = ReadJson(testing::FixturesDir() + "/golden/qwen3_moe_cases.json");
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/qwen3_moe_cases.json");
   ASSERT_TRUE(cases.is_array() && !cases.empty());
   EngineOptions o;
   o.model_path = dir;

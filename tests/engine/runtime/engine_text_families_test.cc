@@ -15,32 +15,12 @@
 #include "engine/api/engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/offload_budget.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
 namespace {
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
-}
-
-GenerateRequest FromCase(const nlohmann::json& c, int max_new_tokens) {
-  GenerateRequest r;
-  for (const auto& m : c["messages"]) {
-    ChatMessage msg;
-    msg.role = m["role"].get<std::string>();
-    ContentPart part;
-    part.text = m["content"].get<std::string>();
-    msg.content.push_back(part);
-    r.messages.push_back(msg);
-  }
-  r.sampling.max_new_tokens = max_new_tokens;
-  return r;
-}
 
 struct Family {
   const char* fixture;  // under tests/fixtures
@@ -56,7 +36,7 @@ TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
   for (const Family& f : kFamilies) {
     SCOPED_TRACE(f.fixture);
     const nlohmann::json cases =
-        ReadJson(testing::FixturesDir() + "/golden/" + f.golden + "_cases.json");
+        testing::ReadJsonFile(testing::FixturesDir() + "/golden/" + f.golden + "_cases.json");
     ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
     EngineOptions o;
     o.model_path = testing::FixturesDir() + "/" + f.fixture;
@@ -74,7 +54,7 @@ TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
       uint64_t bytes_h2d = 0;
       for (size_t i = 0; i < 2; ++i) {
         const std::vector<int> greedy = cases[i]["greedy_ids"].get<std::vector<int>>();
-        auto r = (*engine)->Generate(FromCase(cases[i], 16), {});
+        auto r = (*engine)->Generate(testing::TextRequestFromCase(cases[i], 16), {});
         ASSERT_TRUE(r.ok()) << r.status();
         ASSERT_LE(r->token_ids.size(), greedy.size());
         EXPECT_EQ(r->token_ids,
