@@ -1,5 +1,6 @@
 #include "engine/model/checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -144,6 +145,58 @@ TEST(CheckpointTest, UnsupportedDtypeIsAnErrorOnlyWhenRead) {
   const absl::Status s = (*ckpt)->Get("ids").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("tensor 'ids' has dtype I64"));
+}
+
+// FP8 weights: Get refuses them; GetLinear attaches their block scales where
+// the config gives a block size, and names the tensor at fault otherwise.
+TEST(CheckpointTest, Fp8WeightsOnlyAsLinearWeightsWithTheirScales) {
+  const std::string dir = TestDir();
+  const uint8_t q[6] = {0x38, 0x40, 0xb8, 0x00, 0x01, 0x7e};  // [2, 3]
+  const float scale[1] = {0.5f};                              // one 128 x 128 block
+  const float bad_scale[1] = {NAN};
+  const uint16_t bf16_scale[2] = {0x3f80, 0x3f80};  // [2, 1] of 1 x 128 blocks
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors",
+                               {{"w.weight", {q, DType::kF8E4M3, {2, 3}}},
+                                {"w.weight_scale_inv", {scale, DType::kF32, {1, 1}}},
+                                {"v.weight", {q, DType::kF8E4M3, {2, 3}}},
+                                {"v.weight_scale_inv", {bf16_scale, DType::kBF16, {2, 1}}},
+                                {"nan.weight", {q, DType::kF8E4M3, {2, 3}}},
+                                {"nan.weight_scale_inv", {bad_scale, DType::kF32, {1, 1}}},
+                                {"bare.weight", {q, DType::kF8E4M3, {2, 3}}},
+                                {"a", {kA, DType::kF32, {2, 3}}}})
+                  .ok());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  EXPECT_THAT(std::string(c.Get("w.weight").status().message()),
+              HasSubstr("tensor 'w.weight' is F8_E4M3"));
+  EXPECT_THAT(std::string(c.GetLinear("w.weight", {2, 3}, std::nullopt).status().message()),
+              HasSubstr("tensor 'w.weight' is F8_E4M3"));
+  const QuantBlock block{128, 128};
+  auto w = c.GetLinear("w.weight", {2, 3}, block);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->dtype, DType::kF8E4M3);
+  EXPECT_EQ(w->scale, (BlockScale{w->scale.data, DType::kF32, 128, 128}));
+  EXPECT_EQ(*static_cast<const float*>(w->scale.data), 0.5f);
+  EXPECT_EQ(w->scale_numel(), 1);
+  auto v = c.GetLinear("v.weight", {2, 3}, QuantBlock{1, 128});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->scale.dtype, DType::kBF16);
+  EXPECT_EQ(v->scale_numel(), 2);
+  EXPECT_THAT(std::string(c.GetLinear("v.weight", {2, 3}, block).status().message()),
+              HasSubstr("tensor 'v.weight_scale_inv' has shape [2, 1], expected [1, 1]"));
+  EXPECT_THAT(std::string(c.GetLinear("w.weight", {3, 2}, block).status().message()),
+              HasSubstr("tensor 'w.weight' has shape [2, 3], expected [3, 2]"));
+  EXPECT_THAT(std::string(c.GetLinear("bare.weight", {2, 3}, block).status().message()),
+              HasSubstr("'bare.weight' is F8_E4M3 but bare.weight_scale_inv is missing"));
+  EXPECT_THAT(std::string(c.GetLinear("nan.weight", {2, 3}, block).status().message()),
+              HasSubstr("nan.weight_scale_inv holds a NaN or an infinity"));
+  // Other dtypes read as Get does, scales or not.
+  auto a = c.GetLinear("a", {2, 3}, block);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->scale.data, nullptr);
+  EXPECT_EQ(*c.StoredBytes("w.weight"), 6u);
+  EXPECT_EQ(*c.StoredBytes("a"), 24u);
 }
 
 TEST(CheckpointTest, EmptyOrMissingDirectory) {

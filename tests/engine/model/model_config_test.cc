@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
 #include "tests/testing/paths.h"
 
 namespace vismoe {
@@ -118,6 +119,58 @@ TEST(ModelConfigTest, MixtralFieldsAndTensorNames) {
   j.erase("num_local_experts");
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("required field 'num_local_experts' is missing"));
+}
+
+nlohmann::json Fp8Config() {
+  return testing::ReadJsonFile(testing::FixturesDir() + "/tiny-qwen3-vl-moe-fp8/config.json");
+}
+
+TEST(ModelConfigTest, Fp8QuantizationConfig) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::Parse(Fp8Config().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->text.fp8.has_value());
+  EXPECT_EQ(c->text.fp8->block, (QuantBlock{32, 32}));
+  EXPECT_EQ(c->text.fp8->modules_to_not_convert.size(), 4u);
+  ASSERT_TRUE(Fp8Block(c->text).has_value());
+  nlohmann::json j = Fp8Config();
+  j["quantization_config"].erase("weight_block_size");  // transformers' default
+  c = ModelConfig::Parse(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text.fp8->block, (QuantBlock{128, 128}));
+  j.erase("quantization_config");
+  c = ModelConfig::Parse(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(Fp8Block(c->text).has_value());
+}
+
+TEST(ModelConfigTest, Fp8RefusalsNameTheField) {
+  const struct {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  } cases[] = {
+      {"quant_method", "gptq", "quantization_config.quant_method 'gptq' is not supported (fp8)"},
+      {"fmt", "e5m2", "quantization_config.fmt 'e5m2' is not supported (e4m3)"},
+      {"activation_scheme", "static",
+       "quantization_config.activation_scheme 'static' is not supported (dynamic)"},
+      {"scale_fmt", "ue8m0", "quantization_config.scale_fmt 'ue8m0' is not supported (float)"},
+      {"weight_block_size", nullptr, "weight_block_size is null (per-tensor FP8 scales"},
+      {"weight_block_size", {128, 100}, "weight_block_size must be [rows, cols]"},
+      {"weight_block_size", {128}, "weight_block_size must be [rows, cols]"},
+      {"modules_to_not_convert", {1, 2}, "'quantization_config.modules_to_not_convert' must be"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key);
+    nlohmann::json j = Fp8Config();
+    j["quantization_config"][c.key] = c.value;
+    const absl::Status st = ModelConfig::Parse(j.dump()).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(st.message()), HasSubstr(c.message));
+  }
+  nlohmann::json j = Fp8Config();
+  j["quantization_config"] = "fp8";
+  EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
+              HasSubstr("'quantization_config' must be an object"));
 }
 
 }  // namespace

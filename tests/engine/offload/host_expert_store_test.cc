@@ -2,6 +2,7 @@
 // DeviceArena carving.
 #include "engine/offload/host_expert_store.h"
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -66,6 +67,60 @@ TEST(HostExpertStoreTest, PacksAsTheRequestedDtype) {
     const ExpertWeights w = f.View((*store)->Block(1, e));
     EXPECT_EQ(w.gate_up.dtype, DType::kBF16);
     EXPECT_TRUE(src.Holds(w, 1, e)) << e;
+  }
+}
+
+// --expert_dtype=fp8: experts of either layout become per-expert [out, in]
+// e4m3 matrices with F32 scales per 128 x 128 block (two column blocks here,
+// the second partial), each weight within half an e4m3 step of the source's.
+TEST(HostExpertStoreTest, QuantisesToFp8BlocksInTheSeparateLayout) {
+  constexpr int kH = 160, kI = 48;
+  for (auto layout : {ExpertWeights::Layout::kFusedTransposed, ExpertWeights::Layout::kSeparate}) {
+    SCOPED_TRACE(layout == ExpertWeights::Layout::kSeparate ? "separate" : "fused");
+    testing::FakeExpertSource src(2, 3, kH, kI, layout);
+    const std::vector<int> layers = {1};
+    auto store = HostExpertStore::Create(src, layers, 3, nullptr, DType::kF8E4M3);
+    ASSERT_TRUE(store.ok()) << store.status();
+    const ExpertFormat& f = (*store)->format();
+    EXPECT_EQ(f.layout, ExpertWeights::Layout::kSeparate);
+    EXPECT_EQ(f.source_layout, layout);
+    EXPECT_EQ(f.dtype, DType::kF8E4M3);
+    ASSERT_TRUE(f.block.has_value());
+    EXPECT_EQ(*f.block, (QuantBlock{128, 128}));
+    // gate, up: [48, 160] -> 1 x 2 scales; down: [160, 48] -> 2 x 1; 64-byte aligned.
+    EXPECT_EQ(f.bytes, 3u * (kI * kH + 64));
+    ASSERT_TRUE(src.BeginLayer(Phase::kPrefill, 1, {2}).ok());
+    auto source = src.Acquire(1, 2);
+    ASSERT_TRUE(source.ok()) << source.status();
+    const ExpertWeights q = f.View((*store)->Block(1, 2));
+    for (int p = 0; p < 3; ++p) {
+      const TensorView& t = p == 0 ? q.gate : p == 1 ? q.up : q.down;
+      const int64_t out = t.dim(0), in = t.dim(1);
+      EXPECT_EQ(t.shape, (p == 2 ? Shape{kH, kI} : Shape{kI, kH}));
+      ASSERT_NE(t.scale.data, nullptr);
+      const auto* codes = static_cast<const uint8_t*>(t.data);
+      const auto* scales = static_cast<const float*>(t.scale.data);
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          // The source weight (o, i) of the separate layout, from either layout.
+          float want;
+          if (layout == ExpertWeights::Layout::kSeparate) {
+            const TensorView& s = p == 0 ? source->gate : p == 1 ? source->up : source->down;
+            want = static_cast<const float*>(s.data)[o * in + i];
+          } else if (p == 2) {  // down [I, H]
+            want = static_cast<const float*>(source->down.data)[i * out + o];
+          } else {  // gate_up [H, 2I]
+            want = static_cast<const float*>(source->gate_up.data)[i * 2 * kI + p * kI + o];
+          }
+          const float scale = scales[(o / 128) * CeilDiv(in, 128) + i / 128];
+          const float got = E4m3ToFloat(codes[o * in + i]) * scale;
+          ASSERT_LE(std::fabs(got - want), std::fabs(want) / 16 + scale / 512)
+              << "part " << p << " (" << o << ", " << i << ")";
+        }
+      }
+    }
+    src.Release(1, 2);
+    src.EndLayer(1);
   }
 }
 
