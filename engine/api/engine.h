@@ -108,6 +108,11 @@ struct ModelInfo {
   int vocab_size = 0;
   int max_context_tokens = 0;
   bool has_vision = false;
+  // The memory plan, when experts run behind the offload runtime (a budget,
+  // or experts quantised at load); all 0 when every expert is resident.
+  int64_t slab_bytes = 0;  // one routed expert as slabs, copies and the host store hold it
+  int num_slabs = 0;
+  int pinned_layers = 0;
 };
 
 // The callbacks run on the engine's step thread, between forward steps,

@@ -98,11 +98,16 @@ int Main() {
     routing_stats = *std::move(stats);
     std::fprintf(stderr, "%s", RoutingStatsTable(routing_stats).c_str());
   }
-  const std::string backend = (*engine)->info().backend;
+  const ModelInfo info = (*engine)->info();
+  const std::string& backend = info.backend;
   const int64_t peak_rss = PeakRssBytes();  // before the ablation engines load
   engine->reset();                          // free its memory before the ablation engines load
 
-  const int64_t expert_bytes = ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
+  // The plan's slab size counts experts as the offload runtime holds them
+  // (FP8 under --expert_dtype=fp8); the checkpoint's when all are resident.
+  const int64_t expert_bytes = info.slab_bytes > 0
+                                   ? info.slab_bytes
+                                   : ExpertBytes(b.engine.model_path, b.engine.synthetic_weights);
   const double bw = MeasureCopyBandwidth(backend, b.copy_bandwidth_limit, expert_bytes);
   nlohmann::json report = {
       {"model", b.engine.model_path},
@@ -124,6 +129,8 @@ int Main() {
       {"copy_bandwidth_limit_bytes_per_s", b.copy_bandwidth_limit},
       {"host_experts", b.engine.offload.host_experts},
       {"expert_dtype", b.engine.offload.expert_dtype},
+      {"slabs", info.num_slabs},
+      {"pinned_layers", info.pinned_layers},
       {"miss_policy", b.engine.offload.miss_policy},
       {"host_moe_layers", b.engine.offload.host_moe_layers},
       {"checkpoint_bytes", CheckpointBytes(b.engine.model_path, b.engine.synthetic_weights)},

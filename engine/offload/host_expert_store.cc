@@ -14,7 +14,7 @@
 namespace vismoe {
 namespace {
 
-constexpr size_t kPartAlign = 64;
+constexpr size_t kPartAlign = kExpertPartAlign;
 constexpr size_t kPageAlign = 4096;
 
 size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }

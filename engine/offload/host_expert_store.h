@@ -33,6 +33,9 @@
 
 namespace vismoe {
 
+// Each part and each part's scales start on this boundary of a packed block.
+inline constexpr size_t kExpertPartAlign = 64;
+
 // Where one expert's tensors sit in a contiguous block.
 // Block-quantised formats (dtype F8_E4M3) also hold each part's scales in
 // the block, after the part: an FP8 checkpoint's experts as published, or

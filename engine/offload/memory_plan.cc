@@ -2,11 +2,13 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/arch_spec.h"
+#include "engine/offload/host_expert_store.h"
 
 namespace vismoe {
 namespace {
@@ -27,18 +29,33 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const
     s.moe_layers.push_back(l);
     expert_prefixes.push_back(naming.LayerPrefix(l));
   }
+  // Experts are counted as ExpertFormat packs them: each tensor (weight or
+  // scales) of one expert on its own aligned boundary, so the plan's slab is
+  // the size of a slab.
+  auto aligned = [](int64_t bytes) {
+    const int64_t a = static_cast<int64_t>(kExpertPartAlign);
+    return (bytes + a - 1) / a * a;
+  };
   int64_t expert_total = 0;
   for (const std::string& name : checkpoint.Names()) {
     VISMOE_ASSIGN_OR_RETURN(const size_t bytes, checkpoint.StoredBytes(name));
-    bool is_expert = false;
+    const std::string* prefix = nullptr;
     for (const std::string& p : expert_prefixes) {
       if (absl::StartsWith(name, p)) {
-        is_expert = true;
+        prefix = &p;
         break;
       }
     }
-    if (is_expert) {
-      expert_total += static_cast<int64_t>(bytes);
+    if (prefix != nullptr) {
+      // "<prefix><j>.gate_proj.weight": one expert's; otherwise a layer's fused tensor.
+      const bool per_expert =
+          name.size() > prefix->size() && absl::ascii_isdigit(name[prefix->size()]);
+      const int64_t e = config.num_experts;
+      if (!per_expert && (e <= 0 || bytes % e != 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            checkpoint.dir(), ": ", name, " holds ", bytes, " bytes, not ", e, " experts' worth"));
+      }
+      expert_total += per_expert ? aligned(bytes) : e * aligned(bytes / e);
     } else {
       s.resident_bytes += static_cast<int64_t>(bytes);
     }

@@ -360,6 +360,11 @@ void LocalEngine::FillInfo() {
   i.vocab_size = config_.text.vocab_size;
   i.max_context_tokens = options_.max_context_tokens;
   i.has_vision = config_.has_vision;
+  if (offload_ != nullptr) {
+    i.slab_bytes = offload_->plan().expert_bytes;
+    i.num_slabs = offload_->plan().num_slabs;
+    i.pinned_layers = offload_->plan().pinned_layers;
+  }
   spdlog::info("engine: loaded {} ({} layers, {} experts top-{}) from {}", i.model_type,
                i.num_layers, i.num_experts, i.experts_per_token, i.model_path);
 }

@@ -136,5 +136,23 @@ TEST(MemoryPlanTest, MeasuresTheTinyCheckpoint) {
   EXPECT_GT(s->resident_bytes, 0);
 }
 
+// A slab holds each tensor of an expert on a 64-byte boundary (ExpertFormat),
+// so the plan counts per-expert FP8 weights and their scales that way.
+TEST(MemoryPlanTest, MeasuresExpertsAsTheyArePacked) {
+  const std::string dir = testing::FixturesDir() + "/tiny-qwen3-vl-moe-fp8";
+  auto config = ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto s = MeasureModelSizes(**ckpt, config->text, "model.language_model.");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const TextConfig& t = config->text;
+  // gate, up [I, H] and down [H, I] in e4m3, each with 32x32-block F32 scales
+  // (32 bytes here) padded to 64.
+  const int64_t matrix = int64_t{t.hidden_size} * t.moe_intermediate_size;
+  ASSERT_EQ(matrix % 64, 0);
+  EXPECT_EQ(s->expert_bytes, 3 * (matrix + 64));
+}
+
 }  // namespace
 }  // namespace vismoe

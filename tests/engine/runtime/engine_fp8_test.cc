@@ -39,6 +39,7 @@ void Offload(EngineOptions* o, const char* host_experts) {
 struct Answers {
   std::vector<std::vector<int>> tokens;
   uint64_t bytes_h2d = 0, misses = 0;
+  ModelInfo info;  // the plan's slab size and counts
   double BytesPerCopy() const { return misses == 0 ? 0 : double(bytes_h2d) / double(misses); }
 };
 
@@ -47,6 +48,7 @@ Answers Answer(const EngineOptions& o, const nlohmann::json& cases) {
   auto engine = Engine::Create(o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return run;
+  run.info = (*engine)->info();
   for (size_t i = 0; i < 2; ++i) {
     auto r = (*engine)->Generate(testing::TextRequestFromCase(cases[i], 16), {});
     EXPECT_TRUE(r.ok()) << r.status();
@@ -80,12 +82,19 @@ TEST(EngineFp8Test, Fp8CheckpointAnswersItsGoldensResidentAndOffloaded) {
       EXPECT_EQ(run.tokens[i], Prefix(cases[i], run.tokens[i].size()));
     }
     if (*host_experts == 0) {
+      // The CPU kernels read the checkpoint's FP8 experts in place: no offload runtime.
       EXPECT_EQ(run.bytes_h2d, 0u);
+      EXPECT_EQ(run.info.slab_bytes, 0);
       continue;
     }
+    // 3 x (6144 e4m3 bytes + 32 scale bytes, each 64-byte aligned): the plan's
+    // slab is what a copy moves.
+    EXPECT_EQ(run.info.slab_bytes, 3 * (6144 + 64));
+    EXPECT_EQ(run.info.pinned_layers, 1);
+    EXPECT_EQ(run.info.num_slabs, 3);  // OffloadBudget measures as the plan does
     ASSERT_GT(run.misses, 0u);
-    // 3 x (6144 e4m3 bytes + 32 scale bytes, 64-byte aligned) vs 3 x 12288 bf16 bytes.
-    EXPECT_EQ(run.BytesPerCopy(), 3 * (6144 + 64));
+    // vs 3 x 12288 bf16 bytes.
+    EXPECT_EQ(run.BytesPerCopy(), run.info.slab_bytes);
     EXPECT_LT(run.BytesPerCopy() / bf16_run.BytesPerCopy(), 0.51);
   }
 }
@@ -97,6 +106,8 @@ TEST(EngineFp8Test, ExpertDtypeFp8QuantisesABf16ModelsExpertsAtLoad) {
   EngineOptions bf16 = Options("tiny-qwen3-vl-moe");
   Offload(&bf16, "packed");
   const Answers bf16_run = Answer(bf16, cases);
+  EXPECT_EQ(bf16_run.info.slab_bytes, 3 * 12288);
+  EXPECT_EQ(bf16_run.info.num_slabs, 3);
   EngineOptions o = Options("tiny-qwen3-vl-moe");
   o.offload.expert_dtype = "fp8";
   const Answers resident = Answer(o, cases);
@@ -107,6 +118,10 @@ TEST(EngineFp8Test, ExpertDtypeFp8QuantisesABf16ModelsExpertsAtLoad) {
   // The offload runtime is exact over the quantised experts.
   EXPECT_EQ(offloaded.tokens, resident.tokens);
   EXPECT_EQ(resident.bytes_h2d, 0u);
+  // Without a budget the quantised experts sit in an everything-pinned plan.
+  EXPECT_EQ(resident.info.slab_bytes, 3 * (6144 + 64));
+  EXPECT_EQ(resident.info.num_slabs, 0);
+  EXPECT_EQ(resident.info.pinned_layers, resident.info.num_layers);  // every layer is MoE
   ASSERT_GT(offloaded.misses, 0u);
   // 128 x 128 blocks: gate/up [48, 128] and down [128, 48] hold one scale each.
   EXPECT_EQ(offloaded.BytesPerCopy(), 3 * (6144 + 64));
