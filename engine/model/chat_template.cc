@@ -67,6 +67,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(const Tokenizer& tokenizer,
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt) const {
+  if (jinja_ != nullptr) {
+    VISMOE_ASSIGN_OR_RETURN(jinja::Str out, RenderJinja(messages, add_generation_prompt));
+    return std::move(out.text);
+  }
   Pieces pieces;
   VISMOE_RETURN_IF_ERROR(RenderPieces(messages, add_generation_prompt, &pieces));
   std::string out;
@@ -78,6 +82,11 @@ absl::StatusOr<std::vector<int>> ChatTemplate::Tokenize(const Tokenizer& tokeniz
                                                         const std::vector<ChatMessage>& messages,
                                                         bool add_generation_prompt,
                                                         TextTokens text) const {
+  if (jinja_ != nullptr) {
+    VISMOE_ASSIGN_OR_RETURN(jinja::Str out, RenderJinja(messages, add_generation_prompt));
+    if (text == TextTokens::kAllowSpecial) return tokenizer.Encode(out.text);
+    return tokenizer.EncodeMarked(out.text, out.untrusted);
+  }
   if (text == TextTokens::kAllowSpecial) {
     VISMOE_ASSIGN_OR_RETURN(const std::string rendered, Render(messages, add_generation_prompt));
     return tokenizer.Encode(rendered);

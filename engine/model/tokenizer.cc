@@ -134,6 +134,50 @@ std::vector<int> Tokenizer::Encode(absl::string_view text, AddedTokens added) co
   return ids;
 }
 
+std::vector<int> Tokenizer::EncodeMarked(
+    absl::string_view text, absl::Span<const std::pair<size_t, size_t>> untrusted) const {
+  const auto touches_untrusted = [&](size_t b, size_t e) {
+    for (const auto& [ub, ue] : untrusted) {
+      if (ub < e && b < ue) return true;
+    }
+    return false;
+  };
+  std::vector<AddedVocabulary::Segment> raw, normalized;
+  added_.Split(text, /*normalized_pass=*/false, &raw);
+  // Added tokens over untrusted bytes fall back to text; neighbouring text merges.
+  std::vector<AddedVocabulary::Segment> merged;
+  for (AddedVocabulary::Segment seg : raw) {
+    if (seg.id >= 0 && touches_untrusted(seg.begin, seg.end)) seg.id = -1;
+    if (seg.id < 0 && !merged.empty() && merged.back().id < 0 && merged.back().end == seg.begin) {
+      merged.back().end = seg.end;
+    } else {
+      merged.push_back(seg);
+    }
+  }
+  std::vector<int> ids;
+  for (const auto& seg : merged) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    const std::string norm = normalizer_.Apply(text.substr(seg.begin, seg.end - seg.begin));
+    if (touches_untrusted(seg.begin, seg.end)) {
+      EncodePlain(norm, &ids);
+      continue;
+    }
+    normalized.clear();
+    added_.Split(norm, /*normalized_pass=*/true, &normalized);
+    for (const auto& piece : normalized) {
+      if (piece.id >= 0) {
+        ids.push_back(piece.id);
+      } else {
+        EncodePlain(absl::string_view(norm).substr(piece.begin, piece.end - piece.begin), &ids);
+      }
+    }
+  }
+  return ids;
+}
+
 void Tokenizer::EncodePlain(absl::string_view text, std::vector<int>* ids) const {
   std::vector<std::string> pieces;
   pre_tokenizer_->Split(text, &pieces);

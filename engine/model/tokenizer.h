@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,6 +45,15 @@ class Tokenizer {
   // UTF-8 is first repaired to U+FFFD (the only way such text reaches
   // `tokenizers`, via a Python str).
   std::vector<int> Encode(absl::string_view text, AddedTokens added = AddedTokens::kMatch) const;
+
+  // Encode with added tokens recognised only where they lie wholly outside the
+  // `untrusted` byte ranges (ascending, disjoint): text a chat template copied
+  // from a message is ordinary text however it is spelled. Equals Encode(text)
+  // when no added token overlaps an untrusted range. A run of plain text that
+  // holds untrusted bytes skips the normalised added-token pass. REQUIRES:
+  // text is valid UTF-8.
+  std::vector<int> EncodeMarked(absl::string_view text,
+                                absl::Span<const std::pair<size_t, size_t>> untrusted) const;
 
   // Text of `ids`; unknown ids are skipped and invalid UTF-8 in the result
   // becomes U+FFFD, as in tokenizers.

@@ -212,7 +212,8 @@ absl::Status LocalEngine::LoadFiles() {
     VISMOE_ASSIGN_OR_RETURN(checkpoint_, Checkpoint::Open(dir));
   }
   VISMOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
-  VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(*tokenizer_, config_));
+  VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Load(dir, *tokenizer_, config_));
+  spdlog::info("engine: chat template from {}", tmpl.source());
   template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
   if (config_.has_vision) {
     VISMOE_ASSIGN_OR_RETURN(ImagePreprocessor pre, ImagePreprocessor::Create(dir));

@@ -1,8 +1,9 @@
 // Fuzzes chat template rendering (engine/model/chat_template.h) over the
 // tiny-qwen3-vl-moe fixture's tokenizer: messages built from the input (roles,
 // text and image parts, possibly marker text such as "<|im_end|>") are
-// rendered and tokenized in both text modes, with the vision template or the
-// text-only one (tiny-qwen3-moe's config).
+// rendered and tokenized in both text modes, with the built-in ChatML vision
+// template, the text-only one (tiny-qwen3-moe's config), or the fixture's own
+// Jinja chat_template.jinja.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstddef>
@@ -22,6 +23,7 @@ struct Fixture {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> vision;     // tiny-qwen3-vl-moe's config
   std::unique_ptr<ChatTemplate> text_only;  // tiny-qwen3-moe's config
+  std::unique_ptr<ChatTemplate> jinja;      // the fixture's chat_template.jinja
 };
 
 const Fixture& Load() {
@@ -34,6 +36,8 @@ const Fixture& Load() {
     f->vision = std::make_unique<ChatTemplate>(ChatTemplate::Create(*f->tokenizer, vl).value());
     f->text_only =
         std::make_unique<ChatTemplate>(ChatTemplate::Create(*f->tokenizer, text).value());
+    f->jinja = std::make_unique<ChatTemplate>(
+        ChatTemplate::Load(dir + "/tiny-qwen3-vl-moe", *f->tokenizer, vl).value());
     return f;
   }();
   return *fixture;
@@ -56,7 +60,8 @@ std::string Text(FuzzedDataProvider& in) {
 
 void Fuzz(FuzzedDataProvider& in) {
   const Fixture& f = Load();
-  const ChatTemplate& tmpl = in.ConsumeBool() ? *f.vision : *f.text_only;
+  const int which = in.ConsumeIntegralInRange(0, 2);
+  const ChatTemplate& tmpl = which == 0 ? *f.vision : which == 1 ? *f.text_only : *f.jinja;
   const bool add_generation_prompt = in.ConsumeBool();
   const auto mode =
       in.ConsumeBool() ? ChatTemplate::TextTokens::kPlain : ChatTemplate::TextTokens::kAllowSpecial;

@@ -28,5 +28,6 @@ seed safetensors_index "$fx"/*/model.safetensors.index.json
 seed tokenizer "$fx"/*/tokenizer.json
 seed model_config "$fx"/*/config.json "$fx"/synthetic/*/config.json
 seed chat_template  # inputs drive a FuzzedDataProvider: no file format to seed from
+seed jinja "$fx"/chat_templates/*.jinja "$fx"/tiny-qwen3-vl-moe/chat_template.jinja
 seed request
 echo "seed_corpora: $(find "$out" -type f | wc -l) files in $out"
