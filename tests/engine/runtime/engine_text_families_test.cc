@@ -3,7 +3,9 @@
 // equal transformers' goldens all resident and under an offload budget (1
 // pinned MoE layer + a few slabs, history prefetch), where experts are
 // copied; realistic synthetic routing and the CUDA backend refuse them by
-// name until they are built for them.
+// name until they are built for them. Served with their own published chat
+// templates, their prompts are apply_chat_template's.
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -120,6 +122,66 @@ TEST(EngineTextFamiliesTest, CudaBackendRefusesTheFamiliesByName) {
     EXPECT_TRUE(absl::StrContains(message, absl::StrCat("does not run ", f.model_type)) ||
                 absl::StrContains(message, "cuda"))
         << message;
+  }
+}
+
+// A checkpoint served with its own published chat template
+// (tests/fixtures/chat_templates/<family>: the tokenizer with the family's
+// control tokens and the template) over the tiny fixture's weights: the
+// prompt is apply_chat_template's, token for token, and the template's own
+// refusals reach the caller.
+TEST(EngineTextFamiliesTest, ServesTheCheckpointsOwnChatTemplate) {
+  namespace fs = std::filesystem;
+  const std::pair<const char*, const char*> families[] = {{"mixtral", "tiny-mixtral"},
+                                                          {"olmoe", "tiny-olmoe"}};
+  for (const auto& [family, fixture] : families) {
+    SCOPED_TRACE(family);
+    const fs::path dir = fs::temp_directory_path() / absl::StrCat("vismoe_own_template_", family);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string fx = testing::FixturesDir();
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+      fs::copy_file(absl::StrCat(fx, "/", fixture, "/", f), dir / f);
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(absl::StrCat(fx, "/chat_templates/", family, "/", f), dir / f);
+    }
+    EngineOptions o;
+    o.model_path = dir.string();
+    o.backend = "cpu";
+    o.num_threads = 2;
+    o.max_context_tokens = 256;
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const nlohmann::json cases =
+        testing::ReadJsonFile(absl::StrCat(fx, "/chat_templates/", family, "/cases.json"));
+    int checked = 0;
+    for (const auto& c : cases) {
+      SCOPED_TRACE(c["name"].get<std::string>());
+      GenerateRequest r;
+      for (const auto& m : c["messages"]) {
+        r.messages.push_back({m["role"].get<std::string>(),
+                              {{ContentPart::Kind::kText, m["content"].get<std::string>(), -1}}});
+      }
+      r.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+      r.sampling.max_new_tokens = 4;
+      auto prepared = (*engine)->Prepare(r);
+      if (c.contains("error")) {
+        ASSERT_FALSE(prepared.ok());
+        EXPECT_EQ(prepared.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_TRUE(absl::StrContains(prepared.status().message(), c["error"].get<std::string>()))
+            << prepared.status();
+        continue;
+      }
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      EXPECT_EQ((*prepared)->prompt_tokens(), static_cast<int>(c["plain_ids"].size()));
+      auto out = (*engine)->Generate(**prepared, {});
+      ASSERT_TRUE(out.ok()) << out.status();
+      ++checked;
+    }
+    EXPECT_GE(checked, 6);
+    engine->reset();
+    fs::remove_all(dir);
   }
 }
 
