@@ -189,7 +189,7 @@ absl::Status Qwen3VlMoeModel::PlanBatch(absl::Span<const DecoderBatchEntry> entr
     if (e.input->phase != b.phase) b.phase = Phase::kPrefill;
     b.observed = b.observed || e.input->observer != nullptr;
     b.tokens.insert(b.tokens.end(), e.input->tokens.begin(), e.input->tokens.end());
-    b.sequences.push_back({e.cache, s.n});
+    b.sequences.push_back({e.cache, s.n, e.input->rope_length});
     if (!s.visual_rows.empty()) visual.push_back(&e);
     b.seqs.push_back(std::move(s));
   }

@@ -44,6 +44,11 @@ struct DecoderInput {
   // after decoder layer k.
   std::vector<const float*> deepstack;
   Phase phase = Phase::kPrefill;
+  // LongRoPE (TextConfig::longrope): the sequence length whose scale this
+  // step's rows take -- a prefill's whole length (prompt and recomputed
+  // tokens), however it is chunked, as transformers prefills it at once;
+  // 0 = the step's last position + 1.
+  int64_t rope_length = 0;
   // Token compression (VisMMOE 3.2): when set, called once, right before
   // decoder layer `compress_before_layer` runs (after the pinned prefix), and
   // returns the rows of the new tokens to keep: strictly ascending, in [0, n),

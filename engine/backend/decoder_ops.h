@@ -50,6 +50,7 @@ namespace vismoe {
 struct StepSequence {
   KvCache* cache = nullptr;
   int64_t rows = 0;
+  int64_t rope_length = 0;  // DecoderInput::rope_length
 };
 
 // What a step starts from, validated by the decoder loop. Rows of all

@@ -23,6 +23,8 @@ struct FamilyRow {
   // Qwen names (ExpertNaming's defaults).
   std::string_view moe_block = "";
   std::string_view expert_gate = "", expert_up = "", expert_down = "";
+  NormKind norm = NormKind::kRms;
+  RouterKind router = RouterKind::kSoftmaxTopK;
 };
 constexpr FamilyRow kFamilies[] = {
     {"qwen3_vl_moe", ModelFamily::kQwen3VlMoe, "model.language_model.", "model.visual.",
@@ -33,6 +35,9 @@ constexpr FamilyRow kFamilies[] = {
      QkNormScope::kProjection},
     {"mixtral", ModelFamily::kMixtral, "model.", "", ExpertStorage::kPerExpert, true,
      QkNormScope::kNone, "block_sparse_moe.", "w1.weight", "w3.weight", "w2.weight"},
+    {"phimoe", ModelFamily::kPhimoe, "model.", "", ExpertStorage::kPerExpert, false,
+     QkNormScope::kNone, "block_sparse_moe.", "w1.weight", "w3.weight", "w2.weight",
+     NormKind::kLayerNorm, RouterKind::kSparseMixer},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -153,13 +158,20 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
   using R = WeightRole;
   const std::string& p = spec.text_prefix;
   const int64_t h = c.hidden_size;
+  const bool layer_norm = spec.norm == NormKind::kLayerNorm;
   out->Add(p + "embed_tokens.weight", {c.vocab_size, h}, R::kEmbed);
   out->Ones(p + "norm.weight", {h}, R::kFinalNorm);
+  if (layer_norm) out->Zeros(p + "norm.bias", {h}, R::kFinalNormBias, -1);
   if (!c.tie_word_embeddings) out->Add(std::string(kLmHeadName), {c.vocab_size, h}, R::kLmHead);
+  if (c.lm_head_bias) out->Zeros("lm_head.bias", {c.vocab_size}, R::kLmHeadBias, -1);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string lp = absl::StrCat(p, "layers.", l, ".");
     out->Ones(lp + "input_layernorm.weight", {h}, R::kInputNorm, l);
     out->Ones(lp + "post_attention_layernorm.weight", {h}, R::kPostNorm, l);
+    if (layer_norm) {
+      out->Zeros(lp + "input_layernorm.bias", {h}, R::kInputNormBias, l);
+      out->Zeros(lp + "post_attention_layernorm.bias", {h}, R::kPostNormBias, l);
+    }
     AddAttention(spec, c, lp, l, out);
     if (!c.IsMoeLayer(l)) {
       const int64_t in = c.intermediate_size;
@@ -238,6 +250,8 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     s.expert_storage = f.expert_storage;
     s.renormalize_topk = f.always_renormalize || config.text.norm_topk_prob;
     s.qk_norm = f.qk_norm;
+    s.norm = f.norm;
+    s.router = f.router;
     s.experts = ExpertNaming(s.text_prefix);
     if (!f.moe_block.empty()) {
       s.experts.block = std::string(f.moe_block);

@@ -24,6 +24,11 @@
 //                 .weight = gate, up, down), no q/k norms, top-k always
 //                 renormalised, optional sliding window
 //                 (TextConfig::sliding_window).
+//   phimoe        Phi-3.5-MoE: Mixtral's names, but LayerNorms with biases
+//                 (NormKind::kLayerNorm: input, post-attention and final),
+//                 attention and lm_head biases, the sparsemixer router
+//                 (RouterKind::kSparseMixer, top-2), LongRoPE
+//                 (TextConfig::longrope).
 // Layer kinds come from the config: a decoder layer is MoE unless it is in
 // mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
 //
@@ -43,7 +48,16 @@
 
 namespace vismoe {
 
-enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe, kMixtral };
+enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe, kMixtral, kPhimoe };
+
+// The decoder's norms: RMSNorm with a weight, or LayerNorm with weight and
+// bias (torch.nn.LayerNorm over the hidden size, eps = rms_norm_eps).
+enum class NormKind { kRms, kLayerNorm };
+
+// How a MoE layer's router turns logits into experts and combine weights:
+// softmax then top-k (renormalised per ArchSpec::renormalize_topk), or
+// PhiMoE's sparsemixer (two masked-softmax picks, engine/ops/cpu/moe.h).
+enum class RouterKind { kSoftmaxTopK, kSparseMixer };
 
 // What q_norm / k_norm normalise: each head's head_dim values (Qwen3), the
 // whole projection of a row, all heads together (OLMoE), or nothing: the
@@ -59,9 +73,9 @@ enum class ExpertStorage {
 // What a tensor is to the model (the loaders dispatch on it).
 // clang-format off
 enum class WeightRole {
-  kEmbed, kFinalNorm, kLmHead,
+  kEmbed, kFinalNorm, kLmHead, kFinalNormBias, kLmHeadBias,
   // Per decoder layer (TensorSpec::layer).
-  kInputNorm, kPostNorm, kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,
+  kInputNorm, kPostNorm, kInputNormBias, kPostNormBias, kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,
   kRouter,                              // MoE layers
   kMlpGate, kMlpUp, kMlpDown,           // dense (mlp_only) layers
   kExpertsGateUp, kExpertsDown,         // routed experts, kFused (all experts of a layer)
@@ -132,6 +146,8 @@ struct ArchSpec {
   // The router renormalises the top-k probabilities to sum to 1.
   bool renormalize_topk = true;
   QkNormScope qk_norm = QkNormScope::kPerHead;
+  NormKind norm = NormKind::kRms;
+  RouterKind router = RouterKind::kSoftmaxTopK;
   ExpertNaming experts{""};  // text_prefix is text_prefix's
 
   // The spec of `config`'s family. InvalidArgument naming the model_type when

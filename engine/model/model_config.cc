@@ -77,6 +77,18 @@ class FieldReader {
     return absl::OkStatus();
   }
 
+  absl::Status FloatList(const char* key, std::vector<float>* out, bool required) const {
+    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
+    const json& v = obj_[key];
+    if (!v.is_array()) return Bad(key, "a list of numbers");
+    out->clear();
+    for (const json& e : v) {
+      if (!e.is_number() || !std::isfinite(e.get<double>())) return Bad(key, "a list of numbers");
+      out->push_back(static_cast<float>(e.get<double>()));
+    }
+    return absl::OkStatus();
+  }
+
   std::string Path(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
 
  private:
@@ -111,7 +123,35 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
     std::string type;
     VISMOE_RETURN_IF_ERROR(rr.String("rope_type", &type, false));
     if (type.empty()) VISMOE_RETURN_IF_ERROR(rr.String("type", &type, false));
-    if (!type.empty() && type != "default" && type != "mrope") {
+    if (type == "longrope" || type == "su") {  // "su": the name Phi-3 configs first used
+      TextConfig::LongRope lr;
+      VISMOE_RETURN_IF_ERROR(rr.FloatList("short_factor", &lr.short_factor, true));
+      VISMOE_RETURN_IF_ERROR(rr.FloatList("long_factor", &lr.long_factor, true));
+      VISMOE_RETURN_IF_ERROR(rr.Double("short_mscale", &lr.short_mscale, true));
+      VISMOE_RETURN_IF_ERROR(rr.Double("long_mscale", &lr.long_mscale, true));
+      VISMOE_RETURN_IF_ERROR(r.Int("original_max_position_embeddings",
+                                   &lr.original_max_position_embeddings, false, 1));
+      VISMOE_RETURN_IF_ERROR(rr.Int("original_max_position_embeddings",
+                                    &lr.original_max_position_embeddings, false, 1));
+      if (lr.original_max_position_embeddings <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("config.json: required field '",
+                                                       rr.Path("original_max_position_embeddings"),
+                                                       "' is missing (longrope)"));
+      }
+      for (const auto& [name, f] : {std::pair{"short_factor", &lr.short_factor},
+                                    std::pair{"long_factor", &lr.long_factor}}) {
+        for (float x : *f) {
+          if (!(x > 0)) return Inconsistent(absl::StrCat(rr.Path(name), " must be positive"));
+        }
+      }
+      for (double m : {lr.short_mscale, lr.long_mscale}) {
+        if (!(m > 0) || !std::isfinite(m)) {
+          return Inconsistent(
+              absl::StrCat(rr.Path("short_mscale"), " / long_mscale must be positive"));
+        }
+      }
+      t->longrope = std::move(lr);
+    } else if (!type.empty() && type != "default" && type != "mrope") {
       return absl::InvalidArgumentError(absl::StrCat("config.json: ", rr.Path("rope_type"),
                                                      " '", type, "' is not supported"));
     }
@@ -132,11 +172,28 @@ enum class TextFields {
   // Mixtral: experts of intermediate_size, num_local_experts,
   // sliding_window.
   kMixtral,
+  // PhiMoE: as Mixtral, plus router_jitter_noise (sparsemixer, top-2 only),
+  // lm_head_bias and LongRoPE.
+  kPhimoe,
 };
+
+// PhiMoE's fields beside Mixtral's: the sparsemixer's router_jitter_noise
+// (PhimoeConfig's default 0.01) and lm_head_bias.
+absl::Status ParsePhimoe(const FieldReader& r, TextConfig* t) {
+  t->router_jitter_noise = 0.01f;  // PhimoeConfig's default
+  VISMOE_RETURN_IF_ERROR(r.Float("router_jitter_noise", &t->router_jitter_noise, false));
+  if (!(t->router_jitter_noise >= 0) || !std::isfinite(t->router_jitter_noise)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: field '", r.Path("router_jitter_noise"), "' must be a number >= 0"));
+  }
+  VISMOE_RETURN_IF_ERROR(r.Bool("lm_head_bias", &t->lm_head_bias, false));
+  return absl::OkStatus();
+}
 
 absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fields,
                        TextConfig* t) {
-  const bool olmoe = fields == TextFields::kOlmoe, mixtral = fields == TextFields::kMixtral;
+  const bool olmoe = fields == TextFields::kOlmoe, phimoe = fields == TextFields::kPhimoe;
+  const bool mixtral = fields == TextFields::kMixtral || phimoe;
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
@@ -150,6 +207,7 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   if (mixtral) {
     t->moe_intermediate_size = t->intermediate_size;  // every layer is MoE
     VISMOE_RETURN_IF_ERROR(r.Int("sliding_window", &t->sliding_window, false, 1));
+    if (phimoe) VISMOE_RETURN_IF_ERROR(ParsePhimoe(r, t));
   } else if (olmoe) {
     t->moe_intermediate_size = t->intermediate_size;  // every layer is MoE
     t->norm_topk_prob = false;                        // OlmoeConfig's default
@@ -187,6 +245,20 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
                                      t->num_key_value_heads, ")"));
   }
   if (t->head_dim % 2 != 0) return Inconsistent(prefix + ".head_dim must be even");
+  if (phimoe && t->num_experts_per_tok != 2) {
+    return Inconsistent(absl::StrCat(prefix, "num_experts_per_tok is ", t->num_experts_per_tok,
+                                     ": phimoe's sparsemixer routes exactly 2 experts"));
+  }
+  if (t->longrope.has_value()) {
+    for (const std::vector<float>* f : {&t->longrope->short_factor, &t->longrope->long_factor}) {
+      if (static_cast<int>(f->size()) != t->head_dim / 2) {
+        return Inconsistent(
+            absl::StrCat(prefix, "rope_scaling's short_factor and long_factor need ",
+                         t->head_dim / 2, " entries (head_dim / 2), got ", f->size()));
+      }
+    }
+    if (!t->mrope_section.empty()) return Inconsistent("longrope and mrope_section together");
+  }
   if (t->num_experts_per_tok > t->num_experts) {
     return Inconsistent(absl::StrCat(prefix, ".num_experts_per_tok (", t->num_experts_per_tok,
                                      ") exceeds num_experts (", t->num_experts, ")"));
@@ -346,9 +418,11 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
                                          c.text.vocab_size, ")"));
       }
     }
-  } else if (c.model_type == "qwen3_moe" || c.model_type == "olmoe" || c.model_type == "mixtral") {
+  } else if (c.model_type == "qwen3_moe" || c.model_type == "olmoe" || c.model_type == "mixtral" ||
+             c.model_type == "phimoe") {
     const TextFields fields = c.model_type == "olmoe"     ? TextFields::kOlmoe
                               : c.model_type == "mixtral" ? TextFields::kMixtral
+                              : c.model_type == "phimoe"  ? TextFields::kPhimoe
                                                           : TextFields::kQwen3;
     VISMOE_RETURN_IF_ERROR(ParseText(root, "", fields, &c.text));
     if (c.model_type == "olmoe" &&
@@ -359,7 +433,7 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: model_type '", c.model_type,
-                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral)"));
+                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe)"));
   }
   if (top.Has("quantization_config")) {
     VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text.fp8));

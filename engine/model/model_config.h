@@ -56,6 +56,22 @@ struct TextConfig {
   int sliding_window = 0;
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
+  // PhiMoE: lm_head has a bias.
+  bool lm_head_bias = false;
+  // PhiMoE's sparsemixer (ArchSpec::router): a candidate expert is masked out
+  // of a pick's softmax when (max - logit) / max(|logit|, max) > 2 * this.
+  float router_jitter_noise = 0;
+  // LongRoPE (rope_type "longrope", Phi-3.5-MoE), as transformers' PhiMoE
+  // computes it: inv_freq[j] = 1 / (short_factor[j] * theta^(2j / head_dim))
+  // (its forward never switches to long_factor), and cos / sin scaled by
+  // long_mscale when the step's last position + 1 exceeds
+  // original_max_position_embeddings, else by short_mscale.
+  struct LongRope {
+    std::vector<float> short_factor, long_factor;  // head_dim / 2 each
+    double short_mscale = 1, long_mscale = 1;
+    int original_max_position_embeddings = 0;
+  };
+  std::optional<LongRope> longrope;
   // Set for an FP8 checkpoint (the top-level quantization_config).
   std::optional<Fp8Config> fp8;
 

@@ -13,6 +13,10 @@ TensorView* LayerSlot(DecoderLayerWeights& w, WeightRole role) {
       return &w.input_norm;
     case WeightRole::kPostNorm:
       return &w.post_norm;
+    case WeightRole::kInputNormBias:
+      return &w.input_norm_bias;
+    case WeightRole::kPostNormBias:
+      return &w.post_norm_bias;
     case WeightRole::kQ:
       return &w.q;
     case WeightRole::kK:
@@ -54,6 +58,10 @@ TensorView* Slot(TextWeights& w, const TensorSpec& s) {
       return &w.final_norm;
     case WeightRole::kLmHead:
       return &w.lm_head;
+    case WeightRole::kFinalNormBias:
+      return &w.final_norm_bias;
+    case WeightRole::kLmHeadBias:
+      return &w.lm_head_bias;
     default:
       return s.layer >= 0 && s.layer < static_cast<int>(w.layers.size())
                  ? LayerSlot(w.layers[s.layer], s.role)

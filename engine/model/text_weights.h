@@ -22,6 +22,7 @@ namespace vismoe {
 
 struct DecoderLayerWeights {
   TensorView input_norm, post_norm;
+  TensorView input_norm_bias, post_norm_bias;  // empty unless NormKind::kLayerNorm
   TensorView q, k, v, o;
   TensorView q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
   TensorView q_norm, k_norm;
@@ -34,7 +35,9 @@ struct TextWeights {
   ArchSpec spec;
   TensorView embed;       // [vocab, H]
   TensorView final_norm;  // [H]
-  TensorView lm_head;     // [vocab, H]; the embedding when tied and absent
+  TensorView final_norm_bias;  // [H], NormKind::kLayerNorm only
+  TensorView lm_head;          // [vocab, H]; the embedding when tied and absent
+  TensorView lm_head_bias;     // [vocab], TextConfig::lm_head_bias only
   std::vector<DecoderLayerWeights> layers;
 
   // Reads every non-expert text tensor ExpectedTensors(config) lists. Errors

@@ -106,6 +106,9 @@ void BatchLoop::Step() {
     if (seq->preload != nullptr) seq->preload->Suspend();
     if (stats_ != nullptr) stats_->OnPreemption();
   }
+  for (Sequence* seq : scheduled.recomputed) {
+    if (seq->preload != nullptr) seq->preload->Suspend();
+  }
   const std::vector<ScheduledChunk>& step = scheduled.chunks;
   if (step.empty()) {
     if (scheduler_->empty()) return;  // the failed ones were the last

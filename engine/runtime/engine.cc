@@ -426,7 +426,10 @@ OffloadStats LocalEngine::TakeStepStats() {
 
 void LocalEngine::StartLoop() {
   scheduler_ = std::make_unique<StepScheduler>(
-      StepLimits{options_.max_running_sequences, options_.max_step_tokens}, kv_pool_.get());
+      StepLimits{
+          options_.max_running_sequences, options_.max_step_tokens,
+          config_.text.longrope ? config_.text.longrope->original_max_position_embeddings : 0},
+      kv_pool_.get());
   RunnerParts parts;
   parts.model = model_.get();
   parts.vision = vision_.get();

@@ -132,6 +132,7 @@ void ModelRunner::BuildPrefillInput(Sequence* s, int64_t rows) {
   DecoderInput& in = s->input;
   const int64_t start = s->prefilled;
   in.phase = Phase::kPrefill;
+  in.rope_length = s->prefill_tokens();
   in.is_cancelled = s->callbacks.is_cancelled;
   if (start >= s->prompt_tokens()) {
     in.tokens = absl::MakeConstSpan(s->result.token_ids).subspan(start - s->prompt_tokens(), rows);

@@ -51,11 +51,28 @@ ScheduledStep StepScheduler::Schedule() {
   return step;
 }
 
+void StepScheduler::SendBack(size_t index) {
+  Sequence* seq = running_[index];
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  seq->cache->Release();
+  seq->prefilled = 0;
+  seq->replay = static_cast<int64_t>(seq->result.token_ids.size());
+  waiting_.push_front(seq);  // before any sequence that never ran
+}
+
 // Oldest first; a sequence that needs a block takes it, preempting from the
 // youngest end while none is free (vLLM's policy), so the oldest always
 // advance. A victim is always younger than the sequence growing, so it has
 // no chunk in the step yet.
 void StepScheduler::ScheduleDecodes(int64_t* budget, ScheduledStep* step) {
+  for (size_t i = running_.size(); i-- > 0;) {  // youngest first, so the oldest ends up in front
+    Sequence* seq = running_[i];
+    if (!seq->prefilling() && limits_.longrope_recompute_at > 0 &&
+        seq->cache->length() == limits_.longrope_recompute_at) {
+      SendBack(i);
+      step->recomputed.push_back(seq);
+    }
+  }
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];
     if (seq->prefilling()) continue;
@@ -88,12 +105,8 @@ void StepScheduler::ScheduleDecodes(int64_t* budget, ScheduledStep* step) {
 
 void StepScheduler::PreemptYoungest(ScheduledStep* step) {
   Sequence* seq = running_.back();
-  running_.pop_back();
-  seq->cache->Release();
-  seq->prefilled = 0;
-  seq->replay = static_cast<int64_t>(seq->result.token_ids.size());
+  SendBack(running_.size() - 1);
   ++seq->preemptions;
-  waiting_.push_front(seq);  // before any sequence that never ran
   step->preempted.push_back(seq);
 }
 

@@ -45,6 +45,12 @@ namespace vismoe {
 struct StepLimits {
   int max_running = 8;             // sequences in a step
   int64_t max_step_tokens = 2048;  // rows of a step (decode tokens + prefill chunks)
+  // LongRoPE (TextConfig::longrope, its original_max_position_embeddings; 0
+  // otherwise): a sequence about to decode with this many KV rows is
+  // recomputed instead -- its rows rebuilt by a prefill of all its tokens,
+  // now at long_mscale (DecoderInput::rope_length) -- as transformers'
+  // PhiMoE generate does when a sequence crosses the original context.
+  int64_t longrope_recompute_at = 0;
 };
 
 // InvalidArgument naming the limit when one is < 1 or max_step_tokens <
@@ -69,6 +75,8 @@ struct ScheduledStep {
   std::vector<ScheduledChunk> chunks;  // empty when nothing can run
   // Sent back to waiting this step (their blocks freed), youngest first.
   std::vector<Sequence*> preempted;
+  // Sent back to waiting to be recomputed (StepLimits::longrope_recompute_at).
+  std::vector<Sequence*> recomputed;
   // Taken out: the pool cannot hold them even alone; finish them with the status.
   std::vector<std::pair<Sequence*, absl::Status>> failed;
 };
@@ -101,6 +109,9 @@ class StepScheduler {
   int64_t AdmissionBlocks(const Sequence& seq) const;
   // Moves the youngest running sequence (running_.back()) back to waiting.
   void PreemptYoungest(ScheduledStep* step);
+  // Moves running_[index] to the front of waiting, its blocks freed, to
+  // prefill its prompt and generated tokens again.
+  void SendBack(size_t index);
 
   const StepLimits limits_;
   KvPool* pool_;

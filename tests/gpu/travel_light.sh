@@ -2,8 +2,8 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens and the OLMoE, Mixtral and FP8
-# checkpoints, which the CUDA backend does not run yet); `restore` puts them back in
+# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE and FP8
+# checkpoints, which the CUDA backend does not run yet, and the chat-template goldens); `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
@@ -26,6 +26,11 @@ paths=(
   tests/fixtures/golden/mixtral_swa_logits.safetensors
   tests/fixtures/tiny-qwen3-vl-moe-fp8
   tests/fixtures/golden/fp8
+  tests/fixtures/tiny-phimoe
+  tests/fixtures/tiny-phimoe-longrope
+  tests/fixtures/golden/phimoe_logits.safetensors
+  tests/fixtures/golden/phimoe_longrope_logits.safetensors
+  tests/fixtures/chat_templates
 )
 exclude=.git/info/exclude
 marker="# travel_light.sh"

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend/host_deferred_moe.h"
+#include "engine/backends/cpu/cpu_family_ops.h"
 #include "engine/backends/cpu/cpu_speculation.h"
 #include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
@@ -41,6 +42,7 @@ class CpuDecoderStep final : public DecoderStep {
     for (const StepSequence& seq : in.sequences) {
       caches_.push_back(seq.cache);
       seq_rows_.push_back(seq.rows);
+      rope_lengths_.push_back(seq.rope_length);
     }
     Embed(in);
     SetPositions(in.positions);
@@ -76,7 +78,7 @@ class CpuDecoderStep final : public DecoderStep {
  private:
   void Embed(const StepInput& in);
   void SetPositions(absl::Span<const int64_t> positions) {
-    rope_ = BuildRopeTable(positions.data(), n_, c_.head_dim, c_.rope_theta, c_.mrope_section);
+    rope_ = FamilyRope(c_, positions.data(), n_, seq_rows_, rope_lengths_);
   }
   absl::Status AddY() {
     for (int64_t i = 0; i < n_ * h_; ++i) hs_[i] += y_[i];
@@ -117,6 +119,7 @@ class CpuDecoderStep final : public DecoderStep {
   const TextConfig& c_;
   std::vector<KvCache*> caches_;   // one per sequence
   std::vector<int64_t> seq_rows_;  // rows of each sequence in flight
+  std::vector<int64_t> rope_lengths_;  // StepSequence::rope_length of each
   int64_t n_;                      // rows in flight; shrinks when tokens are compressed away
   const int64_t h_;
   std::vector<float> hs_, x_, y_;
@@ -162,8 +165,10 @@ absl::Status CpuDecoderStep::KeepRows(absl::Span<const int64_t> kept,
 
 absl::Status CpuDecoderStep::Norm(int layer, NormSite site) {
   const DecoderLayerWeights& w = ops_.weights().layers[layer];
-  const TensorView& g = site == NormSite::kInput ? w.input_norm : w.post_norm;
-  RmsNorm(ops_.pool(), hs_.data(), n_, h_, g, c_.rms_norm_eps, x_.data());
+  const bool input = site == NormSite::kInput;
+  FamilyNorm(ops_.pool(), ops_.weights().spec, hs_.data(), n_, h_,
+             input ? w.input_norm : w.post_norm, input ? w.input_norm_bias : w.post_norm_bias,
+             c_.rms_norm_eps, x_.data());
   return absl::OkStatus();
 }
 
@@ -221,8 +226,7 @@ absl::Status CpuDecoderStep::Attention(int layer) {
 
 absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult* routing) {
   const DecoderLayerWeights& w = ops_.weights().layers[layer];
-  cpu::Route(ops_.pool(), x_.data(), n_, h_, w.router, c_.num_experts_per_tok,
-             ops_.weights().spec.renormalize_topk, routing);
+  FamilyRoute(ops_.pool(), ops_.weights().spec, c_, x_.data(), n_, h_, w.router, routing);
   return absl::OkStatus();
 }
 
@@ -488,9 +492,10 @@ absl::Status CpuDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
     src = last.data();
   }
   std::vector<float> normed(rows * h_);
-  RmsNorm(ops_.pool(), src, rows, h_, w.final_norm, c_.rms_norm_eps, normed.data());
+  FamilyNorm(ops_.pool(), w.spec, src, rows, h_, w.final_norm, w.final_norm_bias, c_.rms_norm_eps,
+             normed.data());
   logits->resize(rows * c_.vocab_size);
-  Linear(ops_.pool(), normed.data(), rows, h_, w.lm_head, nullptr, logits->data());
+  Linear(ops_.pool(), normed.data(), rows, h_, w.lm_head, Bias(w.lm_head_bias), logits->data());
   return absl::OkStatus();
 }
 

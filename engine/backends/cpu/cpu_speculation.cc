@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/backends/cpu/cpu_family_ops.h"
 #include "engine/model/arch_spec.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rms_norm.h"
@@ -99,10 +100,10 @@ void CpuSpeculation::Plan(State& s, const float* hs, ExpertProvider* experts) {
   }
   const DecoderLayerWeights& lw = w_.layers[target];
   s.q.resize(r.size());
-  RmsNorm(pool_, r.data(), m, h, lw.post_norm, c_.rms_norm_eps, s.q.data());
+  FamilyNorm(pool_, w_.spec, r.data(), m, h, lw.post_norm, lw.post_norm_bias, c_.rms_norm_eps,
+             s.q.data());
   RouterResult predicted;
-  Route(pool_, s.q.data(), m, h, lw.router, c_.num_experts_per_tok, w_.spec.renormalize_topk,
-        &predicted);
+  FamilyRoute(pool_, w_.spec, c_, s.q.data(), m, h, lw.router, &predicted);
   s.units = PlanSpeculation(predicted, experts->Availability(target));
   s.ran.assign(s.units.size(), 0);
 }

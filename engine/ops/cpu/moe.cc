@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine/ops/cpu/activations.h"
@@ -48,6 +49,59 @@ void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const Te
       for (int i = 0; i < top_k; ++i) s += w[i];
       for (int i = 0; i < top_k; ++i) w[i] /= s;
     }
+  }
+}
+
+namespace {
+
+// One sparsemixer pick over `scores` (pick 1) or `scores` with pick 1 at
+// -inf (pick 2, `taken` >= 0): the argmax (first on ties, as torch.max) and
+// its masked-softmax weight.
+void SparseMixerPick(const float* logits, int num_experts, int taken, float two_eps, int* pick,
+                     float* weight) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  int best = -1;
+  for (int e = 0; e < num_experts; ++e) {
+    if (e == taken) continue;
+    if (best < 0 || logits[e] > logits[best]) best = e;
+  }
+  const float m = logits[best];
+  std::vector<float> gates(num_experts);
+  float mx = kNegInf;
+  for (int e = 0; e < num_experts; ++e) {
+    const float factor = std::max(std::fabs(logits[e]), m);
+    const bool masked = (m - logits[e]) / factor > two_eps;  // NaN (0 / 0) keeps it
+    gates[e] = masked || e == taken ? kNegInf : logits[e];
+    mx = std::max(mx, gates[e]);
+  }
+  float sum = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    gates[e] = gates[e] == kNegInf ? 0.0f : std::exp(gates[e] - mx);
+    sum += gates[e];
+  }
+  *pick = best;
+  *weight = gates[best] / sum;
+}
+
+}  // namespace
+
+void RouteSparseMixer(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                      const TensorView& gate, float jitter_eps, RouterResult* out) {
+  const int num_experts = static_cast<int>(gate.dim(0));
+  out->n = n;
+  out->num_experts = num_experts;
+  out->top_k = 2;
+  out->logits.resize(static_cast<size_t>(n) * num_experts);
+  out->experts.resize(static_cast<size_t>(n) * 2);
+  out->weights.resize(static_cast<size_t>(n) * 2);
+  Linear(pool, x, n, hidden, gate, nullptr, out->logits.data());
+  const float two_eps = 2 * jitter_eps;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = out->logits.data() + t * num_experts;
+    int* idx = out->experts.data() + t * 2;
+    float* w = out->weights.data() + t * 2;
+    SparseMixerPick(l, num_experts, -1, two_eps, &idx[0], &w[0]);
+    SparseMixerPick(l, num_experts, idx[0], two_eps, &idx[1], &w[1]);
   }
 }
 

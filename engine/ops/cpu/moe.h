@@ -20,6 +20,15 @@ namespace vismoe::cpu {
 void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const TensorView& gate,
            int top_k, bool renormalize, RouterResult* out);
 
+// PhiMoE's sparsemixer at inference (transformers' sparsemixer, training
+// off), two picks from logits = x W_g^T: pick 1 is the largest logit m; its
+// weight is its probability in a softmax over the logits not masked, a logit
+// l being masked when (m - l) / max(|l|, m) > 2 * jitter_eps. Pick 2 does the
+// same over the logits with pick 1 removed (its threshold from their max,
+// the ratios from the original logits). out: top_k 2, weights as computed.
+void RouteSparseMixer(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                      const TensorView& gate, float jitter_eps, RouterResult* out);
+
 // Top-k of one probability row (ties: lower index first), by decreasing value.
 void TopK(const float* p, int num_experts, int k, int* idx, float* val);
 

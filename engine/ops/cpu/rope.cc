@@ -5,13 +5,15 @@
 namespace vismoe::cpu {
 
 RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, double theta,
-                         const std::vector<int>& mrope_section) {
+                         const std::vector<int>& mrope_section,
+                         const std::vector<float>* ext_factors) {
   const int half = head_dim / 2;
   // fp32 as torch computes it: base ** (arange(0, dim, 2).float() / dim), then 1 / that.
   std::vector<float> inv_freq(half);
   for (int j = 0; j < half; ++j) {
     const float exponent = static_cast<float>(2 * j) / static_cast<float>(head_dim);
-    inv_freq[j] = 1.0f / static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
+    const float base = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
+    inv_freq[j] = ext_factors != nullptr ? 1.0f / ((*ext_factors)[j] * base) : 1.0f / base;
   }
   // Which axis feeds frequency j.
   std::vector<int> axis(half, 0);
@@ -38,6 +40,15 @@ RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, doub
     }
   }
   return t;
+}
+
+void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale) {
+  const size_t begin = static_cast<size_t>(row0) * table->head_dim;
+  const size_t end = begin + static_cast<size_t>(rows) * table->head_dim;
+  for (size_t i = begin; i < end; ++i) {
+    table->cos[i] *= scale;
+    table->sin[i] *= scale;
+  }
 }
 
 void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,

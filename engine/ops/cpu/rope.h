@@ -31,8 +31,16 @@ struct RopeTable {
 // Builds the table for n tokens. `positions` is row-major [3][n] (t, h, w);
 // with an empty `mrope_section` only row 0 is read (it may then be [1][n]).
 // REQUIRES: head_dim even; mrope_section empty or 3 entries summing to head_dim/2.
+// `ext_factors` (LongRoPE's short_factor, head_dim/2 entries) divides each
+// inv_freq: 1 / (ext[j] * theta^(2j / head_dim)), in fp32 as transformers'
+// longrope does.
 RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, double theta,
-                         const std::vector<int>& mrope_section);
+                         const std::vector<int>& mrope_section,
+                         const std::vector<float>* ext_factors = nullptr);
+
+// cos and sin of rows [row0, row0 + rows) times `scale` (LongRoPE's mscale),
+// after they are computed, as transformers scales them.
+void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale);
 
 // x [n, num_heads, head_dim] in place: x = x * cos + rotate_half(x) * sin,
 // rotate_half(x) = cat(-x[half:], x[:half]). Rows of x are `row_stride` floats

@@ -82,12 +82,30 @@ void ExpectLogitsClose(const TensorView& ref, const std::vector<float>& got, int
 // kRelTol of that step's logit range of the maximum: a near-tie that the
 // logits' own tolerance may flip (trained models have them: the VQA model's
 // read_375 path has a top1-top2 margin of ~0.002).
+//
+// LongRoPE (`prompt` given): a step about to decode with
+// original_max_position_embeddings KV rows instead prefills every token so
+// far into a fresh cache, as transformers' PhiMoE generate and the engine's
+// scheduler (StepLimits::longrope_recompute_at) do.
 void ExpectGreedyPath(const Loaded& m, KvCache* cache, std::vector<float> logits,
-                      const std::vector<int>& want, int64_t rope_delta, bool near_ties) {
+                      const std::vector<int>& want, int64_t rope_delta, bool near_ties,
+                      const std::vector<int>& prompt = {}) {
   const int vocab = m.config.text.vocab_size;
+  const auto& longrope = m.config.text.longrope;
+  std::unique_ptr<KvCache> rebuilt;
   std::vector<int> got;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (i > 0) {
+    if (i > 0 && longrope.has_value() && !prompt.empty() &&
+        cache->length() == longrope->original_max_position_embeddings) {
+      std::vector<int> all = prompt;
+      all.insert(all.end(), want.begin(), want.begin() + static_cast<std::ptrdiff_t>(i));
+      rebuilt = m.model->NewKvCache(static_cast<int64_t>(prompt.size() + want.size()));
+      cache = rebuilt.get();
+      DecoderInput recompute;
+      recompute.tokens = all;
+      absl::Status st = m.model->Forward(recompute, cache, m.experts.get(), &logits);
+      ASSERT_TRUE(st.ok()) << st;
+    } else if (i > 0) {
       DecoderInput step;
       step.tokens = absl::MakeConstSpan(&want[i - 1], 1);
       step.phase = Phase::kDecode;
@@ -144,7 +162,7 @@ void CheckCases(const std::string& model_dir, const std::string& cases_file,
     std::vector<float> logits;
     ASSERT_TRUE(m.model->Forward(input, cache.get(), m.experts.get(), &logits).ok());
     ExpectLogitsClose(*ref, logits, vocab);
-    ExpectGreedyPath(m, cache.get(), logits, want, 0, near_ties);
+    ExpectGreedyPath(m, cache.get(), logits, want, 0, near_ties, ids);
   }
 }
 
@@ -274,16 +292,58 @@ TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
 // k_norm over the whole projection, top-k not renormalised; the second shape
 // adds clip_qkv, clamping ~43% of layer-0 q values, GQA and norm_topk_prob)
 // and Mixtral (no q/k norms, experts under block_sparse_moe as w1 / w3 / w2;
-// the second shape has an 8-token sliding window, shorter than every prompt).
+// the second shape has an 8-token sliding window, shorter than every prompt),
+// and PhiMoE (LayerNorms with biases, attention and lm_head biases, the
+// sparsemixer router; the second shape adds LongRoPE over an original
+// context of 24, which the short case crosses while decoding, and an 8-token
+// window).
 TEST(Qwen3VlMoeParityTest, OtherTextFamiliesMatchTransformers) {
   for (const auto& [fixture, golden] :
        {std::pair{"tiny-olmoe", "olmoe"}, std::pair{"tiny-olmoe-clip", "olmoe_clip"},
-        std::pair{"tiny-mixtral", "mixtral"}, std::pair{"tiny-mixtral-swa", "mixtral_swa"}}) {
+        std::pair{"tiny-mixtral", "mixtral"}, std::pair{"tiny-mixtral-swa", "mixtral_swa"},
+        std::pair{"tiny-phimoe", "phimoe"}, std::pair{"tiny-phimoe-longrope", "phimoe_longrope"}}) {
     SCOPED_TRACE(fixture);
     CheckCases(absl::StrCat(testing::FixturesDir(), "/", fixture),
                absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_cases.json"),
                absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_logits.safetensors"));
   }
+}
+
+// LongRoPE scales a prefill's rows by its whole length (rope_length), so a
+// recompute prefilled in pieces (the engine's prompt, then its generated
+// tokens) equals one prefill of every token: bit for bit on the CPU backend.
+// Without rope_length the prompt piece would take short_mscale.
+TEST(Qwen3VlMoeParityTest, LongRopePiecesScaleByTheWholePrefill) {
+  ThreadPool pool(2);
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(Load(testing::FixturesDir() + "/tiny-phimoe-longrope", &pool, &m));
+  ASSERT_TRUE(m.config.text.longrope.has_value());
+  const int orig = m.config.text.longrope->original_max_position_embeddings;
+  std::vector<int> tokens(static_cast<size_t>(orig) + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int>(100 + 37 * i % 1500);
+  std::vector<float> whole, pieces;
+  auto one = m.model->NewKvCache(64);
+  DecoderInput all;
+  all.tokens = tokens;
+  ASSERT_TRUE(m.model->Forward(all, one.get(), m.experts.get(), &whole).ok());
+  auto two = m.model->NewKvCache(64);
+  const size_t split = 10;  // positions 0..9 alone would be short_mscale
+  DecoderInput first, second;
+  first.tokens = absl::MakeConstSpan(tokens).subspan(0, split);
+  first.rope_length = static_cast<int64_t>(tokens.size());
+  second.tokens = absl::MakeConstSpan(tokens).subspan(split);
+  second.rope_length = static_cast<int64_t>(tokens.size());
+  ASSERT_TRUE(m.model->Forward(first, two.get(), m.experts.get(), &pieces).ok());
+  ASSERT_TRUE(m.model->Forward(second, two.get(), m.experts.get(), &pieces).ok());
+  ASSERT_EQ(whole.size(), pieces.size());
+  EXPECT_EQ(whole, pieces);
+  // The scale does bite: the first piece at its own length differs.
+  auto three = m.model->NewKvCache(64);
+  first.rope_length = 0;
+  std::vector<float> short_first;
+  ASSERT_TRUE(m.model->Forward(first, three.get(), m.experts.get(), &short_first).ok());
+  ASSERT_TRUE(m.model->Forward(second, three.get(), m.experts.get(), &short_first).ok());
+  EXPECT_NE(whole, short_first);
 }
 
 // Records what the model reports per MoE layer.

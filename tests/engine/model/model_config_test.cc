@@ -3,6 +3,7 @@
 #include "engine/model/model_config.h"
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "engine/model/arch_spec.h"
@@ -76,7 +77,8 @@ TEST(ModelConfigTest, OlmoeRefusalsNameTheField) {
   j["model_type"] = "deepseek_v3";
   EXPECT_THAT(
       std::string(ModelConfig::Parse(j.dump()).status().message()),
-      HasSubstr("'deepseek_v3' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral)"));
+      HasSubstr(
+          "'deepseek_v3' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe)"));
 }
 
 nlohmann::json MixtralConfig() {
@@ -119,6 +121,59 @@ TEST(ModelConfigTest, MixtralFieldsAndTensorNames) {
   j.erase("num_local_experts");
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("required field 'num_local_experts' is missing"));
+}
+
+nlohmann::json PhimoeConfig() {
+  return testing::ReadJsonFile(testing::FixturesDir() + "/tiny-phimoe-longrope/config.json");
+}
+
+TEST(ModelConfigTest, PhimoeFieldsAndTensorNames) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::Parse(PhimoeConfig().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text.num_experts, 4);
+  EXPECT_FLOAT_EQ(c->text.router_jitter_noise, 0.01f);
+  EXPECT_TRUE(c->text.lm_head_bias);
+  EXPECT_TRUE(c->text.attention_bias);
+  ASSERT_TRUE(c->text.longrope.has_value());
+  EXPECT_EQ(c->text.longrope->short_factor.size(), 16u);
+  EXPECT_EQ(c->text.longrope->original_max_position_embeddings, 24);
+  EXPECT_DOUBLE_EQ(c->text.longrope->long_mscale, 1.3);
+  absl::StatusOr<ArchSpec> spec = ArchSpec::For(*c);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->norm, NormKind::kLayerNorm);
+  EXPECT_EQ(spec->router, RouterKind::kSparseMixer);
+  absl::StatusOr<std::vector<TensorSpec>> tensors = ExpectedTensors(*c);
+  ASSERT_TRUE(tensors.ok());
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kInputNormBias, 1)->name,
+            "model.layers.1.input_layernorm.bias");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kFinalNormBias, -1)->name, "model.norm.bias");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kLmHeadBias, -1)->name, "lm_head.bias");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouter, 0)->name,
+            "model.layers.0.block_sparse_moe.gate.weight");
+}
+
+TEST(ModelConfigTest, PhimoeRefusalsNameTheField) {
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](nlohmann::json& j) { j["num_experts_per_tok"] = 3; }, "sparsemixer routes exactly 2"},
+      {[](nlohmann::json& j) { j["rope_scaling"]["short_factor"].erase(0); }, "head_dim / 2"},
+      {[](nlohmann::json& j) { j["rope_scaling"].erase("long_mscale"); },
+       "required field 'rope_scaling.long_mscale' is missing"},
+      {[](nlohmann::json& j) { j["rope_scaling"]["long_factor"][3] = -1; }, "must be positive"},
+      {[](nlohmann::json& j) { j["rope_scaling"]["long_factor"][3] = "x"; }, "a list of numbers"},
+      {[](nlohmann::json& j) {
+         j["rope_scaling"].erase("original_max_position_embeddings");
+         j.erase("original_max_position_embeddings");
+       },
+       "original_max_position_embeddings' is missing"},
+      {[](nlohmann::json& j) { j["router_jitter_noise"] = -0.5; }, "router_jitter_noise"},
+      {[](nlohmann::json& j) { j["rope_scaling"]["type"] = "yarn"; }, "'yarn' is not supported"},
+  };
+  for (const auto& [mutate, why] : bad) {
+    SCOPED_TRACE(why);
+    nlohmann::json j = PhimoeConfig();
+    mutate(j);
+    EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
+  }
 }
 
 nlohmann::json Fp8Config() {

@@ -189,6 +189,39 @@ TEST(MoeTest, RouterSoftmaxTopKRenormalise) {
   EXPECT_NEAR(r.weights[1], e / z, 1e-6);
 }
 
+TEST(MoeTest, SparseMixerMasksFarLogitsAndPicksTwo) {
+  // W_g = identity: logits = x. eps 0.1: masked when (m - l) / max(|l|, m) > 0.2.
+  std::vector<float> w(25, 0.0f);
+  for (int i = 0; i < 5; ++i) w[i * 5 + i] = 1;
+  std::vector<float> x = {1.0f, 0.9f, 0.5f, 0.85f, -2.0f};
+  RouterResult r;
+  RouteSparseMixer(nullptr, x.data(), 1, 5, F32View(w, {5, 5}), 0.1f, &r);
+  EXPECT_EQ(r.top_k, 2);
+  EXPECT_THAT(r.logits, ElementsAre(1.0f, 0.9f, 0.5f, 0.85f, -2.0f));
+  EXPECT_THAT(r.experts, ElementsAre(0, 1));
+  // Pick 1 (m = 1): 0.9 and 0.85 stay (ratios 0.1, 0.15), 0.5 and -2 go.
+  const float z1 = std::exp(0.0f) + std::exp(-0.1f) + std::exp(-0.15f);
+  EXPECT_NEAR(r.weights[0], 1.0f / z1, 1e-6);
+  // Pick 2 (expert 0 out, m = 0.9): 0.85 stays (0.05 / 0.9), 0.5 goes (0.4 / 0.9).
+  const float z2 = 1.0f + std::exp(-0.05f);
+  EXPECT_NEAR(r.weights[1], 1.0f / z2, 1e-6);
+  // eps 0: only the maximum survives each pick's mask.
+  RouteSparseMixer(nullptr, x.data(), 1, 5, F32View(w, {5, 5}), 0.0f, &r);
+  EXPECT_THAT(r.experts, ElementsAre(0, 1));
+  EXPECT_THAT(r.weights, ElementsAre(1.0f, 1.0f));
+}
+
+TEST(RopeTest, LongRopeFactorsDivideTheFrequencies) {
+  std::vector<int64_t> pos = {3};
+  const std::vector<float> ext = {2.0f, 4.0f};
+  RopeTable t = BuildRopeTable(pos.data(), 1, 4, 10000.0, {}, &ext);
+  EXPECT_NEAR(t.cos[0], std::cos(3.0f / 2.0f), 1e-6);
+  EXPECT_NEAR(t.sin[1], std::sin(0.03f / 4.0f), 1e-6);
+  ScaleRopeRows(&t, 0, 1, 1.5f);
+  EXPECT_NEAR(t.cos[2], 1.5f * std::cos(3.0f / 2.0f), 1e-6);
+  EXPECT_NEAR(t.sin[3], 1.5f * std::sin(0.03f / 4.0f), 1e-6);
+}
+
 TEST(MoeTest, SwiGluBothLayoutsMatchNaive) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;

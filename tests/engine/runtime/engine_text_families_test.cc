@@ -1,4 +1,4 @@
-// The text families beside Qwen3 (OLMoE, Mixtral) through the whole engine
+// The text families beside Qwen3 (OLMoE, Mixtral, PhiMoE) through the whole engine
 // on the CPU backend (chat template, tokenizer, sampling): greedy answers
 // equal transformers' goldens all resident and under an offload budget (1
 // pinned MoE layer + a few slabs, history prefetch), where experts are
@@ -29,10 +29,10 @@ struct Family {
   const char* golden;   // golden/<golden>_cases.json
   const char* model_type;
 };
-constexpr Family kFamilies[] = {{"tiny-olmoe", "olmoe", "olmoe"},
-                                {"tiny-olmoe-clip", "olmoe_clip", "olmoe"},
-                                {"tiny-mixtral", "mixtral", "mixtral"},
-                                {"tiny-mixtral-swa", "mixtral_swa", "mixtral"}};
+constexpr Family kFamilies[] = {
+    {"tiny-olmoe", "olmoe", "olmoe"},       {"tiny-olmoe-clip", "olmoe_clip", "olmoe"},
+    {"tiny-mixtral", "mixtral", "mixtral"}, {"tiny-mixtral-swa", "mixtral_swa", "mixtral"},
+    {"tiny-phimoe", "phimoe", "phimoe"},    {"tiny-phimoe-longrope", "phimoe_longrope", "phimoe"}};
 
 TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
   for (const Family& f : kFamilies) {

@@ -202,6 +202,40 @@ TEST(StepSchedulerTest, TheYoungestPreemptsItselfAndLaterRecomputesItsTokens) {
   EXPECT_EQ(Rows(s.Schedule()), (Pairs{{&b.seq, 1}, {&c.seq, 1}}));
 }
 
+// LongRoPE: a sequence about to decode at the original context is sent back
+// and prefills its prompt and generated tokens again (no preemption counted).
+TEST(StepSchedulerTest, LongRopeRecomputesASequenceAtTheOriginalContext) {
+  auto pool = Pool(8);
+  StepScheduler s({4, 100, /*longrope_recompute_at=*/20}, pool.get());
+  TestSeq a(pool.get(), 17, 100), b(pool.get(), 30, 100);
+  for (TestSeq* t : {&a, &b}) ASSERT_TRUE(s.Add(&t->seq).ok());
+  ScheduledStep step = s.Schedule();
+  ASSERT_EQ(Rows(step), (Pairs{{&a.seq, 17}, {&b.seq, 30}}));
+  Ran(step);
+  while (a.seq.cache->length() < 20) {
+    step = s.Schedule();
+    ASSERT_TRUE(step.recomputed.empty());
+    Ran(step);
+  }
+  const std::vector<int> tokens = a.seq.result.token_ids;
+  step = s.Schedule();
+  EXPECT_EQ(step.recomputed, (std::vector<Sequence*>{&a.seq}));
+  EXPECT_TRUE(step.preempted.empty());
+  EXPECT_EQ(a.seq.preemptions, 0);
+  EXPECT_EQ(a.seq.replay, static_cast<int64_t>(tokens.size()));
+  // b, already past 20, decodes; a comes back with its prompt piece at once.
+  EXPECT_EQ(Rows(step), (Pairs{{&b.seq, 1}, {&a.seq, 17}}));
+  Ran(step);
+  step = s.Schedule();
+  EXPECT_EQ(Rows(step), (Pairs{{&b.seq, 1}, {&a.seq, static_cast<int64_t>(tokens.size())}}));
+  Ran(step);
+  EXPECT_EQ(a.seq.cache->length(), 17 + static_cast<int64_t>(tokens.size()));
+  EXPECT_GT(a.seq.cache->length(), 20);
+  step = s.Schedule();
+  EXPECT_TRUE(step.recomputed.empty());
+  EXPECT_EQ(Rows(step), (Pairs{{&b.seq, 1}, {&a.seq, 1}}));
+}
+
 TEST(StepSchedulerTest, AnOlderSequenceThatMustGrowPreemptsTheYoungest) {
   auto pool = Pool(6);
   StepScheduler s({2, 2}, pool.get());
