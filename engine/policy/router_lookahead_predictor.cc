@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/arch_spec.h"
+#include "engine/ops/cpu/layer_norm.h"
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rms_norm.h"
@@ -50,6 +51,9 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
   p->norm_.resize(c.num_hidden_layers);
   p->cache_.resize(c.num_hidden_layers);
   VISMOE_ASSIGN_OR_RETURN(const std::vector<TensorSpec> specs, ExpectedTensors(config));
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  p->layer_norm_ = spec.norm == NormKind::kLayerNorm;
+  p->norm_bias_.resize(c.num_hidden_layers);
   int m = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
@@ -61,6 +65,11 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
     }
     VISMOE_ASSIGN_OR_RETURN(p->router_[l], ReadFloat(checkpoint, router->name, router->shape));
     VISMOE_ASSIGN_OR_RETURN(p->norm_[l], ReadFloat(checkpoint, norm->name, norm->shape));
+    if (p->layer_norm_) {
+      const TensorSpec* bias = FindTensor(specs, WeightRole::kPostNormBias, l);
+      if (bias == nullptr) return absl::InternalError("tensor list: a LayerNorm without bias");
+      VISMOE_ASSIGN_OR_RETURN(p->norm_bias_[l], ReadFloat(checkpoint, bias->name, bias->shape));
+    }
   }
   return p;
 }
@@ -100,8 +109,14 @@ std::vector<double> RouterLookaheadPredictor::Scores(int target) const {
   const TensorView norm{norm_[target].data(), DType::kF32, {h}};
   const TensorView router{router_[target].data(), DType::kF32, {e, h}};
   // The same kernels as the forward pass, so target = the observed layer with
-  // d = 0 reproduces its routing bit for bit.
-  cpu::RmsNorm(nullptr, rows_.data(), m, h, norm, eps_, q.data());
+  // d = 0 reproduces its routing bit for bit (the top-k of the router's
+  // softmax: PhiMoE's sparsemixer picks the same two experts).
+  if (layer_norm_) {
+    const TensorView bias{norm_bias_[target].data(), DType::kF32, {h}};
+    cpu::LayerNorm(nullptr, rows_.data(), m, h, norm, bias, eps_, q.data());
+  } else {
+    cpu::RmsNorm(nullptr, rows_.data(), m, h, norm, eps_, q.data());
+  }
   std::vector<float> logits(static_cast<size_t>(m) * e);
   cpu::Linear(nullptr, q.data(), m, h, router, nullptr, logits.data());
   std::vector<double> score(e, 0.0);

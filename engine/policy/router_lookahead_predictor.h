@@ -63,6 +63,8 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
   std::vector<int> moe_index_;              // per decoder layer: index among MoE layers, -1
   std::vector<std::vector<float>> router_;  // per decoder layer: [E, H] (empty if dense)
   std::vector<std::vector<float>> norm_;    // per decoder layer: [H] (empty if dense)
+  std::vector<std::vector<float>> norm_bias_;  // per decoder layer: [H], LayerNorm families
+  bool layer_norm_ = false;                    // NormKind::kLayerNorm (PhiMoE)
   std::vector<float> default_vectors_;      // [num_layers * H] or empty
   int last_layer_ = -1;                     // last observed MoE layer; -1 = none this request
   std::vector<float> rows_;                 // [m, H]: r_l + d_l of the subsampled rows

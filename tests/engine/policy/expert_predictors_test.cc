@@ -42,17 +42,16 @@ struct Fixture {
   std::unique_ptr<Qwen3VlMoeModel> model;
 };
 
-std::unique_ptr<Fixture> LoadTiny() {
+std::unique_ptr<Fixture> LoadTiny(const std::string& dir = testing::TinyModelDir()) {
   auto f = std::make_unique<Fixture>();
-  const std::string dir = testing::TinyModelDir();
   auto config = ModelConfig::Load(dir);
   auto ckpt = Checkpoint::Open(dir);
   EXPECT_TRUE(config.ok() && ckpt.ok());
   if (!config.ok() || !ckpt.ok()) return nullptr;
   f->config = *config;
   f->ckpt = std::move(*ckpt);
-  auto experts = ResidentExpertProvider::Create(*f->ckpt, f->config.text,
-                                                Qwen3VlMoeModel::TextPrefix(f->config));
+  auto experts =
+      ResidentExpertProvider::Create(*f->ckpt, f->config.text, Qwen3VlMoeModel::Experts(f->config));
   auto model = Qwen3VlMoeModel::Create(f->config, *f->ckpt, &f->pool);
   EXPECT_TRUE(experts.ok() && model.ok());
   if (!experts.ok() || !model.ok()) return nullptr;
@@ -166,6 +165,24 @@ TEST(RouterLookaheadPredictorTest, ReproducesRoutingAndBeatsRandomAhead) {
   EXPECT_TRUE((*p)->Predict(0, 4).empty());
   (*p)->BeginRequest();
   EXPECT_TRUE((*p)->Predict(3, 4).empty());
+}
+
+// PhiMoE: LayerNorm with bias before the router, and the sparsemixer's two
+// picks are the softmax's top two, so aimed at the observed layer the
+// predictor reproduces them too.
+TEST(RouterLookaheadPredictorTest, ReproducesPhimoeRouting) {
+  auto f = LoadTiny(testing::FixturesDir() + "/tiny-phimoe");
+  ASSERT_NE(f, nullptr);
+  auto p = RouterLookaheadPredictor::Create(f->config, *f->ckpt, /*window=*/3, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  RouterChecker checker(p->get(), f->config.text);
+  ObserverChain chain{p->get(), &checker};
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    (*p)->BeginRequest();
+    RunTrace(*f, chain.Head(), seed, 8);
+  }
+  EXPECT_EQ(checker.exact_checks, 3 * 8 * f->config.text.num_hidden_layers);
+  EXPECT_EQ(checker.prefill_checks, 3 * f->config.text.num_hidden_layers);
 }
 
 TEST(RouterLookaheadPredictorTest, WindowAndDefaultVectors) {
