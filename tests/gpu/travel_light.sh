@@ -26,6 +26,8 @@ paths=(
   tests/fixtures/golden/mixtral_swa_logits.safetensors
   tests/fixtures/tiny-qwen3-vl-moe-fp8
   tests/fixtures/golden/fp8
+  tests/fixtures/tiny-qwen3-moe-fp8
+  tests/fixtures/golden/fp8_text_logits.safetensors
   tests/fixtures/tiny-phimoe
   tests/fixtures/tiny-phimoe-longrope
   tests/fixtures/golden/phimoe_logits.safetensors

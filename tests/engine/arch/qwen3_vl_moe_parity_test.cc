@@ -279,6 +279,13 @@ INSTANTIATE_TEST_SUITE_P(
                       VqaGoldens{"Direct", "vqa-direct-qwen3-vl-moe", "direct/golden"}),
     [](const ::testing::TestParamInfo<VqaGoldens>& info) { return std::string(info.param.name); });
 
+// The text-only Qwen3-MoE fixture in the FP8 layout with BF16 block scales.
+TEST(Qwen3VlMoeParityTest, Fp8TextCheckpointWithBf16ScalesMatchesTransformers) {
+  CheckCases(testing::FixturesDir() + "/tiny-qwen3-moe-fp8",
+             testing::FixturesDir() + "/golden/fp8_text_cases.json",
+             testing::FixturesDir() + "/golden/fp8_text_logits.safetensors");
+}
+
 TEST(Qwen3VlMoeParityTest, Qwen3MoeTextOnlyMatchesTransformers) {
   const std::string dir = testing::FixturesDir() + "/tiny-qwen3-moe";
   if (!std::filesystem::exists(dir + "/config.json")) {

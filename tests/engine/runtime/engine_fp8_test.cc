@@ -1,7 +1,8 @@
 // FP8 experts through the whole engine on the CPU backend: an FP8 checkpoint
 // (tests/fixtures/tiny-qwen3-vl-moe-fp8) answers its transformers goldens all
 // resident and under an offload budget, reading its experts from the mapped
-// checkpoint or a packed store; --expert_dtype=fp8 quantises a bf16 model's
+// checkpoint or a packed store (also the text-only tiny-qwen3-moe-fp8, whose
+// block scales are BF16); --expert_dtype=fp8 quantises a bf16 model's
 // experts at load, and every budget then gives the same answer; in both, an
 // expert copy moves about half the bytes of a bf16 one.
 #include <string>
@@ -96,6 +97,29 @@ TEST(EngineFp8Test, Fp8CheckpointAnswersItsGoldensResidentAndOffloaded) {
     // vs 3 x 12288 bf16 bytes.
     EXPECT_EQ(run.BytesPerCopy(), run.info.slab_bytes);
     EXPECT_LT(run.BytesPerCopy() / bf16_run.BytesPerCopy(), 0.51);
+  }
+}
+
+// A text-only FP8 checkpoint whose block scales are BF16: the same answers
+// resident and offloaded, copies of e4m3 bytes and 2-byte scales.
+TEST(EngineFp8Test, Bf16ScalesTextCheckpointAnswersItsGoldens) {
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/fp8_text_cases.json");
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  for (const char* host_experts : {"", "mapped", "packed"}) {
+    SCOPED_TRACE(*host_experts == 0 ? "resident" : host_experts);
+    EngineOptions o = Options("tiny-qwen3-moe-fp8");
+    if (*host_experts != 0) Offload(&o, host_experts);
+    const Answers run = Answer(o, cases);
+    ASSERT_EQ(run.tokens.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(run.tokens[i], Prefix(cases[i], run.tokens[i].size()));
+    }
+    if (*host_experts == 0) continue;
+    ASSERT_GT(run.misses, 0u);
+    // 3 x (6144 e4m3 bytes + 8 BF16 scales, 64-byte aligned).
+    EXPECT_EQ(run.info.slab_bytes, 3 * (6144 + 64));
+    EXPECT_EQ(run.BytesPerCopy(), run.info.slab_bytes);
   }
 }
 
