@@ -113,25 +113,28 @@ std::vector<int> Tokenizer::Encode(absl::string_view text, AddedTokens added) co
     EncodePlain(normalizer_.Apply(text), &ids);
     return ids;
   }
-  std::vector<AddedVocabulary::Segment> raw, normalized;
+  std::vector<AddedVocabulary::Segment> raw;
   added_.Split(text, /*normalized_pass=*/false, &raw);
   for (const auto& seg : raw) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
       continue;
     }
-    const std::string norm = normalizer_.Apply(text.substr(seg.begin, seg.end - seg.begin));
-    normalized.clear();
-    added_.Split(norm, /*normalized_pass=*/true, &normalized);
-    for (const auto& piece : normalized) {
-      if (piece.id >= 0) {
-        ids.push_back(piece.id);
-      } else {
-        EncodePlain(absl::string_view(norm).substr(piece.begin, piece.end - piece.begin), &ids);
-      }
-    }
+    EncodeNormalized(normalizer_.Apply(text.substr(seg.begin, seg.end - seg.begin)), &ids);
   }
   return ids;
+}
+
+void Tokenizer::EncodeNormalized(absl::string_view norm, std::vector<int>* ids) const {
+  std::vector<AddedVocabulary::Segment> pieces;
+  added_.Split(norm, /*normalized_pass=*/true, &pieces);
+  for (const auto& piece : pieces) {
+    if (piece.id >= 0) {
+      ids->push_back(piece.id);
+    } else {
+      EncodePlain(norm.substr(piece.begin, piece.end - piece.begin), ids);
+    }
+  }
 }
 
 std::vector<int> Tokenizer::EncodeMarked(
@@ -142,7 +145,7 @@ std::vector<int> Tokenizer::EncodeMarked(
     }
     return false;
   };
-  std::vector<AddedVocabulary::Segment> raw, normalized;
+  std::vector<AddedVocabulary::Segment> raw;
   added_.Split(text, /*normalized_pass=*/false, &raw);
   // Added tokens over untrusted bytes fall back to text; neighbouring text merges.
   std::vector<AddedVocabulary::Segment> merged;
@@ -163,16 +166,8 @@ std::vector<int> Tokenizer::EncodeMarked(
     const std::string norm = normalizer_.Apply(text.substr(seg.begin, seg.end - seg.begin));
     if (touches_untrusted(seg.begin, seg.end)) {
       EncodePlain(norm, &ids);
-      continue;
-    }
-    normalized.clear();
-    added_.Split(norm, /*normalized_pass=*/true, &normalized);
-    for (const auto& piece : normalized) {
-      if (piece.id >= 0) {
-        ids.push_back(piece.id);
-      } else {
-        EncodePlain(absl::string_view(norm).substr(piece.begin, piece.end - piece.begin), &ids);
-      }
+    } else {
+      EncodeNormalized(norm, &ids);
     }
   }
   return ids;

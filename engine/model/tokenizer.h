@@ -72,6 +72,8 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   void EncodePlain(absl::string_view text, std::vector<int>* ids) const;
+  // Normalised text: its normalized=true added tokens, then BPE of the rest.
+  void EncodeNormalized(absl::string_view norm, std::vector<int>* ids) const;
 
   Normalizer normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;

@@ -27,14 +27,9 @@ expert quantised and pinned), the compute alone.
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "tests/fixtures/synthetic/qwen3-vl-30b-a3b-small")
-REQUESTS = os.path.join(ROOT, "tests/fixtures/routing/requests.jsonl")
-CONTEXT = 2048
+from offload_study import REQUESTS, ROOT, plan_fixed_bytes, run  # same model, runner, requests
 
 BUDGET = 24 << 30
 RESERVE = 1 << 30  # KV cache and activations, kept aside from the experts
@@ -46,15 +41,6 @@ FULL_EXPERT = {"auto": 3 * 2048 * 768 * 2,
                # e4m3 bytes + one F32 scale per 128x128 block (96 per matrix)
                "fp8": 3 * 2048 * 768 + 3 * 96 * 4}
 PCIE_BYTES_PER_S = 50e9  # measured on the H100 (tests/gpu/results/20261126-h100)
-
-
-def run(bench, args):
-    cmd = [bench, f"--model={MODEL}", "--synthetic_weights", "--synthetic_routing=realistic",
-           f"--max_context_tokens={CONTEXT}", "--threads=2"] + args
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"{' '.join(cmd)}\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout), out.stderr
 
 
 def write_requests(path, tokens):
@@ -81,12 +67,8 @@ def main():
     rows = []
     shape_ratio = None  # small / full bytes of a bf16 expert: scales the PCIe bandwidth
     for dtype in ["auto", "fp8"]:
-        # The plan's fixed part at the small shape (resident + KV), and its expert bytes.
-        probe, log = run(a.bench, ["--budget=1G", "--pinned_layers=0", "--max_new_tokens=1",
-                              "--prompt=hi", f"--expert_dtype={dtype}"])
-        small_expert = probe["expert_bytes"]  # the plan's slab: FP8 bytes under fp8
-        m = re.search(r"resident (\d+) bytes.*kv cache (\d+) bytes", log)
-        fixed = int(m.group(1)) + int(m.group(2))
+        # The plan's fixed part at the small shape, and its slab (FP8 bytes under fp8).
+        fixed, small_expert = plan_fixed_bytes(a.bench, [f"--expert_dtype={dtype}"])
         slabs = (BUDGET - FULL_RESIDENT - RESERVE) // FULL_EXPERT[dtype]
         if shape_ratio is None:
             shape_ratio = small_expert / FULL_EXPERT["auto"]

@@ -36,6 +36,15 @@ def run(bench, args):
     return json.loads(out.stdout), out.stderr
 
 
+def plan_fixed_bytes(bench, args=()):
+    """The plan's fixed part (resident + KV cache bytes, from the start-up log) and the bytes of
+    one slab, from a one-token run with `args`."""
+    probe, log = run(bench, ["--budget=1G", "--pinned_layers=0", "--max_new_tokens=1",
+                             "--prompt=hi"] + list(args))
+    m = re.search(r"resident (\d+) bytes.*kv cache (\d+) bytes", log)
+    return int(m.group(1)) + int(m.group(2)), probe["expert_bytes"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.path.join(ROOT, "build/release/engine/vismoe-bench"))
@@ -58,12 +67,7 @@ def main():
             r["seed"] = 1000 + n
             n += 1
             g.write(json.dumps(r) + "\n")
-    # The plan's fixed part, from one run: resident bytes and the KV cache.
-    probe, log = run(a.bench, ["--budget=1G", "--pinned_layers=0", "--max_new_tokens=1",
-                               "--prompt=hi"])
-    m = re.search(r"resident (\d+) bytes.*kv cache (\d+) bytes", log)
-    fixed = int(m.group(1)) + int(m.group(2))
-    expert = probe["expert_bytes"]
+    fixed, expert = plan_fixed_bytes(a.bench)
     total_experts = 48 * 128
     ceiling, _ = run(a.bench, ["--budget=0", f"--requests={text_only}", "--routing_stats"])
     cache = {round(c["fraction"], 2): c for c in ceiling["routing_stats"]["decode"]["cache"]}

@@ -9,18 +9,18 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/model/jinja/parser.h"
+#include "engine/model/utf8.h"
 
 namespace vismoe::jinja {
 namespace {
 
 absl::Status Error(absl::string_view what) { return absl::InvalidArgumentError(std::string(what)); }
 
-// The UTF-8 characters of s.
+// The UTF-8 characters of s (an invalid byte run is one "character").
 std::vector<std::string> Chars(const std::string& s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const size_t n = utf8::ScanUnit(s, i).length;
     out.push_back(s.substr(i, n));
     i += n;
   }

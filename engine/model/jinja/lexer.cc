@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/utf8.h"
 
 namespace vismoe::jinja {
 namespace {
@@ -20,25 +21,6 @@ int LineAt(std::string_view s, size_t pos) {
 
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-// Appends the UTF-8 encoding of `cp`.
-void Utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    *out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *out += static_cast<char>(0xC0 | (cp >> 6));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *out += static_cast<char>(0xE0 | (cp >> 12));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *out += static_cast<char>(0xF0 | (cp >> 18));
-    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // A Python string literal starting at s[i] (a quote); returns its value and
@@ -98,7 +80,8 @@ absl::StatusOr<std::string> StringLiteral(std::string_view s, size_t* i, int lin
         if (r.ec != std::errc() || r.ptr != s.data() + p + 1 + n) {
           return Error(line, "bad escape in a string");
         }
-        Utf8(cp, &out);
+        if (cp > 0x10FFFF) return Error(line, "escape beyond U+10FFFF in a string");
+        utf8::AppendCodePoint(cp, &out);
         p += n;
         break;
       }
