@@ -1,5 +1,6 @@
 #include "server/image_decoder.h"
 
+#include <atomic>
 #include <exception>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -167,11 +168,24 @@ absl::StatusOr<RgbImage> ImageDecoder::Decode(absl::string_view data) const {
 }
 
 absl::StatusOr<std::vector<RgbImage>> ImageDecoder::DecodeAll(
-    const std::vector<absl::string_view>& blobs) {
+    const std::vector<absl::string_view>& blobs,
+    const std::function<absl::Status()>& cancel_status) {
   std::vector<absl::StatusOr<RgbImage>> results(blobs.size());
+  std::atomic<bool> stopped{false};
   ParallelFor(pool_.get(), static_cast<int64_t>(blobs.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) results[i] = Decode(blobs[i]);
+    for (int64_t i = begin; i < end; ++i) {
+      if (stopped.load() || (cancel_status && !cancel_status().ok())) {
+        stopped.store(true);
+        results[i] = absl::CancelledError("not decoded");
+        continue;
+      }
+      results[i] = Decode(blobs[i]);
+    }
   });
+  if (stopped.load()) {
+    absl::Status why = cancel_status();
+    return why.ok() ? absl::CancelledError("request cancelled while decoding images") : why;
+  }
   std::vector<RgbImage> images;
   images.reserve(blobs.size());
   for (size_t i = 0; i < results.size(); ++i) {

@@ -14,6 +14,7 @@
 #define VISMOE_SERVER_IMAGE_DECODER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,14 @@ class ImageDecoder {
   absl::StatusOr<RgbImage> Decode(absl::string_view data) const;
 
   // Decodes all images in parallel on the pool; the first error (in input
-  // order) is returned, prefixed with "image <i>: ".
-  absl::StatusOr<std::vector<RgbImage>> DecodeAll(const std::vector<absl::string_view>& blobs);
+  // order) is returned, prefixed with "image <i>: ". `cancel_status`
+  // (optional, called from the pool's threads) is asked before each image:
+  // once it is not OK no further image starts and it is returned as is. One
+  // image's decode is not interrupted: the limits above bound it (a 4096x4096
+  // JPEG of 64 scans: ~0.4 s on a 2-core Zen 4).
+  absl::StatusOr<std::vector<RgbImage>> DecodeAll(
+      const std::vector<absl::string_view>& blobs,
+      const std::function<absl::Status()>& cancel_status = {});
 
   // Cheap checks without decoding: size, header pixel and JPEG scan limits.
   absl::Status CheckLimits(absl::string_view data) const;

@@ -33,21 +33,82 @@ absl::string_view ToView(const grpc::string_ref& s) {
   return absl::string_view(s.data(), s.size());
 }
 
-// One Generate call. Lives from Generate() until gRPC calls OnDone() and no
-// callback is still running on another thread (refs_): gRPC may run OnDone,
+// One Generate call. Lives from CreateReactor() until gRPC calls OnDone() and
+// no callback is still running on another thread (refs_): gRPC may run OnDone,
 // and so the delete, on its own thread as soon as Finish is called, while
 // the thread that made Finish possible is still leaving its callback (still
 // inside mu_.Unlock(): absl::Mutex may touch its word after another thread
 // has acquired it). The scheduler job refers to the reactor only until its
 // on_done callback, after which this reactor calls Finish (never before).
 // Owns the parsed request, which the validated request's image views borrow.
-class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+//
+// Reads come first and never overlap the writes: the request message, then
+// the half-close (a second message instead is INVALID_ARGUMENT); only then is
+// the job submitted, and from then on the stream only writes.
+class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  GenerateReactor(grpc::CallbackServerContext* context, ServerMetrics* metrics)
-      : context_(context), metrics_(metrics), received_(Clock::now()) {}
+  GenerateReactor(grpc::CallbackServerContext* context, const InferenceServiceImpl* service,
+                  ServerMetrics* metrics)
+      : context_(context),
+        service_(service),
+        metrics_(metrics),
+        received_(Clock::now()),
+        request_id_(NewRequestId()) {}
 
-  v1::GenerateRequest* mutable_request() { return &request_; }
-  void set_request_id(std::string id) { request_id_ = std::move(id); }
+  // Authenticates, then reads the request. Called once, by CreateReactor.
+  void Begin() {
+    if (absl::Status auth = service_->Authenticate(*context_); !auth.ok()) {
+      FinishEarly(auth);
+      return;
+    }
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    ScopedRef ref(this);
+    if (!have_request_) {
+      OnRequestRead(ok);
+    } else if (ok) {
+      FinishEarly(absl::InvalidArgumentError(
+          "Generate takes exactly one request message; the client sent a second one"));
+    } else {
+      OnHalfClose();
+    }
+  }
+
+ private:
+  void OnRequestRead(bool ok) {
+    if (!ok) {
+      absl::Status cancel = CancelStatus();
+      FinishEarly(!cancel.ok() ? cancel
+                               : absl::InvalidArgumentError(
+                                     "Generate takes one request message; the stream ended "
+                                     "without one"));
+      return;
+    }
+    have_request_ = true;
+    absl::Status parsed = ParseRequestBytes(read_, &request_);
+    read_.Clear();
+    if (!parsed.ok()) {
+      FinishEarly(parsed);
+      return;
+    }
+    if (IsLoggableRequestId(request_.request_id())) request_id_ = request_.request_id();
+    StartRead(&read_);  // the half-close, or a second message
+  }
+
+  void OnHalfClose() {
+    if (absl::Status cancel = CancelStatus(); !cancel.ok()) {
+      FinishEarly(cancel);
+      return;
+    }
+    InferenceServiceImpl::Backend backend;
+    if (!service_->GetBackend(&backend)) {
+      FinishEarly(absl::UnavailableError("model is loading; retry later"));
+      return;
+    }
+    Start(backend);
+  }
 
   // Either submits the job or finishes the call with an error.
   void Start(const ServingBackend& backend) {
@@ -67,6 +128,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     if (!submitted.ok()) FinishEarly(submitted);
   }
 
+ public:
   void FinishEarly(const absl::Status& status) {
     Record(status, nullptr);
     Finish(ToGrpcStatus(status));
@@ -193,7 +255,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   }
 
   grpc::CallbackServerContext* const context_;
+  const InferenceServiceImpl* const service_;
   v1::GenerateRequest request_;
+  grpc::ByteBuffer read_;      // owned by gRPC while a read is in flight
+  bool have_request_ = false;  // reads are sequential: no lock needed
   ServerMetrics* const metrics_;
   const Clock::time_point received_;
   std::string request_id_;
@@ -273,28 +338,13 @@ absl::Status InferenceServiceImpl::Authenticate(const grpc::CallbackServerContex
       "missing or wrong API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>'");
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceServiceImpl::Generate(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  auto* reactor = new GenerateReactor(context, metrics_);
-  reactor->set_request_id(NewRequestId());
-  absl::Status auth = Authenticate(*context);
-  if (!auth.ok()) {
-    reactor->FinishEarly(auth);
-    return reactor;
+grpc::ServerGenericBidiReactor* GenerateService::CreateReactor(
+    grpc::GenericCallbackServerContext* ctx) {
+  if (ctx->method() != InferenceServiceImpl::kGenerateMethod) {
+    return CallbackGenericService::CreateReactor(ctx);  // UNIMPLEMENTED
   }
-  absl::Status parsed = ParseRequestBytes(*request, reactor->mutable_request());
-  if (!parsed.ok()) {
-    reactor->FinishEarly(parsed);
-    return reactor;
-  }
-  const std::string& id = reactor->mutable_request()->request_id();
-  if (IsLoggableRequestId(id)) reactor->set_request_id(id);
-  Backend backend;
-  if (!GetBackend(&backend)) {
-    reactor->FinishEarly(absl::UnavailableError("model is loading; retry later"));
-    return reactor;
-  }
-  reactor->Start(backend);
+  auto* reactor = new GenerateReactor(ctx, service_, service_->metrics());
+  reactor->Begin();
   return reactor;
 }
 

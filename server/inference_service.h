@@ -8,6 +8,13 @@
 // one, so a slow reader never blocks the engine and memory stays bounded by
 // the request's own output.
 //
+// Generate is served through a generic callback service (generate_service()),
+// as a bidi stream on the wire: gRPC's server-streaming handler reads one
+// message and silently drops any other, while a request must be exactly one
+// message followed by the client's half-close. A second message is
+// INVALID_ARGUMENT and nothing is started; the work starts at the half-close,
+// which standard clients send with the message itself.
+//
 // Until Attach() is called (the model is loading) every call gets
 // UNAVAILABLE "model is loading".
 //
@@ -30,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "server/image_decoder.h"
 #include "server/request_validator.h"
@@ -43,8 +51,21 @@ class ServerMetrics;
 
 namespace vismoe::server {
 
-using RawInferenceService = v1::InferenceService::WithRawCallbackMethod_Generate<
+using RawInferenceService = v1::InferenceService::WithGenericMethod_Generate<
     v1::InferenceService::WithRawCallbackMethod_GetModelInfo<v1::InferenceService::Service>>;
+
+class InferenceServiceImpl;
+
+// Serves every method gRPC has no registered handler for: Generate (see
+// InferenceServiceImpl), and UNIMPLEMENTED for any other name.
+class GenerateService final : public grpc::CallbackGenericService {
+ public:
+  explicit GenerateService(InferenceServiceImpl* service) : service_(service) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override;
+
+ private:
+  InferenceServiceImpl* const service_;
+};
 
 class InferenceServiceImpl final : public RawInferenceService {
  public:
@@ -64,10 +85,11 @@ class InferenceServiceImpl final : public RawInferenceService {
   // REQUIRES: every pointer of `backend` non-null. Called once.
   void Attach(const Backend& backend);
 
-  // `request`: a serialized v1::GenerateRequest; the stream carries
-  // serialized v1::GenerateResponse messages.
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
-                                                       const grpc::ByteBuffer* request) override;
+  // The handler of Generate, for ServerBuilder::RegisterCallbackGenericService.
+  // Its stream takes one serialized v1::GenerateRequest and carries serialized
+  // v1::GenerateResponse messages back.
+  grpc::CallbackGenericService* generate_service() { return &generate_service_; }
+  static constexpr char kGenerateMethod[] = "/vismoe.v1.InferenceService/Generate";
   // `request`: a serialized v1::GetModelInfoRequest; `response` receives a
   // serialized v1::ModelInfo.
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
@@ -78,20 +100,21 @@ class InferenceServiceImpl final : public RawInferenceService {
   // metadata lacks it ("authorization: Bearer <key>" or "x-api-key: <key>").
   absl::Status Authenticate(const grpc::CallbackServerContext& context) const;
 
- private:
   // Returns false while the model is loading.
   bool GetBackend(Backend* backend) const;
+  ServerMetrics* metrics() const { return metrics_; }
+
+ private:
   // The ModelInfo reply, or why there is none (auth, loading, bad request).
   absl::StatusOr<v1::ModelInfo> ModelInfoFor(const grpc::CallbackServerContext& context,
                                              const grpc::ByteBuffer& request) const;
 
   const Options options_;
   ServerMetrics* const metrics_;
+  GenerateService generate_service_{this};
   mutable absl::Mutex mu_;
   Backend backend_ ABSL_GUARDED_BY(mu_);
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
-
-  friend class GenerateReactor;
 };
 
 // Converts the engine result into the final stream message.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/commit_miss_policy.h"  // kMaxOwaAlpha
+#include "engine/core/status_macros.h"
 #include "server/policy_names.h"
 
 namespace vismoe::server {
@@ -223,12 +224,13 @@ absl::StatusOr<ValidatedRequest> RequestValidator::Validate(
 }
 
 absl::StatusOr<std::unique_ptr<PreparedRequest>> RequestValidator::Complete(
-    ValidatedRequest validated, ImageDecoder& decoder, Engine& engine,
-    double* decode_seconds) const {
+    ValidatedRequest validated, ImageDecoder& decoder, Engine& engine, double* decode_seconds,
+    const std::function<absl::Status()>& cancel_status) const {
   GenerateRequest req = std::move(validated.request);
   if (!validated.image_data.empty()) {
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<RgbImage>> images = decoder.DecodeAll(validated.image_data);
+    absl::StatusOr<std::vector<RgbImage>> images =
+        decoder.DecodeAll(validated.image_data, cancel_status);
     if (decode_seconds != nullptr) {
       *decode_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -236,6 +238,7 @@ absl::StatusOr<std::unique_ptr<PreparedRequest>> RequestValidator::Complete(
     if (!images.ok()) return images.status();
     req.images = std::move(*images);
   }
+  if (cancel_status) VISMOE_RETURN_IF_ERROR(cancel_status());
   absl::StatusOr<std::unique_ptr<PreparedRequest>> prepared = engine.Prepare(req);
   if (!prepared.ok()) return prepared.status();
   const int prompt_tokens = (*prepared)->prompt_tokens();

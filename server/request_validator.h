@@ -15,6 +15,7 @@
 #define VISMOE_SERVER_REQUEST_VALIDATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,10 +67,11 @@ class RequestValidator {
 
   // Decodes the images, prepares the request on `engine` and checks the
   // prompt length. `decode_seconds` (optional) receives the wall time spent
-  // decoding.
-  absl::StatusOr<std::unique_ptr<PreparedRequest>> Complete(ValidatedRequest validated,
-                                                            ImageDecoder& decoder, Engine& engine,
-                                                            double* decode_seconds) const;
+  // decoding. `cancel_status` (optional) is polled before each image and
+  // before Engine::Prepare; a non-OK answer is returned at once.
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> Complete(
+      ValidatedRequest validated, ImageDecoder& decoder, Engine& engine, double* decode_seconds,
+      const std::function<absl::Status()>& cancel_status = {}) const;
 
   const Options& options() const { return options_; }
 

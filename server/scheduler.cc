@@ -137,7 +137,8 @@ bool Scheduler::Prepare(Queued& item) {
     job.on_done(cancelled, item.queue_seconds);
     return false;
   }
-  absl::StatusOr<std::unique_ptr<PreparedRequest>> request = job.prepare();
+  absl::StatusOr<std::unique_ptr<PreparedRequest>> request =
+      job.prepare([this, &job] { return CancelStatus(job); });
   if (!request.ok()) {
     job.on_done(request.status(), item.queue_seconds);
     return false;

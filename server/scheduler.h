@@ -46,8 +46,12 @@ namespace vismoe::server {
 // One request as the scheduler sees it. Callbacks run on a worker thread.
 struct SchedulerJob {
   // Builds the engine's prepared request (decodes images, Engine::Prepare,
-  // checks the prompt length).
-  std::function<absl::StatusOr<std::unique_ptr<PreparedRequest>>()> prepare;
+  // checks the prompt length). `cancel_status` is the scheduler's view of
+  // cancel_status (shutdown included): prepare stops at its next check (each
+  // image, and before Engine::Prepare) and returns it.
+  std::function<absl::StatusOr<std::unique_ptr<PreparedRequest>>(
+      const std::function<absl::Status()>& cancel_status)>
+      prepare;
   // Each streamed piece of output; return false to cancel.
   std::function<bool(const TokenDelta&)> on_delta;
   // OK while the caller still wants the result; else why not (Cancelled,

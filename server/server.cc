@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<VismoeServer>> VismoeServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(s->service_.get());
+  builder.RegisterCallbackGenericService(s->service_->generate_service());
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(

@@ -30,11 +30,12 @@ std::unique_ptr<SchedulerJob> NewSchedulerJob(const ServingBackend& backend,
   auto job = std::make_unique<SchedulerJob>();
   job->text_only = validated.image_data.empty();
   auto shared = std::make_shared<ValidatedRequest>(std::move(validated));
-  job->prepare = [backend, shared, metrics]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
+  job->prepare = [backend, shared, metrics](const std::function<absl::Status()>& cancel_status)
+      -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
     double decode_seconds = 0;
     const bool has_images = !shared->image_data.empty();
     absl::StatusOr<std::unique_ptr<PreparedRequest>> r = backend.validator->Complete(
-        std::move(*shared), *backend.decoder, *backend.engine, &decode_seconds);
+        std::move(*shared), *backend.decoder, *backend.engine, &decode_seconds, cancel_status);
     if (metrics != nullptr && has_images) metrics->ObserveImageDecode(decode_seconds);
     return r;
   };

@@ -1,5 +1,6 @@
 #include "server/image_decoder.h"
 
+#include <atomic>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <string>
@@ -300,6 +301,26 @@ TEST(ImageDecoderTest, DecodeAllKeepsOrderAndReportsFirstError) {
   all = decoder->DecodeAll(views);
   ASSERT_FALSE(all.ok());
   EXPECT_THAT(std::string(all.status().message()), HasSubstr("image 3: "));
+}
+
+// A request cancelled while its images decode starts no further image and
+// gets its cancellation back (#37, item 2): here the corrupt second image is
+// never decoded, so its error cannot be the answer.
+TEST(ImageDecoderTest, DecodeAllStopsWhenCancelled) {
+  auto decoder = MakeDecoder(1 << 20, 1 << 20, 1);  // one thread: images in order
+  const std::string png = EncodeMat(".png", cv::Mat(4, 4, CV_8UC3, cv::Scalar::all(9)));
+  std::vector<absl::string_view> views = {png, "garbage", png};
+  std::atomic<int> asked{0};
+  auto cancel_after_first = [&]() -> absl::Status {
+    return asked.fetch_add(1) == 0 ? absl::OkStatus()
+                                   : absl::DeadlineExceededError("request deadline exceeded");
+  };
+  absl::StatusOr<std::vector<RgbImage>> all = decoder->DecodeAll(views, cancel_after_first);
+  EXPECT_EQ(all.status().code(), absl::StatusCode::kDeadlineExceeded) << all.status();
+  EXPECT_EQ(all.status().message(), "request deadline exceeded");
+  // Without cancellation the same images report the corrupt one.
+  all = decoder->DecodeAll(views, [] { return absl::OkStatus(); });
+  EXPECT_THAT(std::string(all.status().message()), HasSubstr("image 1: "));
 }
 
 }  // namespace

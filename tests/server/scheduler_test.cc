@@ -36,7 +36,8 @@ std::unique_ptr<SchedulerJob> MakeJob(Outcome* out, int max_new_tokens,
                                       absl::Status prepare_status = absl::OkStatus(),
                                       std::function<void()> during_prepare = nullptr) {
   auto job = std::make_unique<SchedulerJob>();
-  job->prepare = [=]() -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
+  job->prepare = [=](const std::function<absl::Status()>& /*cancel_status*/)
+      -> absl::StatusOr<std::unique_ptr<PreparedRequest>> {
     if (during_prepare) during_prepare();
     if (!prepare_status.ok()) return prepare_status;
     GenerateRequest r;

@@ -187,10 +187,13 @@ int64_t PeakRss(pid_t pid) {
 
 // A request over --max_message_bytes (gRPC's receive limit is set to the same
 // value) is refused with RESOURCE_EXHAUSTED and the server keeps serving.
-// Not yet true: that it is refused before being buffered. gRPC 1.51 reads the
-// whole message first (peak RSS +201 MB for the 192 MiB sent here, 2026-11-27);
-// the growth is recorded as the test's `peak_rss_growth_bytes` property
-// (issue #37, item 6).
+// Not true, and out of our reach with Debian's gRPC 1.51: that it is refused
+// before being buffered. Its chttp2 deframer (frame_data.cc,
+// grpc_deframe_unprocessed_incoming_frames) waits for the whole length-prefixed
+// message and has flow control open the window for it, and the message-size
+// filter sees only the assembled message; no server API sees the prefix (peak
+// RSS +201 MB for the 192 MiB sent here, 2026-11-27). The growth is recorded
+// as the test's `peak_rss_growth_bytes` property (issue #37, item 6).
 TEST(ServerBinaryE2eTest, OversizedRequestIsRefused) {
   ASSERT_EQ(access(ServerBinary().c_str(), X_OK), 0)
       << ServerBinary() << " is missing: build the vismoe-server target";

@@ -390,6 +390,41 @@ TEST_F(ServerE2eTest, UnparsableBodiesAreInvalidArgumentAndCounted) {
   EXPECT_TRUE(RunGenerate(*stub_, TextRequest("Still there?", 2)).status.ok());
 }
 
+// Generate is one request message and the client's half-close (#37, item 6):
+// a second message is INVALID_ARGUMENT and nothing runs; a stream with no
+// message is refused too; one message over a raw stream is served as usual,
+// and a method the service lacks is UNIMPLEMENTED.
+TEST_F(ServerE2eTest, GenerateTakesExactlyOneRequestMessage) {
+  const std::string kGenerate = "/vismoe.v1.InferenceService/Generate";
+  const std::string one = TextRequest("hello there", 2).SerializeAsString();
+  const std::string other = TextRequest("something else", 50).SerializeAsString();
+  const std::string series = "vismoe_requests_total{api=\"grpc\",status=\"ok\"}";
+  const double ok_before = SeriesValue(server_->metrics()->Serialize(), series);
+
+  vismoe::testing::RawStreamResult two =
+      vismoe::testing::RawStreamCall(server_->port(), kGenerate, {one, other});
+  EXPECT_EQ(two.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(two.status.error_message(), HasSubstr("exactly one request message"));
+  EXPECT_EQ(two.responses, 0);
+
+  vismoe::testing::RawStreamResult none =
+      vismoe::testing::RawStreamCall(server_->port(), kGenerate, {});
+  EXPECT_EQ(none.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(none.status.error_message(), HasSubstr("without one"));
+  WaitIdle();
+  EXPECT_EQ(SeriesValue(server_->metrics()->Serialize(), series), ok_before);
+
+  vismoe::testing::RawStreamResult single =
+      vismoe::testing::RawStreamCall(server_->port(), kGenerate, {one});
+  EXPECT_TRUE(single.status.ok()) << single.status.error_message();
+  EXPECT_GE(single.responses, 2);  // at least one delta and the final result
+  EXPECT_EQ(SeriesValue(server_->metrics()->Serialize(), series), ok_before + 1);
+
+  vismoe::testing::RawStreamResult unknown =
+      vismoe::testing::RawStreamCall(server_->port(), "/vismoe.v1.InferenceService/Nope", {one});
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
 // request_id reaches the logs: only printable ASCII is accepted, so newlines
 // and escape sequences cannot forge or corrupt log lines.
 TEST_F(ServerE2eTest, RequestIdsMustBePrintableAscii) {

@@ -198,6 +198,62 @@ inline std::string ReflectionListServicesRaw(int port) {
   return bytes;
 }
 
+// What a raw streaming call got back.
+struct RawStreamResult {
+  grpc::Status status;
+  int responses = 0;
+};
+
+// Opens `method` as a raw stream, writes each of `bodies` in turn, half-closes
+// and reads until the server ends the call. One operation is outstanding at a
+// time; writes the server refused (it finished early) are not an error here.
+inline RawStreamResult RawStreamCall(int port, const std::string& method,
+                                     const std::vector<std::string>& bodies) {
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, method, &cq);
+  intptr_t next_tag = 1;
+  auto step = [&] {
+    const intptr_t want = next_tag++;
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), want);
+    return ok;
+  };
+  auto tag = [&] { return reinterpret_cast<void*>(next_tag); };
+  RawStreamResult result;
+  call->StartCall(tag());
+  if (step()) {
+    for (const std::string& body : bodies) {
+      grpc::Slice slice(body);
+      grpc::ByteBuffer request(&slice, 1);
+      call->Write(request, tag());
+      if (!step()) break;
+    }
+    call->WritesDone(tag());
+    step();
+    grpc::ByteBuffer response;
+    for (;;) {
+      call->Read(&response, tag());
+      if (!step()) break;
+      ++result.responses;
+    }
+  }
+  call->Finish(&result.status, tag());
+  step();
+  cq.Shutdown();
+  void* ignored_tag = nullptr;
+  bool ignored_ok = false;
+  while (cq.Next(&ignored_tag, &ignored_ok)) {
+  }
+  return result;
+}
+
 }  // namespace vismoe::testing
 
 #endif  // VISMOE_TESTS_SERVER_SERVER_TEST_UTIL_H_
