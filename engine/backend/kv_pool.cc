@@ -5,19 +5,21 @@
 namespace vismoe {
 
 KvPool::KvPool(int num_layers, int64_t total_blocks, int64_t block_tokens, int64_t row_elems,
-               NoHostRows)
+               NoHostRows, int planes)
     : num_layers_(num_layers),
       total_blocks_(total_blocks),
       block_tokens_(block_tokens),
-      row_elems_(row_elems) {
+      row_elems_(row_elems),
+      planes_(planes) {
   free_.reserve(static_cast<size_t>(total_blocks));
   for (int64_t b = total_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
 
-KvPool::KvPool(int num_layers, int64_t total_blocks, int64_t block_tokens, int64_t row_elems)
-    : KvPool(num_layers, total_blocks, block_tokens, row_elems, NoHostRows{}) {
+KvPool::KvPool(int num_layers, int64_t total_blocks, int64_t block_tokens, int64_t row_elems,
+               int planes)
+    : KvPool(num_layers, total_blocks, block_tokens, row_elems, NoHostRows{}, planes) {
   // Default-initialised (not zeroed): pages cost memory only once written.
-  rows_.reset(new float[static_cast<size_t>(2 * num_layers * total_blocks * block_elems())]);
+  rows_.reset(new float[static_cast<size_t>(planes * num_layers * total_blocks * block_elems())]);
 }
 
 int64_t KvPool::free_blocks() const {
@@ -46,7 +48,7 @@ void KvPool::Free(absl::Span<const int32_t> blocks) {
 }
 
 int64_t KvPool::block_bytes() const {
-  return 2 * int64_t{num_layers_} * block_elems() * static_cast<int64_t>(sizeof(float));
+  return planes_ * int64_t{num_layers_} * block_elems() * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace vismoe

@@ -174,8 +174,8 @@ absl::StatusOr<CalibrationReport> RunCalibration(const CalibratorOptions& option
   }
 
   // Eq. 10's valid interval, checked before hours of tracing.
-  const int64_t kv_bytes = 2 * static_cast<int64_t>(text.num_hidden_layers) *
-                           options.max_context_tokens * text.num_key_value_heads * text.head_dim *
+  const int64_t kv_bytes = int64_t{text.KvPlanes()} * text.num_hidden_layers *
+                           options.max_context_tokens * text.KvRowElems() *
                            static_cast<int64_t>(sizeof(float));  // = KvCache::bytes()
   MemoryPlanOptions po;
   po.budget_bytes = options.budget_bytes;

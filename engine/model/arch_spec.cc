@@ -38,6 +38,10 @@ constexpr FamilyRow kFamilies[] = {
     {"phimoe", ModelFamily::kPhimoe, "model.", "", ExpertStorage::kPerExpert, false,
      QkNormScope::kNone, "block_sparse_moe.", "w1.weight", "w3.weight", "w2.weight",
      NormKind::kLayerNorm, RouterKind::kSparseMixer},
+    {"deepseek_v2", ModelFamily::kDeepseekV2, "model.", "", ExpertStorage::kPerExpert, false,
+     QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSoftmax},
+    {"deepseek_v3", ModelFamily::kDeepseekV3, "model.", "", ExpertStorage::kPerExpert, false,
+     QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSigmoid},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -101,8 +105,8 @@ class SpecList {
   void Ones(std::string name, Shape shape, WeightRole role, int layer = -1) {
     Add(std::move(name), std::move(shape), role, layer, Init::kOnes);
   }
-  void Zeros(std::string name, Shape shape, WeightRole role, int layer) {
-    Add(std::move(name), std::move(shape), role, layer, Init::kZeros);
+  TensorSpec& Zeros(std::string name, Shape shape, WeightRole role, int layer) {
+    return Add(std::move(name), std::move(shape), role, layer, Init::kZeros);
   }
   std::vector<TensorSpec> Take() { return std::move(specs_); }
 
@@ -110,10 +114,33 @@ class SpecList {
   std::vector<TensorSpec> specs_;
 };
 
+// DeepSeek's multi-head latent attention (TextConfig::Mla).
+void AddLatentAttention(const TextConfig& c, const std::string& ap, int l, SpecList* out) {
+  using R = WeightRole;
+  const TextConfig::Mla& m = *c.mla;
+  const int64_t h = c.hidden_size, nh = c.num_attention_heads;
+  const int64_t r = m.kv_lora_rank, dr = m.qk_rope_head_dim;
+  if (m.q_lora_rank > 0) {
+    out->Add(ap + "q_a_proj.weight", {m.q_lora_rank, h}, R::kQA, l);
+    if (c.attention_bias) out->Add(ap + "q_a_proj.bias", {m.q_lora_rank}, R::kQABias, l);
+    out->Ones(ap + "q_a_layernorm.weight", {m.q_lora_rank}, R::kQANorm, l);
+    out->Add(ap + "q_b_proj.weight", {nh * m.qk_head_dim(), m.q_lora_rank}, R::kQ, l);
+  } else {
+    out->Add(ap + "q_proj.weight", {nh * m.qk_head_dim(), h}, R::kQ, l);
+  }
+  out->Add(ap + "kv_a_proj_with_mqa.weight", {r + dr, h}, R::kKvA, l);
+  if (c.attention_bias) out->Add(ap + "kv_a_proj_with_mqa.bias", {r + dr}, R::kKvABias, l);
+  out->Ones(ap + "kv_a_layernorm.weight", {r}, R::kKvANorm, l);
+  out->Add(ap + "kv_b_proj.weight", {nh * (m.qk_nope_head_dim + m.v_head_dim), r}, R::kKvB, l);
+  out->Add(ap + "o_proj.weight", {h, nh * m.v_head_dim}, R::kO, l);
+  if (c.attention_bias) out->Add(ap + "o_proj.bias", {h}, R::kOBias, l);
+}
+
 void AddAttention(const ArchSpec& spec, const TextConfig& c, const std::string& lp, int l,
                   SpecList* out) {
   using R = WeightRole;
   const std::string ap = lp + "self_attn.";
+  if (c.mla.has_value()) return AddLatentAttention(c, ap, l, out);
   const int64_t h = c.hidden_size, hd = c.head_dim;
   const int64_t qd = int64_t{c.num_attention_heads} * hd, kvd = int64_t{c.num_key_value_heads} * hd;
   out->Add(ap + "q_proj.weight", {qd, h}, R::kQ, l);
@@ -181,7 +208,18 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
       continue;
     }
     out->Add(spec.experts.RouterName(l), {c.num_experts, h}, R::kRouter, l);
+    if (spec.router == RouterKind::kDeepseekSigmoid) {
+      out->Zeros(lp + "mlp.gate.e_score_correction_bias", {c.num_experts}, R::kRouterBias, l)
+          .dtype = DType::kF32;
+    }
     AddExperts(spec, c, l, out);
+    if (c.n_shared_experts > 0) {
+      const int64_t si = int64_t{c.n_shared_experts} * c.moe_intermediate_size;
+      const std::string sp = lp + "mlp.shared_experts.";
+      out->Add(sp + "gate_proj.weight", {si, h}, R::kSharedGate, l);
+      out->Add(sp + "up_proj.weight", {si, h}, R::kSharedUp, l);
+      out->Add(sp + "down_proj.weight", {h, si}, R::kSharedDown, l);
+    }
   }
 }
 

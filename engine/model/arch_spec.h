@@ -29,6 +29,14 @@
 //                 attention and lm_head biases, the sparsemixer router
 //                 (RouterKind::kSparseMixer, top-2), LongRoPE
 //                 (TextConfig::longrope).
+//   deepseek_v2   DeepSeek-V2 text: multi-head latent attention
+//                 (TextConfig::mla: q_proj or q_a_proj + q_a_layernorm +
+//                 q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj),
+//                 experts one tensor each under "mlp.", shared experts
+//                 (mlp.shared_experts.{gate,up,down}_proj), dense first
+//                 layers, softmax routing (RouterKind::kDeepseekSoftmax).
+//   deepseek_v3   DeepSeek-V3 text: as deepseek_v2, with sigmoid routing and
+//                 mlp.gate.e_score_correction_bias (kDeepseekSigmoid).
 // Layer kinds come from the config: a decoder layer is MoE unless it is in
 // mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
 //
@@ -48,16 +56,26 @@
 
 namespace vismoe {
 
-enum class ModelFamily { kQwen3VlMoe, kQwen3Moe, kOlmoe, kMixtral, kPhimoe };
+enum class ModelFamily {
+  kQwen3VlMoe,
+  kQwen3Moe,
+  kOlmoe,
+  kMixtral,
+  kPhimoe,
+  kDeepseekV2,
+  kDeepseekV3
+};
 
 // The decoder's norms: RMSNorm with a weight, or LayerNorm with weight and
 // bias (torch.nn.LayerNorm over the hidden size, eps = rms_norm_eps).
 enum class NormKind { kRms, kLayerNorm };
 
 // How a MoE layer's router turns logits into experts and combine weights:
-// softmax then top-k (renormalised per ArchSpec::renormalize_topk), or
-// PhiMoE's sparsemixer (two masked-softmax picks, engine/ops/cpu/moe.h).
-enum class RouterKind { kSoftmaxTopK, kSparseMixer };
+// softmax then top-k (renormalised per ArchSpec::renormalize_topk), PhiMoE's
+// sparsemixer (two masked-softmax picks, engine/ops/cpu/moe.h), DeepSeek-V2's
+// softmax top-k (optionally group-limited, times routed_scaling_factor) or
+// DeepSeek-V3's sigmoid with a selection bias (engine/ops/cpu/moe.h).
+enum class RouterKind { kSoftmaxTopK, kSparseMixer, kDeepseekSoftmax, kDeepseekSigmoid };
 
 // What q_norm / k_norm normalise: each head's head_dim values (Qwen3), the
 // whole projection of a row, all heads together (OLMoE), or nothing: the
@@ -77,6 +95,10 @@ enum class WeightRole {
   // Per decoder layer (TensorSpec::layer).
   kInputNorm, kPostNorm, kInputNormBias, kPostNormBias, kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,
   kRouter,                              // MoE layers
+  // Multi-head latent attention (TextConfig::mla); kQ is q_proj or q_b_proj.
+  kQA, kQABias, kQANorm, kKvA, kKvABias, kKvANorm, kKvB,
+  kSharedGate, kSharedUp, kSharedDown,  // shared experts (DeepSeek MoE layers)
+  kRouterBias,                          // DeepSeek-V3's e_score_correction_bias [E]
   kMlpGate, kMlpUp, kMlpDown,           // dense (mlp_only) layers
   kExpertsGateUp, kExpertsDown,         // routed experts, kFused (all experts of a layer)
   kExpertGate, kExpertUp, kExpertDown,  // routed experts, kPerExpert (one expert)

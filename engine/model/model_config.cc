@@ -109,6 +109,53 @@ absl::Status Inconsistent(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("config.json: inconsistent config: ", what));
 }
 
+// rope_type "yarn": `r` reads the text config, `rr` its rope object.
+absl::Status ParseYarn(const FieldReader& r, const FieldReader& rr, TextConfig* t) {
+  TextConfig::Yarn y;
+  int max_pos = 0;
+  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &max_pos, false, 1));
+  // transformers 5 fills original_max_position_embeddings in from
+  // max_position_embeddings for a legacy rope_scaling without it.
+  y.original_max_position_embeddings = max_pos;
+  VISMOE_RETURN_IF_ERROR(
+      rr.Int("original_max_position_embeddings", &y.original_max_position_embeddings, false, 1));
+  if (y.original_max_position_embeddings <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: required field '",
+                                                   rr.Path("original_max_position_embeddings"),
+                                                   "' is missing (yarn)"));
+  }
+  y.factor = static_cast<double>(max_pos) / y.original_max_position_embeddings;
+  VISMOE_RETURN_IF_ERROR(rr.Double("factor", &y.factor, false));
+  VISMOE_RETURN_IF_ERROR(rr.Double("mscale", &y.mscale, false));
+  VISMOE_RETURN_IF_ERROR(rr.Double("mscale_all_dim", &y.mscale_all_dim, false));
+  // transformers: `beta_fast or 32`, so 0 means the default too.
+  VISMOE_RETURN_IF_ERROR(rr.Double("beta_fast", &y.beta_fast, false));
+  VISMOE_RETURN_IF_ERROR(rr.Double("beta_slow", &y.beta_slow, false));
+  if (y.beta_fast == 0) y.beta_fast = 32;
+  if (y.beta_slow == 0) y.beta_slow = 1;
+  if (rr.Has("attention_factor")) {
+    double a = 0;
+    VISMOE_RETURN_IF_ERROR(rr.Double("attention_factor", &a, true));
+    y.attention_factor = a;
+  }
+  VISMOE_RETURN_IF_ERROR(rr.Bool("truncate", &y.truncate, false));
+  for (const auto& [name, v] : {std::pair{"factor", y.factor}, std::pair{"beta_fast", y.beta_fast},
+                                std::pair{"beta_slow", y.beta_slow}}) {
+    if (!(v > 0) || !std::isfinite(v)) {
+      return Inconsistent(absl::StrCat(rr.Path(name), " must be a positive number"));
+    }
+  }
+  for (const auto& [name, v] :
+       {std::pair{"mscale", y.mscale}, std::pair{"mscale_all_dim", y.mscale_all_dim},
+        std::pair{"attention_factor", y.attention_factor.value_or(1)}}) {
+    if (!std::isfinite(v) || v < 0 || v > 1e3) {
+      return Inconsistent(absl::StrCat(rr.Path(name), " must be a number in [0, 1000]"));
+    }
+  }
+  t->yarn = y;
+  return absl::OkStatus();
+}
+
 absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t) {
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
@@ -151,6 +198,8 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
         }
       }
       t->longrope = std::move(lr);
+    } else if (type == "yarn") {
+      VISMOE_RETURN_IF_ERROR(ParseYarn(r, rr, t));
     } else if (!type.empty() && type != "default" && type != "mrope") {
       return absl::InvalidArgumentError(absl::StrCat("config.json: ", rr.Path("rope_type"),
                                                      " '", type, "' is not supported"));
@@ -234,6 +283,11 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
   VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
   VISMOE_RETURN_IF_ERROR(ParseRope(tc, prefix, t));
+  if (t->yarn.has_value()) {  // built and checked for DeepSeek only
+    return absl::InvalidArgumentError(
+        "config.json: rope_type 'yarn' is not supported for this model_type (deepseek_v2, "
+        "deepseek_v3)");
+  }
 
   if (t->hidden_act != "silu") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -279,6 +333,96 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
       return Inconsistent(absl::StrCat(prefix, ".mrope_section must have 3 entries summing to ",
                                        "head_dim/2 = ", t->head_dim / 2, " (sum is ", sum, ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// DeepSeek-V2 / V3 text (top level), as transformers 5 reads it: K and V
+// have num_attention_heads heads (num_key_value_heads is ignored, as
+// transformers' MLA does), head_dim is qk_rope_head_dim, V2 never
+// renormalises its top-k and V3 always routes by sigmoid with group limits
+// (topk_method and scoring_func are ignored there, moe_layer_freq by both).
+absl::Status ParseMla(const FieldReader& r, bool v3, TextConfig* t) {
+  TextConfig::Mla m;
+  VISMOE_RETURN_IF_ERROR(r.Int("q_lora_rank", &m.q_lora_rank, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("kv_lora_rank", &m.kv_lora_rank, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("qk_nope_head_dim", &m.qk_nope_head_dim, true, 0));
+  VISMOE_RETURN_IF_ERROR(r.Int("qk_rope_head_dim", &m.qk_rope_head_dim, true, 2));
+  VISMOE_RETURN_IF_ERROR(r.Int("v_head_dim", &m.v_head_dim, true, 1));
+  if (v3) VISMOE_RETURN_IF_ERROR(r.Bool("rope_interleave", &m.rope_interleave, false));
+  if (m.qk_rope_head_dim % 2 != 0) return Inconsistent("qk_rope_head_dim must be even");
+  t->head_dim = m.qk_rope_head_dim;
+  t->num_key_value_heads = t->num_attention_heads;
+  t->mla = m;
+  return absl::OkStatus();
+}
+
+absl::Status ParseDeepseekMoe(const FieldReader& r, bool v3, TextConfig* t) {
+  VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("n_routed_experts", &t->num_experts, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("n_shared_experts", &t->n_shared_experts, false, 0));
+  VISMOE_RETURN_IF_ERROR(r.Int("first_k_dense_replace", &t->first_k_dense_replace, false, 0));
+  VISMOE_RETURN_IF_ERROR(r.Float("routed_scaling_factor", &t->routed_scaling_factor, false));
+  if (!(t->routed_scaling_factor > 0) || !std::isfinite(t->routed_scaling_factor)) {
+    return Inconsistent("routed_scaling_factor must be a positive number");
+  }
+  t->norm_topk_prob = v3;  // DeepseekV3Config's default; V2 never renormalises
+  if (v3) VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
+  std::string method = "greedy";
+  if (!v3) VISMOE_RETURN_IF_ERROR(r.String("topk_method", &method, false));
+  if (method != "greedy" && method != "group_limited_greedy") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: topk_method '", method,
+                     "' is not supported for deepseek_v2 (greedy, group_limited_greedy)"));
+  }
+  t->group_limited = v3 || method == "group_limited_greedy";
+  if (!t->group_limited) return absl::OkStatus();
+  VISMOE_RETURN_IF_ERROR(r.Int("n_group", &t->n_group, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("topk_group", &t->topk_group, true, 1));
+  const int per_group = t->num_experts / t->n_group;
+  if (t->num_experts % t->n_group != 0 || t->topk_group > t->n_group || (v3 && per_group < 2) ||
+      t->num_experts_per_tok > t->topk_group * per_group) {
+    return Inconsistent(
+        absl::StrCat("n_group (", t->n_group, ") must divide n_routed_experts (", t->num_experts,
+                     v3 ? ") into groups of at least 2" : ")", ", topk_group (", t->topk_group,
+                     ") be at most n_group, and the kept groups hold num_experts_per_tok (",
+                     t->num_experts_per_tok, ") experts"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
+  FieldReader r(root, "");
+  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(ParseMla(r, v3, t));
+  VISMOE_RETURN_IF_ERROR(ParseDeepseekMoe(r, v3, t));
+  VISMOE_RETURN_IF_ERROR(
+      r.Int("intermediate_size", &t->intermediate_size, t->first_k_dense_replace > 0, 0));
+  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
+  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
+  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
+  bool mlp_bias = false;
+  VISMOE_RETURN_IF_ERROR(r.Bool("mlp_bias", &mlp_bias, false));
+  if (mlp_bias) {
+    return absl::InvalidArgumentError("config.json: mlp_bias true is not supported (deepseek_v2)");
+  }
+  VISMOE_RETURN_IF_ERROR(ParseRope(root, "", t));
+  if (t->hidden_act != "silu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: hidden_act '", t->hidden_act, "' is not supported (silu)"));
+  }
+  if (t->num_experts_per_tok > t->num_experts) {
+    return Inconsistent(absl::StrCat("num_experts_per_tok (", t->num_experts_per_tok,
+                                     ") exceeds n_routed_experts (", t->num_experts, ")"));
+  }
+  if (t->longrope.has_value() || !t->mrope_section.empty()) {
+    return Inconsistent("deepseek rope_parameters must be default or yarn");
   }
   return absl::OkStatus();
 }
@@ -377,11 +521,39 @@ absl::Status ParseQuantization(const json& q, std::optional<Fp8Config>* out) {
 
 }  // namespace
 
+double YarnMscale(double scale, double m) {
+  return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
+
+double YarnAttentionFactor(const TextConfig::Yarn& y) {
+  if (y.attention_factor.has_value()) return *y.attention_factor;
+  if (y.mscale != 0 && y.mscale_all_dim != 0) {
+    return YarnMscale(y.factor, y.mscale) / YarnMscale(y.factor, y.mscale_all_dim);
+  }
+  return YarnMscale(y.factor, 1.0);
+}
+
 bool TextConfig::IsMoeLayer(int layer) const {
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) {
     return false;
   }
-  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0;
+  return num_experts > 0 && layer >= first_k_dense_replace &&
+         (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t TextConfig::KvRowElems() const {
+  if (mla.has_value()) return int64_t{mla->kv_lora_rank} + mla->qk_rope_head_dim;
+  return int64_t{num_key_value_heads} * head_dim;
+}
+
+double TextConfig::AttentionScale() const {
+  if (!mla.has_value()) return 1.0 / std::sqrt(static_cast<double>(head_dim));
+  double scale = 1.0 / std::sqrt(static_cast<double>(mla->qk_head_dim()));
+  if (yarn.has_value() && yarn->mscale_all_dim != 0) {
+    const double m = YarnMscale(yarn->factor, yarn->mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
@@ -430,10 +602,13 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
       // Its q_norm spans hidden_size values: the whole q projection.
       return Inconsistent("olmoe needs head_dim * num_attention_heads == hidden_size");
     }
+  } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") {
+    VISMOE_RETURN_IF_ERROR(ParseDeepseek(root, c.model_type == "deepseek_v3", &c.text));
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: model_type '", c.model_type,
-                     "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: model_type '", c.model_type,
+        "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, deepseek_v2, "
+        "deepseek_v3)"));
   }
   if (top.Has("quantization_config")) {
     VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text.fp8));

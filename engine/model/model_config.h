@@ -72,12 +72,73 @@ struct TextConfig {
     int original_max_position_embeddings = 0;
   };
   std::optional<LongRope> longrope;
+  // YaRN (rope_type "yarn", DeepSeek-V2/V3), as transformers'
+  // _compute_yarn_parameters: inv_freq blends theta^(-2j/d) and that over
+  // `factor` along a linear ramp between the correction dims of beta_fast and
+  // beta_slow, and cos / sin are scaled by attention_factor (given, or
+  // mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+  // set, else mscale(factor, 1); mscale(s, m) = 0.1 m ln s + 1 for s > 1).
+  struct Yarn {
+    double factor = 1;
+    int original_max_position_embeddings = 0;
+    double beta_fast = 32, beta_slow = 1;
+    double mscale = 0, mscale_all_dim = 0;  // 0: absent
+    std::optional<double> attention_factor;
+    bool truncate = true;
+  };
+  std::optional<Yarn> yarn;
+
+  // DeepSeek-V2/V3 multi-head latent attention (transformers'
+  // DeepseekV2Attention): q from q_proj, or q_a_proj -> RMSNorm -> q_b_proj
+  // when q_lora_rank > 0; kv_a_proj_with_mqa gives a latent of kv_lora_rank
+  // (RMSNorm'd) and one rope key of qk_rope_head_dim shared by the heads;
+  // kv_b_proj expands the latent into each head's nope key and value. The KV
+  // cache keeps the normed latent and the rotated rope key of each token, not
+  // the expanded keys and values. head_dim is qk_rope_head_dim then (the
+  // rotary table's width), num_key_value_heads num_attention_heads.
+  struct Mla {
+    int q_lora_rank = 0;  // 0: one q_proj
+    int kv_lora_rank = 0;
+    int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    // RoPE on pairs (2i, 2i+1) (DeepSeek-V2 always, V3 unless
+    // rope_interleave is false; q . k equals that of V3's de-interleaved
+    // output), else rotate_half.
+    bool rope_interleave = true;
+    int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  };
+  std::optional<Mla> mla;
+
+  // DeepSeek MoE blocks: shared experts (one MLP of n_shared_experts *
+  // moe_intermediate_size, every token, weight 1), the first
+  // first_k_dense_replace layers dense, routed weights times
+  // routed_scaling_factor, and group-limited selection: the experts in
+  // n_group groups, only the topk_group best groups eligible (DeepSeek-V2's
+  // topk_method group_limited_greedy; DeepSeek-V3 always).
+  int n_shared_experts = 0;
+  int first_k_dense_replace = 0;
+  float routed_scaling_factor = 1;
+  int n_group = 1, topk_group = 1;
+  bool group_limited = false;
+
   // Set for an FP8 checkpoint (the top-level quantization_config).
   std::optional<Fp8Config> fp8;
 
   // True when decoder layer `layer` has a sparse MoE block.
   bool IsMoeLayer(int layer) const;
+  // One token's KV cache row of one layer, and how many such planes a layer
+  // keeps: keys and values (2 planes of num_key_value_heads * head_dim), or
+  // MLA's latent and rope key in one plane (kv_lora_rank + qk_rope_head_dim).
+  int64_t KvRowElems() const;
+  int KvPlanes() const { return mla.has_value() ? 1 : 2; }
+  // The attention softmax scale: head_dim^-0.5, or MLA's qk_head_dim^-0.5
+  // times mscale(factor, mscale_all_dim)^2 under YaRN.
+  double AttentionScale() const;
 };
+
+// YaRN's mscale(s, m): 0.1 m ln s + 1 for s > 1, else 1.
+double YarnMscale(double scale, double m);
+// The factor YaRN scales cos and sin by (TextConfig::Yarn).
+double YarnAttentionFactor(const TextConfig::Yarn& yarn);
 
 // The weight block size of an FP8 checkpoint; unset otherwise.
 inline std::optional<QuantBlock> Fp8Block(const TextConfig& c) {
@@ -101,7 +162,8 @@ struct VisionConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe", "mixtral"
+  std::string
+      model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe", "deepseek_v2", ...
   TextConfig text;
   bool has_vision = false;
   VisionConfig vision;

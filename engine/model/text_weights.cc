@@ -45,6 +45,28 @@ TensorView* LayerSlot(DecoderLayerWeights& w, WeightRole role) {
       return &w.up_proj;
     case WeightRole::kMlpDown:
       return &w.down_proj;
+    case WeightRole::kQA:
+      return &w.q_a;
+    case WeightRole::kQABias:
+      return &w.q_a_bias;
+    case WeightRole::kQANorm:
+      return &w.q_a_norm;
+    case WeightRole::kKvA:
+      return &w.kv_a;
+    case WeightRole::kKvABias:
+      return &w.kv_a_bias;
+    case WeightRole::kKvANorm:
+      return &w.kv_a_norm;
+    case WeightRole::kKvB:
+      return &w.kv_b;
+    case WeightRole::kRouterBias:
+      return &w.router_bias;
+    case WeightRole::kSharedGate:
+      return &w.shared_gate;
+    case WeightRole::kSharedUp:
+      return &w.shared_up;
+    case WeightRole::kSharedDown:
+      return &w.shared_down;
     default:
       return nullptr;
   }
@@ -82,6 +104,12 @@ bool IsLinearRole(WeightRole role) {
     case WeightRole::kMlpUp:
     case WeightRole::kMlpDown:
     case WeightRole::kLmHead:
+    case WeightRole::kQA:
+    case WeightRole::kKvA:
+    case WeightRole::kKvB:
+    case WeightRole::kSharedGate:
+    case WeightRole::kSharedUp:
+    case WeightRole::kSharedDown:
       return true;
     default:
       return false;

@@ -26,8 +26,12 @@ struct DecoderLayerWeights {
   TensorView q, k, v, o;
   TensorView q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
   TensorView q_norm, k_norm;
+  // Multi-head latent attention (TextConfig::mla); q is q_proj or q_b_proj.
+  TensorView q_a, q_a_bias, q_a_norm, kv_a, kv_a_bias, kv_a_norm, kv_b;
   bool moe = false;
   TensorView router;                         // [E, H], MoE layers
+  TensorView router_bias;                    // [E] f32, RouterKind::kDeepseekSigmoid
+  TensorView shared_gate, shared_up, shared_down;  // shared experts, if any
   TensorView gate_proj, up_proj, down_proj;  // dense (mlp_only) layers
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend/host_deferred_moe.h"
 #include "engine/backends/cpu/cpu_family_ops.h"
+#include "engine/backends/cpu/cpu_latent_attention.h"
 #include "engine/backends/cpu/cpu_speculation.h"
 #include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
@@ -175,6 +176,15 @@ absl::Status CpuDecoderStep::Norm(int layer, NormSite site) {
 absl::Status CpuDecoderStep::Attention(int layer) {
   const DecoderLayerWeights& w = ops_.weights().layers[layer];
   ThreadPool* pool = ops_.pool();
+  if (c_.mla.has_value()) {
+    const int64_t od = int64_t{c_.num_attention_heads} * c_.mla->v_head_dim;
+    std::vector<float> attn(n_ * od);
+    VISMOE_RETURN_IF_ERROR(
+        LatentAttention(pool, c_, w, rope_, x_.data(), n_, layer, caches_, seq_rows_, attn.data()));
+    y_.resize(n_ * h_);
+    Linear(pool, attn.data(), n_, od, w.o, Bias(w.o_bias), y_.data());
+    return AddY();
+  }
   const int64_t n = n_, h = h_, hd = c_.head_dim;
   const int64_t qd = int64_t{c_.num_attention_heads} * hd,
                 kvd = int64_t{c_.num_key_value_heads} * hd;
@@ -226,7 +236,7 @@ absl::Status CpuDecoderStep::Attention(int layer) {
 
 absl::Status CpuDecoderStep::Route(int layer, bool /*with_scores*/, RouterResult* routing) {
   const DecoderLayerWeights& w = ops_.weights().layers[layer];
-  FamilyRoute(ops_.pool(), ops_.weights().spec, c_, x_.data(), n_, h_, w.router, routing);
+  FamilyRoute(ops_.pool(), ops_.weights().spec, c_, x_.data(), n_, h_, w, routing);
   return absl::OkStatus();
 }
 
@@ -264,6 +274,7 @@ absl::Status CpuDecoderStep::Experts(int layer, Phase phase, const RouterResult&
                                             active.size()));
   }
   CombineSlots(r, slot_out);
+  AddSharedExperts(ops_.pool(), c_, ops_.weights().layers[layer], x_.data(), n_, h_, y_.data());
   return absl::OkStatus();
 }
 
@@ -542,9 +553,10 @@ absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t bloc
         absl::StrCat("KV pool: bad shape blocks=", blocks, " block_tokens=", block_tokens));
   }
   const TextConfig& c = config_.text;
-  const int64_t row_elems = int64_t{c.num_key_value_heads} * c.head_dim;
-  const double bytes = 2.0 * c.num_hidden_layers * static_cast<double>(blocks) *
-                       static_cast<double>(block_tokens) * row_elems * sizeof(float);
+  const int64_t row_elems = c.KvRowElems();
+  const double bytes = static_cast<double>(c.KvPlanes()) * c.num_hidden_layers *
+                       static_cast<double>(blocks) * static_cast<double>(block_tokens) * row_elems *
+                       sizeof(float);
   const int64_t available = HostMemoryAvailable();
   const std::string too_big =
       absl::StrCat("a KV cache of ", blocks * block_tokens, " tokens needs ", bytes / (1 << 20),
@@ -555,7 +567,8 @@ absl::StatusOr<std::unique_ptr<KvPool>> CpuDecoderOps::CreateKvPool(int64_t bloc
     return absl::ResourceExhaustedError(too_big);
   }
   try {
-    return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens, row_elems);
+    return std::make_unique<KvPool>(c.num_hidden_layers, blocks, block_tokens, row_elems,
+                                    c.KvPlanes());
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(too_big);
   }

@@ -13,6 +13,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/arch_spec.h"
 #include "engine/model/model_config.h"
+#include "engine/model/text_weights.h"
 #include "engine/ops/cpu/rope.h"
 
 namespace vismoe::cpu {
@@ -22,9 +23,13 @@ namespace vismoe::cpu {
 void FamilyNorm(ThreadPool* pool, const ArchSpec& spec, const float* in, int64_t rows, int64_t h,
                 const TensorView& weight, const TensorView& bias, float eps, float* out);
 
-// The family's router (RouterKind) over x [n, h].
+// The family's router (RouterKind) of layer weights `w` over x [n, h].
 void FamilyRoute(ThreadPool* pool, const ArchSpec& spec, const TextConfig& c, const float* x,
-                 int64_t n, int64_t h, const TensorView& router, RouterResult* out);
+                 int64_t n, int64_t h, const DecoderLayerWeights& w, RouterResult* out);
+// x [n, h] += the shared experts of `w` (DeepSeek) on `in` [n, h]; nothing
+// when the layer has none.
+void AddSharedExperts(ThreadPool* pool, const TextConfig& c, const DecoderLayerWeights& w,
+                      const float* in, int64_t n, int64_t h, float* x);
 
 // The rotary table of a step's n rows (`positions` [3][n] or [1][n]; the
 // sequences' row counts and rope lengths in order). With LongRoPE, each

@@ -103,7 +103,7 @@ void CpuSpeculation::Plan(State& s, const float* hs, ExpertProvider* experts) {
   FamilyNorm(pool_, w_.spec, r.data(), m, h, lw.post_norm, lw.post_norm_bias, c_.rms_norm_eps,
              s.q.data());
   RouterResult predicted;
-  FamilyRoute(pool_, w_.spec, c_, s.q.data(), m, h, lw.router, &predicted);
+  FamilyRoute(pool_, w_.spec, c_, s.q.data(), m, h, lw, &predicted);
   s.units = PlanSpeculation(predicted, experts->Availability(target));
   s.ran.assign(s.units.size(), 0);
 }

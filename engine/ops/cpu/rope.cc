@@ -1,19 +1,77 @@
 #include "engine/ops/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace vismoe::cpu {
+
+namespace {
+
+// theta ** (arange(0, dim, 2).float() / dim) in fp32, as torch computes it.
+std::vector<float> PosFreqs(int head_dim, double theta) {
+  std::vector<float> f(head_dim / 2);
+  for (int j = 0; j < head_dim / 2; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(head_dim);
+    f[j] = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<float> YarnInvFreq(int dim, double theta, double factor, int original_max_positions,
+                               double beta_fast, double beta_slow, bool truncate) {
+  const double pi = 3.14159265358979323846;
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(original_max_positions / (rotations * 2 * pi)) / (2 * std::log(theta));
+  };
+  double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const std::vector<float> pos = PosFreqs(dim, theta);
+  std::vector<float> inv(pos.size());
+  const float f = static_cast<float>(factor), lo = static_cast<float>(low),
+              width = static_cast<float>(high - low);
+  for (size_t j = 0; j < pos.size(); ++j) {
+    const float extrapolation = 1.0f / pos[j], interpolation = 1.0f / (f * pos[j]);
+    const float ramp = std::clamp((static_cast<float>(j) - lo) / width, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;  // inv_freq_extrapolation_factor
+    inv[j] = interpolation * (1.0f - keep) + extrapolation * keep;
+  }
+  return inv;
+}
+
+RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim,
+                         const std::vector<float>& inv_freq) {
+  RopeTable t;
+  t.n = n;
+  t.head_dim = head_dim;
+  const int half = head_dim / 2;
+  t.cos.resize(static_cast<size_t>(n) * head_dim);
+  t.sin.resize(static_cast<size_t>(n) * head_dim);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < half; ++j) {
+      const float f = static_cast<float>(positions[i]) * inv_freq[j];
+      t.cos[i * head_dim + j] = t.cos[i * head_dim + j + half] = std::cos(f);
+      t.sin[i * head_dim + j] = t.sin[i * head_dim + j + half] = std::sin(f);
+    }
+  }
+  return t;
+}
 
 RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, double theta,
                          const std::vector<int>& mrope_section,
                          const std::vector<float>* ext_factors) {
   const int half = head_dim / 2;
-  // fp32 as torch computes it: base ** (arange(0, dim, 2).float() / dim), then 1 / that.
-  std::vector<float> inv_freq(half);
+  std::vector<float> inv_freq = PosFreqs(head_dim, theta);
   for (int j = 0; j < half; ++j) {
-    const float exponent = static_cast<float>(2 * j) / static_cast<float>(head_dim);
-    const float base = static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
-    inv_freq[j] = ext_factors != nullptr ? 1.0f / ((*ext_factors)[j] * base) : 1.0f / base;
+    inv_freq[j] =
+        ext_factors != nullptr ? 1.0f / ((*ext_factors)[j] * inv_freq[j]) : 1.0f / inv_freq[j];
   }
   // Which axis feeds frequency j.
   std::vector<int> axis(half, 0);
@@ -66,6 +124,26 @@ void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, in
           // x*cos + rotate_half(x)*sin; rotate_half = (-b, a).
           v[j] = a * c[j] + (-b) * s[j];
           v[j + half] = b * c[j + half] + a * s[j + half];
+        }
+      }
+    }
+  });
+}
+
+void ApplyRopePairs(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
+                    int head_dim, int64_t row_stride) {
+  const int half = head_dim / 2;
+  ParallelFor(pool, n, 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* c = table.cos.data() + i * head_dim;
+      const float* s = table.sin.data() + i * head_dim;
+      for (int h = 0; h < num_heads; ++h) {
+        float* v = x + i * row_stride + static_cast<int64_t>(h) * head_dim;
+        for (int j = 0; j < half; ++j) {
+          const float a = v[2 * j], b = v[2 * j + 1];
+          // (a + ib)(cos + i sin)
+          v[2 * j] = a * c[j] - b * s[j];
+          v[2 * j + 1] = a * s[j] + b * c[j];
         }
       }
     }

@@ -38,6 +38,17 @@ RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, doub
                          const std::vector<int>& mrope_section,
                          const std::vector<float>* ext_factors = nullptr);
 
+// The table of explicit inverse frequencies (head_dim / 2 of them, e.g.
+// YarnInvFreq's), plain RoPE on positions[0..n).
+RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim,
+                         const std::vector<float>& inv_freq);
+// YaRN's inverse frequencies, fp32 as transformers' _compute_yarn_parameters:
+// pos_freq[j] = theta^(2j / dim); the extrapolated 1 / pos_freq and the
+// interpolated 1 / (factor * pos_freq) blended by a linear ramp in j between
+// the correction dims of beta_fast and beta_slow (floored / ceiled when
+// `truncate`) over original_max_position_embeddings.
+std::vector<float> YarnInvFreq(int dim, double theta, double factor, int original_max_positions,
+                               double beta_fast, double beta_slow, bool truncate);
 // cos and sin of rows [row0, row0 + rows) times `scale` (LongRoPE's mscale),
 // after they are computed, as transformers scales them.
 void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale);
@@ -48,6 +59,10 @@ void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale);
 // REQUIRES: table.n == n and table.head_dim == head_dim.
 void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
                int head_dim, int64_t row_stride);
+// The same on interleaved pairs (x[2j], x[2j+1]) rotated by frequency j, as
+// DeepSeek-V2's complex multiplication (and V3's rope_interleave) does.
+void ApplyRopePairs(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
+                    int head_dim, int64_t row_stride);
 
 }  // namespace vismoe::cpu
 

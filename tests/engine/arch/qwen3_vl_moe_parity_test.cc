@@ -316,6 +316,42 @@ TEST(Qwen3VlMoeParityTest, OtherTextFamiliesMatchTransformers) {
   }
 }
 
+// DeepSeek-V2 and V3 (#33): multi-head latent attention over a cache of
+// latents and rope keys, shared experts, a dense first layer and YaRN, with
+// V2-Lite's shape (q_proj, greedy softmax routing), V2's (q_a / q_b with
+// their norm, group-limited routing, attention_factor != 1) and V3's
+// (sigmoid routing with its selection bias, interleaved RoPE).
+TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
+  for (const char* golden : {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}) {
+    SCOPED_TRACE(golden);
+    std::string fixture = absl::StrCat("tiny-", golden);
+    std::replace(fixture.begin(), fixture.end(), '_', '-');
+    CheckCases(absl::StrCat(testing::FixturesDir(), "/", fixture),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_cases.json"),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_logits.safetensors"));
+  }
+}
+
+// Multi-head latent attention caches each token's normed latent and rotated
+// rope key in one plane: kv_lora_rank + qk_rope_head_dim floats per layer,
+// not the heads' expanded keys and values.
+TEST(Qwen3VlMoeParityTest, LatentAttentionCachesTheLatentOnly) {
+  ThreadPool pool(2);
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(Load(testing::FixturesDir() + "/tiny-deepseek-v2-lite", &pool, &m));
+  const TextConfig& c = m.config.text;
+  ASSERT_TRUE(c.mla.has_value());
+  const int64_t latent_row = c.mla->kv_lora_rank + c.mla->qk_rope_head_dim;
+  const int64_t expanded_row =
+      int64_t{c.num_attention_heads} * (c.mla->qk_head_dim() + c.mla->v_head_dim);
+  ASSERT_LT(latent_row, expanded_row);
+  auto cache = m.model->NewKvCache(64);
+  EXPECT_EQ(cache->pool()->planes(), 1);
+  EXPECT_EQ(cache->row_elems(), latent_row);
+  EXPECT_EQ(cache->bytes(),
+            64 * int64_t{c.num_hidden_layers} * latent_row * static_cast<int64_t>(sizeof(float)));
+}
+
 // LongRoPE scales a prefill's rows by its whole length (rope_length), so a
 // recompute prefilled in pieces (the engine's prompt, then its generated
 // tokens) equals one prefill of every token: bit for bit on the CPU backend.

@@ -1,7 +1,8 @@
-// ModelConfig::Parse and ArchSpec on the OLMoE and Mixtral families: their
+// ModelConfig::Parse and ArchSpec on the OLMoE, Mixtral, PhiMoE and DeepSeek families: their
 // fields, defaults and refusals, and the tensor lists they imply.
 #include "engine/model/model_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -74,11 +75,11 @@ TEST(ModelConfigTest, OlmoeRefusalsNameTheField) {
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("olmoe needs head_dim * num_attention_heads == hidden_size"));
   j = OlmoeConfig();
-  j["model_type"] = "deepseek_v3";
+  j["model_type"] = "gpt_oss";
   EXPECT_THAT(
       std::string(ModelConfig::Parse(j.dump()).status().message()),
-      HasSubstr(
-          "'deepseek_v3' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe)"));
+      HasSubstr("'gpt_oss' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, "
+                "deepseek_v2, deepseek_v3)"));
 }
 
 nlohmann::json MixtralConfig() {
@@ -171,6 +172,99 @@ TEST(ModelConfigTest, PhimoeRefusalsNameTheField) {
   for (const auto& [mutate, why] : bad) {
     SCOPED_TRACE(why);
     nlohmann::json j = PhimoeConfig();
+    mutate(j);
+    EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
+  }
+}
+
+nlohmann::json DeepseekConfig(const char* fixture) {
+  return testing::ReadJsonFile(testing::FixturesDir() + "/" + fixture + "/config.json");
+}
+
+TEST(ModelConfigTest, DeepseekFieldsAndTensorNames) {
+  absl::StatusOr<ModelConfig> v2 = ModelConfig::Parse(DeepseekConfig("tiny-deepseek-v2").dump());
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  const TextConfig& t = v2->text;
+  ASSERT_TRUE(t.mla.has_value());
+  EXPECT_EQ(t.mla->q_lora_rank, 48);
+  EXPECT_EQ(t.mla->qk_head_dim(), 32);
+  EXPECT_EQ(t.head_dim, 16);  // the rope dims
+  EXPECT_EQ(t.KvRowElems(), 32 + 16);
+  EXPECT_EQ(t.KvPlanes(), 1);
+  EXPECT_TRUE(t.group_limited);
+  EXPECT_FALSE(t.norm_topk_prob);  // V2 never renormalises
+  EXPECT_FALSE(t.IsMoeLayer(0));   // first_k_dense_replace 1
+  EXPECT_TRUE(t.IsMoeLayer(1));
+  ASSERT_TRUE(t.yarn.has_value());
+  EXPECT_EQ(t.yarn->original_max_position_embeddings, 4096);
+  // attention_factor mscale(40, 1) / mscale(40, 0.707); softmax scale 32^-0.5 mscale(40, 0.707)^2.
+  EXPECT_NEAR(YarnAttentionFactor(*t.yarn),
+              (0.1 * std::log(40.0) + 1) / (0.0707 * std::log(40.0) + 1), 1e-12);
+  EXPECT_NEAR(t.AttentionScale(), std::pow(0.0707 * std::log(40.0) + 1, 2) / std::sqrt(32.0),
+              1e-12);
+  absl::StatusOr<std::vector<TensorSpec>> tensors = ExpectedTensors(*v2);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQA, 0)->name,
+            "model.layers.0.self_attn.q_a_proj.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQ, 0)->name,
+            "model.layers.0.self_attn.q_b_proj.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kKvB, 2)->shape, (Shape{4 * (16 + 24), 32}));
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kMlpGate, 0)->name,
+            "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kSharedDown, 1)->name,
+            "model.layers.1.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouterBias, 1), nullptr);
+
+  nlohmann::json j3 = DeepseekConfig("tiny-deepseek-v3");
+  j3["topk_method"] = "anything";  // ignored by V3, as by transformers
+  j3["rope_interleave"] = false;
+  absl::StatusOr<ModelConfig> v3 = ModelConfig::Parse(j3.dump());
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_TRUE(v3->text.norm_topk_prob);
+  EXPECT_FALSE(v3->text.mla->rope_interleave);
+  EXPECT_EQ(ArchSpec::For(*v3)->router, RouterKind::kDeepseekSigmoid);
+  tensors = ExpectedTensors(*v3);
+  ASSERT_TRUE(tensors.ok());
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouterBias, 1)->name,
+            "model.layers.1.mlp.gate.e_score_correction_bias");
+
+  // V2-Lite: one q_proj; legacy rope_scaling + rope_theta read as well.
+  nlohmann::json lite = DeepseekConfig("tiny-deepseek-v2-lite");
+  lite["rope_scaling"] = lite["rope_parameters"];
+  lite["rope_scaling"]["type"] = "yarn";
+  lite["rope_scaling"].erase("rope_type");
+  lite["rope_theta"] = lite["rope_scaling"]["rope_theta"];
+  lite["rope_scaling"].erase("rope_theta");
+  lite.erase("rope_parameters");
+  absl::StatusOr<ModelConfig> l = ModelConfig::Parse(lite.dump());
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->text.mla->q_lora_rank, 0);
+  ASSERT_TRUE(l->text.yarn.has_value());
+  EXPECT_EQ(l->text.yarn->factor, 40);
+  tensors = ExpectedTensors(*l);
+  ASSERT_TRUE(tensors.ok());
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQ, 1)->name,
+            "model.layers.1.self_attn.q_proj.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQA, 1), nullptr);
+}
+
+TEST(ModelConfigTest, DeepseekRefusalsNameTheField) {
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](nlohmann::json& j) { j["topk_method"] = "noaux_tc"; }, "topk_method 'noaux_tc'"},
+      {[](nlohmann::json& j) { j["n_group"] = 3; }, "n_group (3) must divide"},
+      {[](nlohmann::json& j) { j["topk_group"] = 5; }, "topk_group (5)"},
+      {[](nlohmann::json& j) { j.erase("kv_lora_rank"); }, "'kv_lora_rank' is missing"},
+      {[](nlohmann::json& j) { j["qk_rope_head_dim"] = 15; }, "qk_rope_head_dim must be even"},
+      {[](nlohmann::json& j) { j["mlp_bias"] = true; }, "mlp_bias"},
+      {[](nlohmann::json& j) { j["routed_scaling_factor"] = -1; }, "routed_scaling_factor"},
+      {[](nlohmann::json& j) { j["rope_parameters"]["factor"] = 0; }, "factor must be a positive"},
+      {[](nlohmann::json& j) { j["rope_parameters"]["mscale"] = -1; }, "mscale must be"},
+      {[](nlohmann::json& j) { j["rope_parameters"]["rope_type"] = "dynamic"; },
+       "'dynamic' is not supported"},
+  };
+  for (const auto& [mutate, why] : bad) {
+    SCOPED_TRACE(why);
+    nlohmann::json j = DeepseekConfig("tiny-deepseek-v2");
     mutate(j);
     EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
   }

@@ -7,6 +7,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/group_router.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rms_norm.h"
 #include "engine/ops/cpu/rope.h"
@@ -209,6 +210,88 @@ TEST(MoeTest, SparseMixerMasksFarLogitsAndPicksTwo) {
   RouteSparseMixer(nullptr, x.data(), 1, 5, F32View(w, {5, 5}), 0.0f, &r);
   EXPECT_THAT(r.experts, ElementsAre(0, 1));
   EXPECT_THAT(r.weights, ElementsAre(1.0f, 1.0f));
+}
+
+// DeepSeek-V2's router: softmax over all experts; group-limited, a group
+// scores its best probability and the others' experts drop out; the kept
+// probabilities (not renormalised) times routed_scaling_factor.
+TEST(MoeTest, GroupSoftmaxKeepsTheBestGroups) {
+  // W_g = identity: logits = x. Groups {0,1} {2,3} {4,5}.
+  std::vector<float> w(36, 0.0f);
+  for (int i = 0; i < 6; ++i) w[i * 6 + i] = 1;
+  const std::vector<float> x = {2.0f, 1.9f, 2.1f, -3.0f, 0.0f, 0.5f};
+  float z = 0;
+  for (float v : x) z += std::exp(v);
+  GroupRouting g;
+  g.top_k = 2;
+  g.scale = 2.0f;
+  RouterResult r;
+  RouteGroupSoftmax(nullptr, x.data(), 1, 6, F32View(w, {6, 6}), g, &r);
+  EXPECT_THAT(r.experts, ElementsAre(2, 0));  // plain top-2
+  EXPECT_NEAR(r.weights[0], 2 * std::exp(2.1f) / z, 1e-6);
+  g.group_limited = true;
+  g.n_group = 3;
+  g.topk_group = 2;  // groups {0,1} (max 2.0) and {2,3} (max 2.1) stay
+  RouteGroupSoftmax(nullptr, x.data(), 1, 6, F32View(w, {6, 6}), g, &r);
+  EXPECT_THAT(r.experts, ElementsAre(2, 0));
+  g.topk_group = 1;  // only {2,3}: expert 3, far below expert 0, is taken
+  RouteGroupSoftmax(nullptr, x.data(), 1, 6, F32View(w, {6, 6}), g, &r);
+  EXPECT_THAT(r.experts, ElementsAre(2, 3));
+  EXPECT_NEAR(r.weights[1], 2 * std::exp(-3.0f) / z, 1e-7);
+}
+
+// DeepSeek-V3's router: the bias picks the groups (sum of each group's two
+// best biased scores) and the experts; the weights are the unbiased sigmoids,
+// normalised, times routed_scaling_factor.
+TEST(MoeTest, GroupSigmoidSelectsWithTheBiasAndWeighsWithout) {
+  std::vector<float> w(16, 0.0f);
+  for (int i = 0; i < 4; ++i) w[i * 4 + i] = 1;
+  const std::vector<float> x = {1.0f, 0.0f, 0.5f, -1.0f};  // groups {0,1} {2,3}
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 3.0f};
+  auto sig = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
+  GroupRouting g;
+  g.top_k = 2;
+  g.n_group = 2;
+  g.topk_group = 1;
+  g.group_limited = true;
+  g.normalize = true;
+  g.scale = 2.5f;
+  RouterResult r;
+  RouteGroupSigmoid(nullptr, x.data(), 1, 4, F32View(w, {4, 4}), F32View(bias, {4}), g, &r);
+  // Group {2,3} scores sig(.5) + sig(-1) + 3 > sig(1) + sig(0): experts 3 then 2.
+  EXPECT_THAT(r.experts, ElementsAre(3, 2));
+  const float s2 = sig(0.5f), s3 = sig(-1.0f);
+  EXPECT_NEAR(r.weights[0], 2.5f * s3 / (s2 + s3), 1e-6);
+  EXPECT_NEAR(r.weights[1], 2.5f * s2 / (s2 + s3), 1e-6);
+  g.normalize = false;
+  RouteGroupSigmoid(nullptr, x.data(), 1, 4, F32View(w, {4, 4}), F32View(bias, {4}), g, &r);
+  EXPECT_NEAR(r.weights[0], 2.5f * s3, 1e-6);
+}
+
+// YaRN's frequencies (transformers' _compute_yarn_parameters, dim 8, theta
+// 10000, factor 4, original context 64: the ramp runs over [0, 2]): the first
+// pair keeps its frequency, those past the ramp are divided by the factor,
+// and the one inside is blended half and half.
+TEST(RopeTest, YarnBlendsExtrapolatedAndInterpolatedFrequencies) {
+  const std::vector<float> inv = YarnInvFreq(8, 10000.0, 4.0, 64, 32, 1, true);
+  ASSERT_EQ(inv.size(), 4u);
+  const auto base = [](int j) { return std::pow(10000.0f, 2.0f * j / 8.0f); };
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], 0.5f / base(1) + 0.5f / (4 * base(1)), 1e-7);
+  EXPECT_NEAR(inv[2], 1.0f / (4 * base(2)), 1e-9);
+  EXPECT_NEAR(inv[3], 1.0f / (4 * base(3)), 1e-9);
+}
+
+// DeepSeek-V2's RoPE rotates interleaved pairs (x[2j], x[2j+1]).
+TEST(RopeTest, PairsRotateInterleavedElements) {
+  std::vector<int64_t> pos = {2};
+  const RopeTable t = BuildRopeTable(pos.data(), 1, 4, std::vector<float>{1.0f, 0.5f});
+  std::vector<float> v = {1.0f, 0.0f, 0.0f, 1.0f};
+  ApplyRopePairs(nullptr, t, v.data(), 1, 1, 4, 4);
+  EXPECT_NEAR(v[0], std::cos(2.0f), 1e-6);  // (1 + 0i) e^{2i}
+  EXPECT_NEAR(v[1], std::sin(2.0f), 1e-6);
+  EXPECT_NEAR(v[2], -std::sin(1.0f), 1e-6);  // (0 + 1i) e^{1i}
+  EXPECT_NEAR(v[3], std::cos(1.0f), 1e-6);
 }
 
 TEST(RopeTest, LongRopeFactorsDivideTheFrequencies) {

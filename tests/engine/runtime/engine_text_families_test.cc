@@ -1,4 +1,4 @@
-// The text families beside Qwen3 (OLMoE, Mixtral, PhiMoE) through the whole engine
+// The text families beside Qwen3 (OLMoE, Mixtral, PhiMoE, DeepSeek-V2/V3) through the whole engine
 // on the CPU backend (chat template, tokenizer, sampling): greedy answers
 // equal transformers' goldens all resident and under an offload budget (1
 // pinned MoE layer + a few slabs, history prefetch), where experts are
@@ -29,10 +29,15 @@ struct Family {
   const char* golden;   // golden/<golden>_cases.json
   const char* model_type;
 };
-constexpr Family kFamilies[] = {
-    {"tiny-olmoe", "olmoe", "olmoe"},       {"tiny-olmoe-clip", "olmoe_clip", "olmoe"},
-    {"tiny-mixtral", "mixtral", "mixtral"}, {"tiny-mixtral-swa", "mixtral_swa", "mixtral"},
-    {"tiny-phimoe", "phimoe", "phimoe"},    {"tiny-phimoe-longrope", "phimoe_longrope", "phimoe"}};
+constexpr Family kFamilies[] = {{"tiny-olmoe", "olmoe", "olmoe"},
+                                {"tiny-olmoe-clip", "olmoe_clip", "olmoe"},
+                                {"tiny-mixtral", "mixtral", "mixtral"},
+                                {"tiny-mixtral-swa", "mixtral_swa", "mixtral"},
+                                {"tiny-phimoe", "phimoe", "phimoe"},
+                                {"tiny-phimoe-longrope", "phimoe_longrope", "phimoe"},
+                                {"tiny-deepseek-v2-lite", "deepseek_v2_lite", "deepseek_v2"},
+                                {"tiny-deepseek-v2", "deepseek_v2", "deepseek_v2"},
+                                {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"}};
 
 TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
   for (const Family& f : kFamilies) {
