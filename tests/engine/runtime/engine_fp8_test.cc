@@ -155,6 +155,31 @@ TEST(EngineFp8Test, ExpertDtypeFp8QuantisesABf16ModelsExpertsAtLoad) {
   EXPECT_NE(resident.tokens, bf16_run.tokens);
 }
 
+// DeepSeek (#33): only the routed experts are quantised (the shared experts
+// stay as loaded, resident), and the offload runtime is exact over them.
+TEST(EngineFp8Test, ExpertDtypeFp8QuantisesDeepseekRoutedExperts) {
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/deepseek_v2_lite_cases.json");
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  EngineOptions bf16 = Options("tiny-deepseek-v2-lite");
+  Offload(&bf16, "auto");
+  const Answers bf16_run = Answer(bf16, cases);
+  EngineOptions o = Options("tiny-deepseek-v2-lite");
+  o.offload.expert_dtype = "fp8";
+  const Answers resident = Answer(o, cases);
+  Offload(&o, "auto");
+  o.offload.expert_dtype = "fp8";
+  const Answers offloaded = Answer(o, cases);
+  ASSERT_EQ(resident.tokens.size(), 2u);
+  EXPECT_EQ(offloaded.tokens, resident.tokens);
+  ASSERT_GT(offloaded.misses, 0u);
+  // Experts [32, 128] / [128, 32]: 4096 e4m3 bytes and one 64-byte-aligned scale each.
+  EXPECT_EQ(offloaded.BytesPerCopy(), 3 * (4096 + 64));
+  EXPECT_EQ(bf16_run.BytesPerCopy(), 3 * 8192);  // F16 experts as loaded
+  // This tiny model's greedy answers survive the quantisation.
+  EXPECT_EQ(resident.tokens, bf16_run.tokens);
+}
+
 TEST(EngineFp8Test, ExpertDtypeIsCheckedAndRefusedOnTheCudaBackend) {
   EngineOptions o = Options("tiny-qwen3-vl-moe");
   o.offload.expert_dtype = "int4";

@@ -7,6 +7,7 @@
 // templates, their prompts are apply_chat_template's.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -79,7 +80,7 @@ TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
 }
 
 TEST(EngineTextFamiliesTest, SyntheticWeightsRouteRandomlyOnly) {
-  for (const char* fixture : {"tiny-olmoe-clip", "tiny-mixtral-swa"}) {
+  for (const char* fixture : {"tiny-olmoe-clip", "tiny-mixtral-swa", "tiny-deepseek-v3"}) {
     SCOPED_TRACE(fixture);
     EngineOptions o;
     o.model_path = testing::FixturesDir() + "/" + fixture;
@@ -99,6 +100,74 @@ TEST(EngineTextFamiliesTest, SyntheticWeightsRouteRandomlyOnly) {
     ASSERT_FALSE(realistic.ok());
     EXPECT_TRUE(absl::StrContains(realistic.status().message(), "use random synthetic routing"))
         << realistic.status();
+  }
+}
+
+// DeepSeek (#33) under every offload policy: the exact ones (LFU / guarded
+// eviction with a lookahead predictor, host computation of misses, the
+// MELINOE preload, a static host layer) answer transformers' greedy tokens;
+// the lossy ones (commit, speculative execution) run to their token count.
+// The shared experts and the dense first layer stay resident with the other
+// non-expert weights.
+TEST(EngineTextFamiliesTest, DeepseekRunsUnderEveryOffloadPolicy) {
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/deepseek_v3_cases.json");
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 1);
+  struct Policy {
+    const char* name;
+    std::function<void(EngineOptions*)> set;
+    bool exact;
+  };
+  const Policy policies[] = {
+      {"lfu + router-lookahead",
+       [](EngineOptions* o) {
+         o->offload.eviction = "lfu";
+         o->offload.prefetch = "router-lookahead";
+       },
+       true},
+      {"guarded + history",
+       [](EngineOptions* o) {
+         o->offload.eviction = "guarded";
+         o->offload.prefetch = "history";
+       },
+       true},
+      {"miss on the host", [](EngineOptions* o) { o->offload.miss_policy = "cpu"; }, true},
+      {"preload", [](EngineOptions* o) { o->offload.preload = "prefill-routing"; }, true},
+      {"static host layer", [](EngineOptions* o) { o->offload.host_moe_layers = 1; }, true},
+      {"commit",
+       [](EngineOptions* o) {
+         o->offload.prefetch = "history";
+         o->offload.miss_policy = "commit";
+         o->commit.threshold = 100.0f;  // every uncertain token commits
+       },
+       false},
+      {"speculative execution",
+       [](EngineOptions* o) {
+         o->offload.prefetch = "history";
+         o->speculative_execution = true;
+       },
+       false},
+  };
+  for (const Policy& p : policies) {
+    SCOPED_TRACE(p.name);
+    EngineOptions o;
+    o.model_path = testing::FixturesDir() + "/tiny-deepseek-v3";
+    o.backend = "cpu";
+    o.num_threads = 2;
+    o.max_context_tokens = 256;
+    o.gpu_memory_budget_bytes = testing::OffloadBudget(o, 1, 3);
+    o.offload.pinned_layers = 1;
+    p.set(&o);
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto r = (*engine)->Generate(testing::TextRequestFromCase(cases[0], 12), {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<int> greedy = cases[0]["greedy_ids"].get<std::vector<int>>();
+    EXPECT_EQ(r->token_ids.size(), 12u);
+    if (p.exact) {
+      EXPECT_EQ(r->token_ids, std::vector<int>(greedy.begin(), greedy.begin() + 12));
+    }
+    EXPECT_GT(r->offload.cache_queries, 0u);
   }
 }
 
