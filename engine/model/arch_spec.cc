@@ -42,6 +42,8 @@ constexpr FamilyRow kFamilies[] = {
      QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSoftmax},
     {"deepseek_v3", ModelFamily::kDeepseekV3, "model.", "", ExpertStorage::kPerExpert, false,
      QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSigmoid},
+    {"gpt_oss", ModelFamily::kGptOss, "model.", "", ExpertStorage::kFused, false,
+     QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kTopKSoftmaxBiased},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -153,6 +155,7 @@ void AddAttention(const ArchSpec& spec, const TextConfig& c, const std::string& 
     out->Add(ap + "v_proj.bias", {kvd}, R::kVBias, l);
     out->Add(ap + "o_proj.bias", {h}, R::kOBias, l);
   }
+  if (c.attention_sinks) out->Add(ap + "sinks", {c.num_attention_heads}, R::kSinks, l);
   if (spec.qk_norm == QkNormScope::kNone) return;
   const bool whole = spec.qk_norm == QkNormScope::kProjection;
   out->Ones(ap + "q_norm.weight", {whole ? qd : hd}, R::kQNorm, l);
@@ -211,8 +214,16 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
     if (spec.router == RouterKind::kDeepseekSigmoid) {
       out->Zeros(lp + "mlp.gate.e_score_correction_bias", {c.num_experts}, R::kRouterBias, l)
           .dtype = DType::kF32;
+    } else if (spec.router == RouterKind::kTopKSoftmaxBiased) {
+      out->Add(spec.experts.BlockPrefix(l) + "router.bias", {c.num_experts}, R::kRouterBias, l);
     }
     AddExperts(spec, c, l, out);
+    if (c.clamped_swiglu.has_value()) {  // per-expert biases, kept resident
+      const std::string xp = spec.ExpertPrefix(l);
+      const int64_t e = c.num_experts, i = c.moe_intermediate_size;
+      out->Add(xp + "gate_up_proj_bias", {e, 2 * i}, R::kExpertsGateUpBias, l);
+      out->Add(xp + "down_proj_bias", {e, h}, R::kExpertsDownBias, l);
+    }
     if (c.n_shared_experts > 0) {
       const int64_t si = int64_t{c.n_shared_experts} * c.moe_intermediate_size;
       const std::string sp = lp + "mlp.shared_experts.";
@@ -291,6 +302,7 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     s.norm = f.norm;
     s.router = f.router;
     s.experts = ExpertNaming(s.text_prefix);
+    if (f.router == RouterKind::kTopKSoftmaxBiased) s.experts.router = "router.weight";
     if (!f.moe_block.empty()) {
       s.experts.block = std::string(f.moe_block);
       s.experts.gate = std::string(f.expert_gate);
@@ -307,8 +319,10 @@ std::string ExpertNaming::LayerPrefix(int layer) const {
   return absl::StrCat(text_prefix, "layers.", layer, ".", block, "experts.");
 }
 
-std::string ExpertNaming::RouterName(int layer) const {
-  return absl::StrCat(text_prefix, "layers.", layer, ".", block, "gate.weight");
+std::string ExpertNaming::RouterName(int layer) const { return BlockPrefix(layer) + router; }
+
+std::string ExpertNaming::BlockPrefix(int layer) const {
+  return absl::StrCat(text_prefix, "layers.", layer, ".", block);
 }
 
 absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& config) {

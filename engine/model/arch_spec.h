@@ -37,6 +37,11 @@
 //                 layers, softmax routing (RouterKind::kDeepseekSoftmax).
 //   deepseek_v3   DeepSeek-V3 text: as deepseek_v2, with sigmoid routing and
 //                 mlp.gate.e_score_correction_bias (kDeepseekSigmoid).
+//   gpt_oss       GPT-OSS in its dequantized layout: fused experts as
+//                 Qwen3-VL-MoE's with gate/up interleaved and biases
+//                 (experts.{gate_up,down}_proj_bias, resident), the router
+//                 mlp.router.{weight,bias} (kTopKSoftmaxBiased), attention
+//                 biases and sinks, per-layer windows (engine/model/gpt_oss.md).
 // Layer kinds come from the config: a decoder layer is MoE unless it is in
 // mlp_only_layers or off the decoder_sparse_step grid (TextConfig::IsMoeLayer).
 //
@@ -63,7 +68,8 @@ enum class ModelFamily {
   kMixtral,
   kPhimoe,
   kDeepseekV2,
-  kDeepseekV3
+  kDeepseekV3,
+  kGptOss
 };
 
 // The decoder's norms: RMSNorm with a weight, or LayerNorm with weight and
@@ -74,8 +80,15 @@ enum class NormKind { kRms, kLayerNorm };
 // softmax then top-k (renormalised per ArchSpec::renormalize_topk), PhiMoE's
 // sparsemixer (two masked-softmax picks, engine/ops/cpu/moe.h), DeepSeek-V2's
 // softmax top-k (optionally group-limited, times routed_scaling_factor) or
-// DeepSeek-V3's sigmoid with a selection bias (engine/ops/cpu/moe.h).
-enum class RouterKind { kSoftmaxTopK, kSparseMixer, kDeepseekSoftmax, kDeepseekSigmoid };
+// DeepSeek-V3's sigmoid with a selection bias (engine/ops/cpu/group_router.h), or
+// GPT-OSS's top-k of the biased logits with a softmax over those k.
+enum class RouterKind {
+  kSoftmaxTopK,
+  kSparseMixer,
+  kDeepseekSoftmax,
+  kDeepseekSigmoid,
+  kTopKSoftmaxBiased
+};
 
 // What q_norm / k_norm normalise: each head's head_dim values (Qwen3), the
 // whole projection of a row, all heads together (OLMoE), or nothing: the
@@ -98,7 +111,9 @@ enum class WeightRole {
   // Multi-head latent attention (TextConfig::mla); kQ is q_proj or q_b_proj.
   kQA, kQABias, kQANorm, kKvA, kKvABias, kKvANorm, kKvB,
   kSharedGate, kSharedUp, kSharedDown,  // shared experts (DeepSeek MoE layers)
-  kRouterBias,                          // DeepSeek-V3's e_score_correction_bias [E]
+  kRouterBias,  // [E]: DeepSeek-V3's e_score_correction_bias, GPT-OSS's router bias
+  kSinks,       // GPT-OSS: self_attn.sinks [heads]
+  kExpertsGateUpBias, kExpertsDownBias,  // GPT-OSS: [E, 2I], [E, H] (resident)
   kMlpGate, kMlpUp, kMlpDown,           // dense (mlp_only) layers
   kExpertsGateUp, kExpertsDown,         // routed experts, kFused (all experts of a layer)
   kExpertGate, kExpertUp, kExpertDown,  // routed experts, kPerExpert (one expert)
@@ -151,11 +166,14 @@ struct ExpertNaming {
   std::string gate = "gate_proj.weight";  // [I,H]
   std::string up = "up_proj.weight";      // [I,H]
   std::string down = "down_proj.weight";  // [H,I]
+  std::string router = "gate.weight";     // [E,H], in the block
 
   // "<text_prefix>layers.<layer>.<block>experts.": every routed expert tensor
   // of the layer starts with it.
   std::string LayerPrefix(int layer) const;
   std::string RouterName(int layer) const;
+  // "<text_prefix>layers.<layer>.<block>": the MoE block's tensors start with it.
+  std::string BlockPrefix(int layer) const;
 };
 inline constexpr char kFusedGateUpName[] = "gate_up_proj";
 inline constexpr char kFusedDownName[] = "down_proj";

@@ -283,10 +283,10 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
   VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
   VISMOE_RETURN_IF_ERROR(ParseRope(tc, prefix, t));
-  if (t->yarn.has_value()) {  // built and checked for DeepSeek only
+  if (t->yarn.has_value()) {  // built and checked for DeepSeek and GPT-OSS only
     return absl::InvalidArgumentError(
         "config.json: rope_type 'yarn' is not supported for this model_type (deepseek_v2, "
-        "deepseek_v3)");
+        "deepseek_v3, gpt_oss)");
   }
 
   if (t->hidden_act != "silu") {
@@ -423,6 +423,79 @@ absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
   }
   if (t->longrope.has_value() || !t->mrope_section.empty()) {
     return Inconsistent("deepseek rope_parameters must be default or yarn");
+  }
+  return absl::OkStatus();
+}
+
+// GPT-OSS (top level), as transformers 5 reads it: every layer MoE with
+// experts of intermediate_size, layer_types' windows, sinks, the clamped
+// SwiGLU, YaRN (the class default when the config has no rope dict).
+absl::Status ParseGptOss(const json& root, TextConfig* t) {
+  FieldReader r(root, "");
+  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, true, 2));
+  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, true, 1));
+  t->moe_intermediate_size = t->intermediate_size;
+  VISMOE_RETURN_IF_ERROR(r.Int("num_local_experts", &t->num_experts, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
+  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
+  t->attention_bias = true;  // GptOssConfig's default
+  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
+  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  t->sliding_window = 128;
+  VISMOE_RETURN_IF_ERROR(r.Int("sliding_window", &t->sliding_window, false, 1));
+  TextConfig::ClampedSwiglu act;
+  VISMOE_RETURN_IF_ERROR(r.Float("swiglu_alpha", &act.alpha, false));
+  VISMOE_RETURN_IF_ERROR(r.Float("swiglu_limit", &act.limit, false));
+  if (!std::isfinite(act.alpha) || !(act.limit > 0) || !std::isfinite(act.limit)) {
+    return Inconsistent("swiglu_alpha must be a number and swiglu_limit a positive one");
+  }
+  t->clamped_swiglu = act;
+  t->attention_sinks = true;
+  t->norm_topk_prob = true;
+  if (r.Has("layer_types")) {
+    const json& types = root["layer_types"];
+    if (!types.is_array() || static_cast<int>(types.size()) != t->num_hidden_layers) {
+      return Inconsistent("layer_types must list one type per layer");
+    }
+    for (const json& type : types) {
+      const std::string s = type.is_string() ? type.get<std::string>() : "";
+      if (s != "sliding_attention" && s != "full_attention") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: layer_types entry '", type.dump(),
+                         "' is not supported (sliding_attention, full_attention)"));
+      }
+      t->layer_windows.push_back(s == "sliding_attention" ? t->sliding_window : 0);
+    }
+  } else {  // GptOssConfig: sliding from layer 0, alternating
+    for (int l = 0; l < t->num_hidden_layers; ++l) {
+      t->layer_windows.push_back(l % 2 == 0 ? t->sliding_window : 0);
+    }
+  }
+  if (r.Has("rope_scaling") || r.Has("rope_parameters")) {
+    VISMOE_RETURN_IF_ERROR(ParseRope(root, "", t));
+  } else {  // GptOssConfig's default rope_parameters
+    t->rope_theta = 150000.0;
+    VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
+    TextConfig::Yarn y;
+    y.factor = 32;
+    y.original_max_position_embeddings = 4096;
+    y.truncate = false;
+    t->yarn = y;
+  }
+  if (t->num_attention_heads % t->num_key_value_heads != 0 || t->head_dim % 2 != 0 ||
+      t->num_experts_per_tok > t->num_experts) {
+    return Inconsistent(
+        "num_attention_heads must be a multiple of num_key_value_heads, head_dim even and "
+        "num_experts_per_tok at most num_local_experts");
+  }
+  if (t->longrope.has_value() || !t->mrope_section.empty()) {
+    return Inconsistent("gpt_oss rope_parameters must be default or yarn");
   }
   return absl::OkStatus();
 }
@@ -604,11 +677,13 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     }
   } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") {
     VISMOE_RETURN_IF_ERROR(ParseDeepseek(root, c.model_type == "deepseek_v3", &c.text));
+  } else if (c.model_type == "gpt_oss") {
+    VISMOE_RETURN_IF_ERROR(ParseGptOss(root, &c.text));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: model_type '", c.model_type,
         "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, deepseek_v2, "
-        "deepseek_v3)"));
+        "deepseek_v3, gpt_oss)"));
   }
   if (top.Has("quantization_config")) {
     VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text.fp8));

@@ -120,11 +120,31 @@ struct TextConfig {
   int n_group = 1, topk_group = 1;
   bool group_limited = false;
 
+  // GPT-OSS: each layer's attention window from layer_types
+  // ("sliding_attention": sliding_window, "full_attention": 0); empty = every
+  // layer takes sliding_window.
+  std::vector<int> layer_windows;
+  // GPT-OSS: one learned logit per head in each attention softmax's
+  // denominator (self_attn.sinks), with no value.
+  bool attention_sinks = false;
+  // GPT-OSS's experts: biases on gate_up and down, gate and up interleaved
+  // (even and odd columns), gate = min(gate, limit), up = clamp(up, +-limit),
+  // out = (up + 1) * gate * sigmoid(alpha * gate).
+  struct ClampedSwiglu {
+    float alpha = 1.702f;
+    float limit = 7.0f;
+  };
+  std::optional<ClampedSwiglu> clamped_swiglu;
+
   // Set for an FP8 checkpoint (the top-level quantization_config).
   std::optional<Fp8Config> fp8;
 
   // True when decoder layer `layer` has a sparse MoE block.
   bool IsMoeLayer(int layer) const;
+  // The attention window of `layer` (0: every earlier position).
+  int LayerWindow(int layer) const {
+    return layer_windows.empty() ? sliding_window : layer_windows[layer];
+  }
   // One token's KV cache row of one layer, and how many such planes a layer
   // keeps: keys and values (2 planes of num_key_value_heads * head_dim), or
   // MLA's latent and rope key in one plane (kv_lora_rank + qk_rope_head_dim).

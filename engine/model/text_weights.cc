@@ -67,6 +67,12 @@ TensorView* LayerSlot(DecoderLayerWeights& w, WeightRole role) {
       return &w.shared_up;
     case WeightRole::kSharedDown:
       return &w.shared_down;
+    case WeightRole::kSinks:
+      return &w.sinks;
+    case WeightRole::kExpertsGateUpBias:
+      return &w.experts_gate_up_bias;
+    case WeightRole::kExpertsDownBias:
+      return &w.experts_down_bias;
     default:
       return nullptr;
   }

@@ -30,7 +30,9 @@ struct DecoderLayerWeights {
   TensorView q_a, q_a_bias, q_a_norm, kv_a, kv_a_bias, kv_a_norm, kv_b;
   bool moe = false;
   TensorView router;                         // [E, H], MoE layers
-  TensorView router_bias;                    // [E] f32, RouterKind::kDeepseekSigmoid
+  TensorView router_bias;  // [E]: kDeepseekSigmoid's selection bias, kTopKSoftmaxBiased's bias
+  TensorView sinks;        // [heads], TextConfig::attention_sinks
+  TensorView experts_gate_up_bias, experts_down_bias;  // [E, 2I], [E, H]: clamped_swiglu
   TensorView shared_gate, shared_up, shared_down;  // shared experts, if any
   TensorView gate_proj, up_proj, down_proj;  // dense (mlp_only) layers
 };

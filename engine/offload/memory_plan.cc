@@ -41,7 +41,8 @@ absl::StatusOr<ModelSizes> MeasureModelSizes(const Checkpoint& checkpoint, const
     VISMOE_ASSIGN_OR_RETURN(const size_t bytes, checkpoint.StoredBytes(name));
     const std::string* prefix = nullptr;
     for (const std::string& p : expert_prefixes) {
-      if (absl::StartsWith(name, p)) {
+      // GPT-OSS's expert biases stay resident (engine/model/gpt_oss.md).
+      if (absl::StartsWith(name, p) && !absl::EndsWith(name, "_bias")) {
         prefix = &p;
         break;
       }

@@ -251,6 +251,11 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
   VISMOE_ASSIGN_OR_RETURN(const std::optional<DType> expert_dtype,
                           ParseExpertDType(options_.offload.expert_dtype));
+  if (expert_dtype.has_value() && config_.text.clamped_swiglu.has_value()) {
+    // Quantising at load splits gate_up into halves; GPT-OSS interleaves them.
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert_dtype=fp8 is not supported for ", config_.model_type, " yet"));
+  }
   if (expert_dtype.has_value()) device_parts_.expert_dtype = expert_dtype;
   VISMOE_ASSIGN_OR_RETURN(experts_,
                           ResidentExpertProvider::Create(*checkpoint_, config_.text,

@@ -1,5 +1,5 @@
 // End-to-end over loopback gRPC: every text family beside Qwen3 (OLMoE,
-// Mixtral, PhiMoE, DeepSeek-V2/V3) served by the real server on the CPU
+// Mixtral, PhiMoE, DeepSeek-V2/V3, GPT-OSS) served by the real server on the CPU
 // backend, under an offload budget: a golden chat sent as a GenerateRequest
 // streams back transformers' greedy tokens, and GetModelInfo names the family.
 #include <string>
@@ -28,6 +28,7 @@ constexpr Family kFamilies[] = {
     {"tiny-deepseek-v2-lite", "deepseek_v2_lite", "deepseek_v2"},
     {"tiny-deepseek-v2", "deepseek_v2", "deepseek_v2"},
     {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"},
+    {"tiny-gpt-oss-swa", "gpt_oss_swa", "gpt_oss"},
 };
 
 v1::GenerateRequest ProtoFromCase(const nlohmann::json& c, int max_new_tokens) {

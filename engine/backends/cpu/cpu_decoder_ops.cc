@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,9 +107,9 @@ class CpuDecoderStep final : public DecoderStep {
   // kernel; writes weight * output into their rows of `slot_out`.
   absl::Status RunExpert(int layer, int e, bool on_host, const Routed& tok, const RouterResult& r,
                          ExpertProvider* experts, std::vector<float>* slot_out);
-  double ComputeExpert(ThreadPool* pool, const ExpertWeights& w, const Routed& tok,
-                       const RouterResult& r, std::vector<float>* xs, std::vector<float>* ys,
-                       std::vector<float>* slot_out) const;
+  double ComputeExpert(ThreadPool* pool, int layer, int e, const ExpertWeights& w,
+                       const Routed& tok, const RouterResult& r, std::vector<float>* xs,
+                       std::vector<float>* ys, std::vector<float>* slot_out) const;
   // Speculative execution: writes weight * the output computed ahead into
   // slot (t, j)'s row of `slot_out`; false when there is none.
   bool TakeSpeculative(int layer, const RouterResult& r, int64_t t, int j,
@@ -212,7 +213,13 @@ absl::Status CpuDecoderStep::Attention(int layer) {
   ApplyRope(pool, rope_, k.data(), n, c_.num_key_value_heads, c_.head_dim, kvd);
   std::vector<float> attn(n * qd);
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim, qd, kvd};
-  shape.window = c_.sliding_window;
+  shape.window = c_.LayerWindow(layer);
+  std::vector<float> sinks;
+  if (!w.sinks.empty()) {
+    sinks.resize(c_.num_attention_heads);
+    ToFloat(w.sinks.dtype, w.sinks.data, sinks.size(), sinks.data());
+    shape.sinks = sinks.data();
+  }
   int64_t row = 0;  // the sequence's first row
   for (size_t s = 0; s < caches_.size(); ++s) {
     KvCache* cache = caches_[s];
@@ -347,7 +354,8 @@ absl::Status CpuDecoderStep::RunSideBySide(int layer, const LayerPlan& plan, siz
     std::vector<float> xs, ys;
     for (int64_t i = a; i < b; ++i) {
       const Routed& tok = routed[plan.order[begin + i]];
-      seconds[i] = ComputeExpert(nullptr, weights[i], tok, r, &xs, &ys, slot_out);
+      seconds[i] = ComputeExpert(nullptr, layer, plan.order[begin + i], weights[i], tok, r, &xs,
+                                 &ys, slot_out);
     }
   });
   release();
@@ -376,7 +384,8 @@ absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host, const Rou
     spec_.AfterAcquire(layer, wait);
   }
   if (!weights.ok()) return weights.status();
-  const double seconds = ComputeExpert(ops_.pool(), *weights, tok, r, &xs_, &ys_, slot_out);
+  const double seconds =
+      ComputeExpert(ops_.pool(), layer, e, *weights, tok, r, &xs_, &ys_, slot_out);
   // Every expert here runs on the host's kernels: each is a sample of the
   // host-compute cost model.
   experts->OnHostExpertTime(static_cast<int64_t>(tok.size()), seconds);
@@ -388,9 +397,10 @@ absl::Status CpuDecoderStep::RunExpert(int layer, int e, bool on_host, const Rou
 // Gathers the expert's rows into xs, runs it into ys and writes
 // weight * output into its (token, slot) rows of slot_out (rows no other
 // expert writes). Returns the seconds the expert's kernels took.
-double CpuDecoderStep::ComputeExpert(ThreadPool* pool, const ExpertWeights& w, const Routed& tok,
-                                     const RouterResult& r, std::vector<float>* xs,
-                                     std::vector<float>* ys, std::vector<float>* slot_out) const {
+double CpuDecoderStep::ComputeExpert(ThreadPool* pool, int layer, int e, const ExpertWeights& w,
+                                     const Routed& tok, const RouterResult& r,
+                                     std::vector<float>* xs, std::vector<float>* ys,
+                                     std::vector<float>* slot_out) const {
   const int64_t h = h_;
   const int k = r.top_k;
   const int64_t m = static_cast<int64_t>(tok.size());
@@ -398,7 +408,10 @@ double CpuDecoderStep::ComputeExpert(ThreadPool* pool, const ExpertWeights& w, c
   ys->resize(m * h);
   for (int64_t i = 0; i < m; ++i) std::copy_n(x_.data() + tok[i].first * h, h, xs->data() + i * h);
   const auto start = std::chrono::steady_clock::now();
-  ExpertForward(pool, w, xs->data(), m, h, c_.moe_intermediate_size, ys->data());
+  const std::optional<ClampedSwigluExpert> oss =
+      FamilyExpertExtras(c_, ops_.weights().layers[layer], e);
+  ExpertForward(pool, w, xs->data(), m, h, c_.moe_intermediate_size, ys->data(),
+                oss.has_value() ? &*oss : nullptr);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int64_t i = 0; i < m; ++i) {

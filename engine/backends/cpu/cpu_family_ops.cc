@@ -37,10 +37,23 @@ void FamilyRoute(ThreadPool* pool, const ArchSpec& spec, const TextConfig& c, co
       return RouteGroupSoftmax(pool, x, n, h, w.router, g, out);
     case RouterKind::kDeepseekSigmoid:
       return RouteGroupSigmoid(pool, x, n, h, w.router, w.router_bias, g, out);
+    case RouterKind::kTopKSoftmaxBiased:
+      return RouteTopKSoftmax(pool, x, n, h, w.router, w.router_bias, c.num_experts_per_tok, out);
     case RouterKind::kSoftmaxTopK:
       break;
   }
   Route(pool, x, n, h, w.router, c.num_experts_per_tok, spec.renormalize_topk, out);
+}
+
+std::optional<ClampedSwigluExpert> FamilyExpertExtras(const TextConfig& c,
+                                                      const DecoderLayerWeights& w, int e) {
+  if (!c.clamped_swiglu.has_value()) return std::nullopt;
+  ClampedSwigluExpert oss;
+  oss.gate_up_bias = w.experts_gate_up_bias.Row(e);
+  oss.down_bias = w.experts_down_bias.Row(e);
+  oss.alpha = c.clamped_swiglu->alpha;
+  oss.limit = c.clamped_swiglu->limit;
+  return oss;
 }
 
 void AddSharedExperts(ThreadPool* pool, const TextConfig& c, const DecoderLayerWeights& w,

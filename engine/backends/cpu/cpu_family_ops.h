@@ -6,6 +6,7 @@
 #define VISMOE_ENGINE_BACKENDS_CPU_CPU_FAMILY_OPS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/types/span.h"
 #include "engine/core/routing.h"
@@ -14,6 +15,7 @@
 #include "engine/model/arch_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/model/text_weights.h"
+#include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rope.h"
 
 namespace vismoe::cpu {
@@ -26,6 +28,10 @@ void FamilyNorm(ThreadPool* pool, const ArchSpec& spec, const float* in, int64_t
 // The family's router (RouterKind) of layer weights `w` over x [n, h].
 void FamilyRoute(ThreadPool* pool, const ArchSpec& spec, const TextConfig& c, const float* x,
                  int64_t n, int64_t h, const DecoderLayerWeights& w, RouterResult* out);
+// GPT-OSS's bias rows and clamped SwiGLU for expert `e` of layer weights
+// `w`; nothing for the families without (TextConfig::clamped_swiglu).
+std::optional<ClampedSwigluExpert> FamilyExpertExtras(const TextConfig& c,
+                                                      const DecoderLayerWeights& w, int e);
 // x [n, h] += the shared experts of `w` (DeepSeek) on `in` [n, h]; nothing
 // when the layer has none.
 void AddSharedExperts(ThreadPool* pool, const TextConfig& c, const DecoderLayerWeights& w,

@@ -123,7 +123,10 @@ bool CpuSpeculation::RunOne(State& s, ExpertProvider* experts, double* seconds) 
     for (int64_t i = 0; i < m; ++i) {
       std::copy_n(s.q.data() + unit.rows[i] * h, h, xs_.data() + i * h);
     }
-    ExpertForward(pool_, *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data());
+    const std::optional<ClampedSwigluExpert> oss =
+        FamilyExpertExtras(c_, w_.layers[target], unit.expert);
+    ExpertForward(pool_, *weights, xs_.data(), m, h, c_.moe_intermediate_size, ys_.data(),
+                  oss.has_value() ? &*oss : nullptr);
     experts->ReleaseResident(target, unit.expert);
     s.ran[u] = 1;
     *seconds = Since(start);

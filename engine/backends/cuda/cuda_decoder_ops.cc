@@ -97,13 +97,14 @@ absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0 || c.sliding_window > 0 ||
       spec.norm != NormKind::kRms || spec.router != RouterKind::kSoftmaxTopK ||
       c.longrope.has_value() || c.lm_head_bias || c.mla.has_value() || c.yarn.has_value() ||
-      c.n_shared_experts > 0) {
+      c.n_shared_experts > 0 || c.attention_sinks || c.clamped_swiglu.has_value()) {
     // Its fused norm + RoPE kernel normalises per head and does not clamp;
     // its attention sees every earlier position.
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend does not run ", config.model_type,
         " yet (q/k norms other than per head, clip_qkv, sliding window, LayerNorm, sparsemixer, "
-        "LongRoPE, lm_head bias, latent attention, YaRN, shared experts): use --backend=cpu"));
+        "LongRoPE, lm_head bias, latent attention, YaRN, shared experts, attention sinks, "
+        "clamped SwiGLU): use --backend=cpu"));
   }
   if (c.fp8.has_value()) {  // its GEMV/GEMM and MoE kernels read bf16 weights
     return absl::UnimplementedError(

@@ -44,11 +44,13 @@ void AttentionImpl(ThreadPool* pool, const AttentionShape& shape, const float* q
       p[j] = dot(qi, k + row_at(j) + kv_off, d) * scale;
       mx = std::max(mx, p[j]);
     }
+    if (shape.sinks != nullptr) mx = std::max(mx, shape.sinks[h]);
     float sum = 0;
     for (int64_t j = first; j < visible; ++j) {
       p[j] = std::exp(p[j] - mx);
       sum += p[j];
     }
+    if (shape.sinks != nullptr) sum += std::exp(shape.sinks[h] - mx);
     const float inv = 1.0f / sum;
     float* o = out + i * out_stride + int64_t{h} * d;
     std::fill(o, o + d, 0.0f);

@@ -9,6 +9,8 @@
 //   causal: keys j > q_pos0 + i are masked out, and with a window w > 0 also
 //           keys j <= q_pos0 + i - w (Mixtral's sliding window)
 //   p = softmax(s) in fp32;  out[i,h] = sum_j p_j v[j,g]
+//   with sinks (GPT-OSS): p_j = exp(s_j) / (exp(sinks[h]) + sum_j' exp(s_j')),
+//           the sink a logit with no value (the row's p sum to less than 1)
 //
 // Layouts (row-major, fp32):
 //   q   [nq, num_heads * head_dim], rows q_row_stride floats apart
@@ -41,6 +43,7 @@ struct AttentionShape {
   int64_t q_row_stride = 0;   // 0 = num_heads * head_dim
   int64_t kv_row_stride = 0;  // 0 = num_kv_heads * head_dim
   int64_t window = 0;         // causal only: the last `window` keys; 0 = all
+  const float* sinks = nullptr;  // [num_heads] sink logits, or null
 };
 
 // REQUIRES: num_heads % num_kv_heads == 0; nq, nk >= 1; when causal, q_pos0 >= 0

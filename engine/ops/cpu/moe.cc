@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "engine/core/dtype.h"
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/linear.h"
 
@@ -105,8 +106,60 @@ void RouteSparseMixer(ThreadPool* pool, const float* x, int64_t n, int64_t hidde
   }
 }
 
+namespace {
+
+// rows [n, cols] += bias [cols] (any float dtype).
+void AddBias(const TensorView& bias, int64_t n, int64_t cols, float* rows) {
+  std::vector<float> b(cols);
+  ToFloat(bias.dtype, bias.data, b.size(), b.data());
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t c = 0; c < cols; ++c) rows[t * cols + c] += b[c];
+  }
+}
+
+void ClampedSwigluForward(ThreadPool* pool, const ExpertWeights& w, const ClampedSwigluExpert& oss,
+                          const float* x, int64_t n, int64_t hidden, int64_t intermediate,
+                          float* y) {
+  std::vector<float> gu(static_cast<size_t>(n) * 2 * intermediate);
+  std::vector<float> act(static_cast<size_t>(n) * intermediate);
+  LinearTransposed(pool, x, n, hidden, w.gate_up, gu.data());
+  AddBias(oss.gate_up_bias, n, 2 * intermediate, gu.data());
+  for (int64_t i = 0; i < n * intermediate; ++i) {
+    const float gate = std::min(gu[2 * i], oss.limit);
+    const float up = std::clamp(gu[2 * i + 1], -oss.limit, oss.limit);
+    act[i] = (up + 1.0f) * (gate / (1.0f + std::exp(-oss.alpha * gate)));
+  }
+  LinearTransposed(pool, act.data(), n, intermediate, w.down, y);
+  AddBias(oss.down_bias, n, hidden, y);
+}
+
+}  // namespace
+
+void RouteTopKSoftmax(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                      const TensorView& gate, const TensorView& bias, int top_k,
+                      RouterResult* out) {
+  const int num_experts = static_cast<int>(gate.dim(0));
+  out->n = n;
+  out->num_experts = num_experts;
+  out->top_k = top_k;
+  out->logits.resize(static_cast<size_t>(n) * num_experts);
+  out->experts.resize(static_cast<size_t>(n) * top_k);
+  out->weights.resize(static_cast<size_t>(n) * top_k);
+  Linear(pool, x, n, hidden, gate, &bias, out->logits.data());
+  for (int64_t t = 0; t < n; ++t) {
+    int* idx = out->experts.data() + t * top_k;
+    float* w = out->weights.data() + t * top_k;
+    TopK(out->logits.data() + t * num_experts, num_experts, top_k, idx, w);
+    const float mx = w[0];  // the largest: TopK sorts by decreasing value
+    float sum = 0;
+    for (int i = 0; i < top_k; ++i) sum += w[i] = std::exp(w[i] - mx);
+    for (int i = 0; i < top_k; ++i) w[i] /= sum;
+  }
+}
+
 void ExpertForward(ThreadPool* pool, const ExpertWeights& w, const float* x, int64_t n,
-                   int64_t hidden, int64_t intermediate, float* y) {
+                   int64_t hidden, int64_t intermediate, float* y, const ClampedSwigluExpert* oss) {
+  if (oss != nullptr) return ClampedSwigluForward(pool, w, *oss, x, n, hidden, intermediate, y);
   std::vector<float> act(static_cast<size_t>(n) * intermediate);
   if (w.layout == ExpertWeights::Layout::kFusedTransposed) {
     // gate_up [H, 2I]: columns [0, I) are gate, [I, 2I) are up (chunk(2)).

@@ -29,14 +29,31 @@ void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const Te
 void RouteSparseMixer(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
                       const TensorView& gate, float jitter_eps, RouterResult* out);
 
+// GPT-OSS's router: logits = x W_g^T + bias; the top_k logits (ties: lower
+// index first) pick the experts, whose weights are a softmax over those k.
+void RouteTopKSoftmax(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                      const TensorView& gate, const TensorView& bias, int top_k, RouterResult* out);
+
 // Top-k of one probability row (ties: lower index first), by decreasing value.
 void TopK(const float* p, int num_experts, int k, int* idx, float* val);
 
+// GPT-OSS's expert, beside its weights: biases of gate_up [2I] and down [H],
+// and the clamped SwiGLU on interleaved gate (even) / up (odd) columns:
+// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit).
+struct ClampedSwigluExpert {
+  TensorView gate_up_bias;  // [2I]
+  TensorView down_bias;     // [H]
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+
 // y [n, hidden] = (silu(x . gate) * (x . up)) . down for one expert, either
-// layout of ExpertWeights. x [n, hidden]; `intermediate` is I.
+// layout of ExpertWeights; with `oss`, GPT-OSS's expert instead (fused
+// layout only). x [n, hidden]; `intermediate` is I.
 // REQUIRES: the views have the shapes ExpertWeights documents.
 void ExpertForward(ThreadPool* pool, const ExpertWeights& w, const float* x, int64_t n,
-                   int64_t hidden, int64_t intermediate, float* y);
+                   int64_t hidden, int64_t intermediate, float* y,
+                   const ClampedSwigluExpert* oss = nullptr);
 
 }  // namespace vismoe::cpu
 

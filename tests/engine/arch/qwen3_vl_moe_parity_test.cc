@@ -322,7 +322,24 @@ TEST(Qwen3VlMoeParityTest, OtherTextFamiliesMatchTransformers) {
 // their norm, group-limited routing, attention_factor != 1) and V3's
 // (sigmoid routing with its selection bias, interleaved RoPE).
 TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
-  for (const char* golden : {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}) {
+  for (const char* golden :
+       {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_plain"}) {
+    SCOPED_TRACE(golden);
+    std::string fixture = absl::StrCat("tiny-", golden);
+    std::replace(fixture.begin(), fixture.end(), '_', '-');
+    CheckCases(absl::StrCat(testing::FixturesDir(), "/", fixture),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_cases.json"),
+               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_logits.safetensors"));
+  }
+}
+
+// GPT-OSS in its dequantized layout (#34): attention sinks, sliding layers
+// alternating with full ones (the second shape's 8-token window shorter than
+// every prompt; tied embeddings; YaRN truncated), the router's top-k of
+// biased logits, experts with biases and the clamped SwiGLU on interleaved
+// gate / up columns.
+TEST(Qwen3VlMoeParityTest, GptOssMatchesTransformers) {
+  for (const char* golden : {"gpt_oss", "gpt_oss_swa"}) {
     SCOPED_TRACE(golden);
     std::string fixture = absl::StrCat("tiny-", golden);
     std::replace(fixture.begin(), fixture.end(), '_', '-');

@@ -75,11 +75,10 @@ TEST(ModelConfigTest, OlmoeRefusalsNameTheField) {
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("olmoe needs head_dim * num_attention_heads == hidden_size"));
   j = OlmoeConfig();
-  j["model_type"] = "gpt_oss";
-  EXPECT_THAT(
-      std::string(ModelConfig::Parse(j.dump()).status().message()),
-      HasSubstr("'gpt_oss' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, "
-                "deepseek_v2, deepseek_v3)"));
+  j["model_type"] = "dbrx";
+  EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
+              HasSubstr("'dbrx' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, "
+                        "deepseek_v2, deepseek_v3, gpt_oss)"));
 }
 
 nlohmann::json MixtralConfig() {
@@ -265,6 +264,94 @@ TEST(ModelConfigTest, DeepseekRefusalsNameTheField) {
   for (const auto& [mutate, why] : bad) {
     SCOPED_TRACE(why);
     nlohmann::json j = DeepseekConfig("tiny-deepseek-v2");
+    mutate(j);
+    EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
+  }
+}
+
+// openai/gpt-oss-20b's config.json (its layer_types: 12 x sliding, full),
+// the quantization_config left out (MXFP4 experts are not served yet).
+nlohmann::json GptOss20bConfig() {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+    "intermediate_size": 2880, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+    "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": false,
+    "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                     "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                     "truncate": false},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+    "swiglu_limit": 7.0, "tie_word_embeddings": false, "transformers_version": "4.57.0",
+    "use_cache": true, "vocab_size": 201088})");
+  for (int l = 0; l < 24; ++l) {
+    j["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  return j;
+}
+
+TEST(ModelConfigTest, GptOssFieldsAndTensorNames) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::Parse(GptOss20bConfig().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  const TextConfig& t = c->text;
+  EXPECT_EQ(t.head_dim, 64);
+  EXPECT_EQ(t.num_experts, 32);
+  EXPECT_EQ(t.moe_intermediate_size, 2880);
+  EXPECT_EQ(t.LayerWindow(0), 128);
+  EXPECT_EQ(t.LayerWindow(1), 0);
+  EXPECT_TRUE(t.attention_sinks);
+  ASSERT_TRUE(t.clamped_swiglu.has_value());
+  EXPECT_FLOAT_EQ(t.clamped_swiglu->alpha, 1.702f);
+  ASSERT_TRUE(t.yarn.has_value());
+  EXPECT_FALSE(t.yarn->truncate);
+  EXPECT_DOUBLE_EQ(t.rope_theta, 150000);
+  EXPECT_NEAR(YarnAttentionFactor(*t.yarn), 0.1 * std::log(32.0) + 1, 1e-12);
+  EXPECT_EQ(ArchSpec::For(*c)->router, RouterKind::kTopKSoftmaxBiased);
+  absl::StatusOr<std::vector<TensorSpec>> tensors = ExpectedTensors(*c);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouter, 3)->name, "model.layers.3.mlp.router.weight");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kRouterBias, 3)->name,
+            "model.layers.3.mlp.router.bias");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kSinks, 3)->name, "model.layers.3.self_attn.sinks");
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kExpertsGateUp, 3)->shape, (Shape{32, 2880, 5760}));
+  const TensorSpec* bias = FindTensor(*tensors, WeightRole::kExpertsGateUpBias, 3);
+  EXPECT_EQ(bias->name, "model.layers.3.mlp.experts.gate_up_proj_bias");
+  EXPECT_FALSE(bias->routed_expert);  // resident
+  EXPECT_EQ(FindTensor(*tensors, WeightRole::kQBias, 3)->shape, (Shape{64 * 64}));
+
+  nlohmann::json j = GptOss20bConfig();
+  j.erase("layer_types");
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  c = ModelConfig::Parse(j.dump());  // GptOssConfig's defaults
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->text.LayerWindow(2), 128);
+  EXPECT_EQ(c->text.LayerWindow(3), 0);
+  ASSERT_TRUE(c->text.yarn.has_value());
+  EXPECT_FALSE(c->text.yarn->truncate);
+  EXPECT_DOUBLE_EQ(c->text.rope_theta, 150000);
+  j = GptOss20bConfig();
+  j["rope_scaling"].erase("truncate");  // a rope dict without it: truncate, as transformers
+  EXPECT_TRUE(ModelConfig::Parse(j.dump())->text.yarn->truncate);
+}
+
+TEST(ModelConfigTest, GptOssRefusalsNameTheField) {
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](nlohmann::json& j) { j["layer_types"][3] = "chunked_attention"; },
+       "layer_types entry '\"chunked_attention\"'"},
+      {[](nlohmann::json& j) { j["layer_types"].erase(0); }, "one type per layer"},
+      {[](nlohmann::json& j) { j["swiglu_limit"] = -1; }, "swiglu_limit"},
+      {[](nlohmann::json& j) { j.erase("head_dim"); }, "'head_dim' is missing"},
+      {[](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "mxfp4"}};
+       },
+       "quant_method"},
+  };
+  for (const auto& [mutate, why] : bad) {
+    SCOPED_TRACE(why);
+    nlohmann::json j = GptOss20bConfig();
     mutate(j);
     EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
   }

@@ -131,6 +131,22 @@ TEST(AttentionTest, CausalHandComputed) {
   EXPECT_NEAR(o1[0], out[2], 1e-6);
 }
 
+// GPT-OSS's sinks: a per-head logit in the denominator with no value, so a
+// row's probabilities sum to less than 1.
+TEST(AttentionTest, SinksTakeTheirShareOfTheSoftmax) {
+  const std::vector<float> q = {1, 0};  // one head, head_dim 2
+  std::vector<float> k = {1, 0, 0, 1}, v = {1, 2, 3, 4}, out(2);
+  const std::vector<float> sinks = {0.5f};
+  AttentionShape shape{1, 1, 2};
+  shape.sinks = sinks.data();
+  // The query at position 1 sees keys 0 (score 1/sqrt2) and 1 (score 0).
+  Attention(nullptr, shape, q.data(), 1, k.data(), v.data(), 2, true, 1, out.data());
+  const float e0 = std::exp(1.0f / std::sqrt(2.0f)), e1 = 1.0f, es = std::exp(0.5f);
+  const float z = e0 + e1 + es;
+  EXPECT_NEAR(out[0], (e0 * 1 + e1 * 3) / z, 1e-6);
+  EXPECT_NEAR(out[1], (e0 * 2 + e1 * 4) / z, 1e-6);
+}
+
 TEST(AttentionTest, GqaSharesKvHeadsAndMatchesThreaded) {
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
@@ -188,6 +204,19 @@ TEST(MoeTest, RouterSoftmaxTopKRenormalise) {
   const float z = 1 + std::exp(2.0f) + e + std::exp(-1.0f);
   EXPECT_NEAR(r.weights[0], std::exp(2.0f) / z, 1e-6);
   EXPECT_NEAR(r.weights[1], e / z, 1e-6);
+}
+
+// GPT-OSS's router: the top-k of the biased logits, softmax over those k.
+TEST(MoeTest, TopKSoftmaxRoutesOnBiasedLogits) {
+  std::vector<float> w(16, 0.0f);
+  for (int i = 0; i < 4; ++i) w[i * 4 + i] = 1;
+  const std::vector<float> x = {1.0f, 0.0f, 0.5f, 2.0f}, bias = {0.0f, 1.5f, 0.0f, -2.0f};
+  RouterResult r;
+  RouteTopKSoftmax(nullptr, x.data(), 1, 4, F32View(w, {4, 4}), F32View(bias, {4}), 2, &r);
+  EXPECT_THAT(r.logits, ElementsAre(1.0f, 1.5f, 0.5f, 0.0f));
+  EXPECT_THAT(r.experts, ElementsAre(1, 0));
+  EXPECT_NEAR(r.weights[0], 1 / (1 + std::exp(-0.5f)), 1e-6);
+  EXPECT_NEAR(r.weights[0] + r.weights[1], 1.0f, 1e-6);
 }
 
 TEST(MoeTest, SparseMixerMasksFarLogitsAndPicksTwo) {
@@ -353,6 +382,32 @@ TEST(MoeTest, SwiGluBothLayoutsMatchNaive) {
   ThreadPool pool(2);
   ExpertForward(&pool, fused, x.data(), n, h, inter, y.data());
   EXPECT_THAT(y, Pointwise(FloatNear(1e-5), ref));
+}
+
+// GPT-OSS's expert: gate_up [H, 2I] with gate in the even columns and up in
+// the odd ones, biases, and the clamps at +-limit.
+TEST(MoeTest, ClampedSwigluExpertMatchesAHandLoop) {
+  const int64_t h = 2, inter = 2;
+  // Columns (g0, u0, g1, u1); x = (1, 2).
+  const std::vector<float> gate_up = {3, 1, -1, 10,  //
+                                      4, 0, 1,  -6};
+  const std::vector<float> gu_bias = {0.5f, 0, 0, 1}, down = {1, 2, 3, 4}, d_bias = {0.25f, -1};
+  ExpertWeights fused;
+  fused.gate_up = F32View(gate_up, {h, 2 * inter});
+  fused.down = F32View(down, {inter, h});
+  ClampedSwigluExpert oss;
+  oss.gate_up_bias = F32View(gu_bias, {2 * inter});
+  oss.down_bias = F32View(d_bias, {h});
+  oss.alpha = 1.702f;
+  oss.limit = 7.0f;
+  const std::vector<float> x = {1, 2};
+  std::vector<float> y(h);
+  ExpertForward(nullptr, fused, x.data(), 1, h, inter, y.data(), &oss);
+  // Pre-activations: g0 = 3 + 8 + .5 = 11.5 -> 7 (clamped), u0 = 1; g1 = 1, u1 = 10 - 12 + 1 = -1.
+  auto act = [](float g, float u) { return (u + 1) * g / (1 + std::exp(-1.702f * g)); };
+  const float a0 = act(7.0f, 1.0f), a1 = act(1.0f, -1.0f);
+  EXPECT_NEAR(y[0], a0 * 1 + a1 * 3 + 0.25f, 1e-5);
+  EXPECT_NEAR(y[1], a0 * 2 + a1 * 4 - 1.0f, 1e-5);
 }
 
 }  // namespace

@@ -180,6 +180,18 @@ TEST(EngineFp8Test, ExpertDtypeFp8QuantisesDeepseekRoutedExperts) {
   EXPECT_EQ(resident.tokens, bf16_run.tokens);
 }
 
+// GPT-OSS interleaves gate and up columns, which the load-time quantiser
+// does not keep: refused by name until it does.
+TEST(EngineFp8Test, ExpertDtypeFp8IsRefusedForGptOss) {
+  EngineOptions o = Options("tiny-gpt-oss");
+  o.offload.expert_dtype = "fp8";
+  auto engine = Engine::Create(o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(
+      absl::StrContains(engine.status().message(), "expert_dtype=fp8 is not supported for gpt_oss"))
+      << engine.status();
+}
+
 TEST(EngineFp8Test, ExpertDtypeIsCheckedAndRefusedOnTheCudaBackend) {
   EngineOptions o = Options("tiny-qwen3-vl-moe");
   o.offload.expert_dtype = "int4";

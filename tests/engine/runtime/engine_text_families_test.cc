@@ -1,9 +1,8 @@
-// The text families beside Qwen3 (OLMoE, Mixtral, PhiMoE, DeepSeek-V2/V3) through the whole engine
-// on the CPU backend (chat template, tokenizer, sampling): greedy answers
-// equal transformers' goldens all resident and under an offload budget (1
-// pinned MoE layer + a few slabs, history prefetch), where experts are
-// copied; realistic synthetic routing and the CUDA backend refuse them by
-// name until they are built for them. Served with their own published chat
+// The text families beside Qwen3 (OLMoE, Mixtral, PhiMoE, DeepSeek-V2/V3, GPT-OSS) through the
+// whole engine on the CPU backend (chat template, tokenizer, sampling): greedy answers equal
+// transformers' goldens all resident and under an offload budget (1 pinned MoE layer + a few slabs,
+// history prefetch), where experts are copied; realistic synthetic routing and the CUDA backend
+// refuse them by name until they are built for them. Served with their own published chat
 // templates, their prompts are apply_chat_template's.
 #include <filesystem>
 #include <fstream>
@@ -38,7 +37,10 @@ constexpr Family kFamilies[] = {{"tiny-olmoe", "olmoe", "olmoe"},
                                 {"tiny-phimoe-longrope", "phimoe_longrope", "phimoe"},
                                 {"tiny-deepseek-v2-lite", "deepseek_v2_lite", "deepseek_v2"},
                                 {"tiny-deepseek-v2", "deepseek_v2", "deepseek_v2"},
-                                {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"}};
+                                {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"},
+                                {"tiny-deepseek-v3-plain", "deepseek_v3_plain", "deepseek_v3"},
+                                {"tiny-gpt-oss", "gpt_oss", "gpt_oss"},
+                                {"tiny-gpt-oss-swa", "gpt_oss_swa", "gpt_oss"}};
 
 TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
   for (const Family& f : kFamilies) {
