@@ -2,8 +2,8 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE and FP8
-# checkpoints, which the CUDA backend does not run yet, and the chat-template goldens); `restore` puts them back in
+# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE, DeepSeek,
+# GPT-OSS and FP8 checkpoints, which the CUDA backend does not run yet, and the chat-template goldens); `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
@@ -33,6 +33,18 @@ paths=(
   tests/fixtures/golden/phimoe_logits.safetensors
   tests/fixtures/golden/phimoe_longrope_logits.safetensors
   tests/fixtures/chat_templates
+  tests/fixtures/tiny-deepseek-v2-lite
+  tests/fixtures/tiny-deepseek-v2
+  tests/fixtures/tiny-deepseek-v3
+  tests/fixtures/tiny-deepseek-v3-plain
+  tests/fixtures/golden/deepseek_v2_lite_logits.safetensors
+  tests/fixtures/golden/deepseek_v2_logits.safetensors
+  tests/fixtures/golden/deepseek_v3_logits.safetensors
+  tests/fixtures/golden/deepseek_v3_plain_logits.safetensors
+  tests/fixtures/tiny-gpt-oss
+  tests/fixtures/tiny-gpt-oss-swa
+  tests/fixtures/golden/gpt_oss_logits.safetensors
+  tests/fixtures/golden/gpt_oss_swa_logits.safetensors
 )
 exclude=.git/info/exclude
 marker="# travel_light.sh"
