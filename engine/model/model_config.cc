@@ -9,105 +9,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/config_fields.h"
 #include "nlohmann/json.hpp"
 
 namespace vismoe {
+
+namespace config_internal {
 namespace {
-
-using nlohmann::json;
-
-// Reads typed fields from one JSON object; errors carry the field's path.
-class FieldReader {
- public:
-  FieldReader(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
-
-  bool Has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
-
-  absl::Status Int(const char* key, int* out, bool required, int min_value = 0) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    const json& v = obj_[key];
-    if (!v.is_number_integer()) return Bad(key, "an integer");
-    const int64_t x = v.get<int64_t>();
-    if (x < min_value || x > (int64_t{1} << 31) - 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", Path(key), " = ", x, " is out of range (>= ", min_value,
-                       ")"));
-    }
-    *out = static_cast<int>(x);
-    return absl::OkStatus();
-  }
-
-  absl::Status Float(const char* key, float* out, bool required) const {
-    double d = *out;
-    VISMOE_RETURN_IF_ERROR(Double(key, &d, required));
-    *out = static_cast<float>(d);
-    return absl::OkStatus();
-  }
-
-  absl::Status Double(const char* key, double* out, bool required) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    if (!obj_[key].is_number()) return Bad(key, "a number");
-    *out = obj_[key].get<double>();
-    return absl::OkStatus();
-  }
-
-  absl::Status Bool(const char* key, bool* out, bool required) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    if (!obj_[key].is_boolean()) return Bad(key, "a boolean");
-    *out = obj_[key].get<bool>();
-    return absl::OkStatus();
-  }
-
-  absl::Status String(const char* key, std::string* out, bool required) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    if (!obj_[key].is_string()) return Bad(key, "a string");
-    *out = obj_[key].get<std::string>();
-    return absl::OkStatus();
-  }
-
-  absl::Status IntList(const char* key, std::vector<int>* out, bool required) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    const json& v = obj_[key];
-    if (!v.is_array()) return Bad(key, "a list of integers");
-    out->clear();
-    for (const json& e : v) {
-      if (!e.is_number_integer()) return Bad(key, "a list of integers");
-      out->push_back(e.get<int>());
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status FloatList(const char* key, std::vector<float>* out, bool required) const {
-    if (!Has(key)) return required ? Missing(key) : absl::OkStatus();
-    const json& v = obj_[key];
-    if (!v.is_array()) return Bad(key, "a list of numbers");
-    out->clear();
-    for (const json& e : v) {
-      if (!e.is_number() || !std::isfinite(e.get<double>())) return Bad(key, "a list of numbers");
-      out->push_back(static_cast<float>(e.get<double>()));
-    }
-    return absl::OkStatus();
-  }
-
-  std::string Path(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
-
- private:
-  absl::Status Missing(const char* key) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: required field '", Path(key), "' is missing"));
-  }
-  absl::Status Bad(const char* key, const char* what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: field '", Path(key), "' must be ", what));
-  }
-
-  const json& obj_;
-  std::string prefix_;
-};
-
-absl::Status Inconsistent(const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("config.json: inconsistent config: ", what));
-}
 
 // rope_type "yarn": `r` reads the text config, `rr` its rope object.
 absl::Status ParseYarn(const FieldReader& r, const FieldReader& rr, TextConfig* t) {
@@ -156,6 +64,8 @@ absl::Status ParseYarn(const FieldReader& r, const FieldReader& rr, TextConfig* 
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t) {
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
@@ -201,8 +111,8 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
     } else if (type == "yarn") {
       VISMOE_RETURN_IF_ERROR(ParseYarn(r, rr, t));
     } else if (!type.empty() && type != "default" && type != "mrope") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: ", rr.Path("rope_type"),
-                                                     " '", type, "' is not supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", rr.Path("rope_type"), " '", type, "' is not supported"));
     }
     VISMOE_RETURN_IF_ERROR(rr.Double("rope_theta", &t->rope_theta, false));
     VISMOE_RETURN_IF_ERROR(rr.IntList("mrope_section", &t->mrope_section, false));
@@ -211,6 +121,15 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
   if (!(t->rope_theta > 0)) return Inconsistent(absl::StrCat(prefix, ".rope_theta must be > 0"));
   return absl::OkStatus();
 }
+
+}  // namespace config_internal
+
+namespace {
+
+using config_internal::FieldReader;
+using config_internal::Inconsistent;
+using config_internal::json;
+using config_internal::ParseRope;
 
 // The families whose text config.json differs from Qwen3's.
 enum class TextFields {
@@ -290,8 +209,8 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   }
 
   if (t->hidden_act != "silu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: ", r.Path("hidden_act"), " '", t->hidden_act, "' is not supported (silu)"));
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", r.Path("hidden_act"), " '",
+                                                   t->hidden_act, "' is not supported (silu)"));
   }
   if (t->num_attention_heads % t->num_key_value_heads != 0) {
     return Inconsistent(absl::StrCat(prefix, ".num_attention_heads (", t->num_attention_heads,
@@ -319,8 +238,8 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   }
   for (int l : t->mlp_only_layers) {
     if (l < 0 || l >= t->num_hidden_layers) {
-      return Inconsistent(absl::StrCat(prefix, ".mlp_only_layers names layer ", l,
-                                       " outside 0..", t->num_hidden_layers - 1));
+      return Inconsistent(absl::StrCat(prefix, ".mlp_only_layers names layer ", l, " outside 0..",
+                                       t->num_hidden_layers - 1));
     }
   }
   bool any_dense = !t->mlp_only_layers.empty() || t->decoder_sparse_step != 1;
@@ -333,169 +252,6 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
       return Inconsistent(absl::StrCat(prefix, ".mrope_section must have 3 entries summing to ",
                                        "head_dim/2 = ", t->head_dim / 2, " (sum is ", sum, ")"));
     }
-  }
-  return absl::OkStatus();
-}
-
-// DeepSeek-V2 / V3 text (top level), as transformers 5 reads it: K and V
-// have num_attention_heads heads (num_key_value_heads is ignored, as
-// transformers' MLA does), head_dim is qk_rope_head_dim, V2 never
-// renormalises its top-k and V3 always routes by sigmoid with group limits
-// (topk_method and scoring_func are ignored there, moe_layer_freq by both).
-absl::Status ParseMla(const FieldReader& r, bool v3, TextConfig* t) {
-  TextConfig::Mla m;
-  VISMOE_RETURN_IF_ERROR(r.Int("q_lora_rank", &m.q_lora_rank, false, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("kv_lora_rank", &m.kv_lora_rank, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("qk_nope_head_dim", &m.qk_nope_head_dim, true, 0));
-  VISMOE_RETURN_IF_ERROR(r.Int("qk_rope_head_dim", &m.qk_rope_head_dim, true, 2));
-  VISMOE_RETURN_IF_ERROR(r.Int("v_head_dim", &m.v_head_dim, true, 1));
-  if (v3) VISMOE_RETURN_IF_ERROR(r.Bool("rope_interleave", &m.rope_interleave, false));
-  if (m.qk_rope_head_dim % 2 != 0) return Inconsistent("qk_rope_head_dim must be even");
-  t->head_dim = m.qk_rope_head_dim;
-  t->num_key_value_heads = t->num_attention_heads;
-  t->mla = m;
-  return absl::OkStatus();
-}
-
-absl::Status ParseDeepseekMoe(const FieldReader& r, bool v3, TextConfig* t) {
-  VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("n_routed_experts", &t->num_experts, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("n_shared_experts", &t->n_shared_experts, false, 0));
-  VISMOE_RETURN_IF_ERROR(r.Int("first_k_dense_replace", &t->first_k_dense_replace, false, 0));
-  VISMOE_RETURN_IF_ERROR(r.Float("routed_scaling_factor", &t->routed_scaling_factor, false));
-  if (!(t->routed_scaling_factor > 0) || !std::isfinite(t->routed_scaling_factor)) {
-    return Inconsistent("routed_scaling_factor must be a positive number");
-  }
-  t->norm_topk_prob = v3;  // DeepseekV3Config's default; V2 never renormalises
-  if (v3) VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
-  std::string method = "greedy";
-  if (!v3) VISMOE_RETURN_IF_ERROR(r.String("topk_method", &method, false));
-  if (method != "greedy" && method != "group_limited_greedy") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: topk_method '", method,
-                     "' is not supported for deepseek_v2 (greedy, group_limited_greedy)"));
-  }
-  t->group_limited = v3 || method == "group_limited_greedy";
-  if (!t->group_limited) return absl::OkStatus();
-  VISMOE_RETURN_IF_ERROR(r.Int("n_group", &t->n_group, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("topk_group", &t->topk_group, true, 1));
-  const int per_group = t->num_experts / t->n_group;
-  if (t->num_experts % t->n_group != 0 || t->topk_group > t->n_group || (v3 && per_group < 2) ||
-      t->num_experts_per_tok > t->topk_group * per_group) {
-    return Inconsistent(
-        absl::StrCat("n_group (", t->n_group, ") must divide n_routed_experts (", t->num_experts,
-                     v3 ? ") into groups of at least 2" : ")", ", topk_group (", t->topk_group,
-                     ") be at most n_group, and the kept groups hold num_experts_per_tok (",
-                     t->num_experts_per_tok, ") experts"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
-  FieldReader r(root, "");
-  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
-  VISMOE_RETURN_IF_ERROR(ParseMla(r, v3, t));
-  VISMOE_RETURN_IF_ERROR(ParseDeepseekMoe(r, v3, t));
-  VISMOE_RETURN_IF_ERROR(
-      r.Int("intermediate_size", &t->intermediate_size, t->first_k_dense_replace > 0, 0));
-  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
-  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
-  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
-  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
-  VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
-  bool mlp_bias = false;
-  VISMOE_RETURN_IF_ERROR(r.Bool("mlp_bias", &mlp_bias, false));
-  if (mlp_bias) {
-    return absl::InvalidArgumentError("config.json: mlp_bias true is not supported (deepseek_v2)");
-  }
-  VISMOE_RETURN_IF_ERROR(ParseRope(root, "", t));
-  if (t->hidden_act != "silu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: hidden_act '", t->hidden_act, "' is not supported (silu)"));
-  }
-  if (t->num_experts_per_tok > t->num_experts) {
-    return Inconsistent(absl::StrCat("num_experts_per_tok (", t->num_experts_per_tok,
-                                     ") exceeds n_routed_experts (", t->num_experts, ")"));
-  }
-  if (t->longrope.has_value() || !t->mrope_section.empty()) {
-    return Inconsistent("deepseek rope_parameters must be default or yarn");
-  }
-  return absl::OkStatus();
-}
-
-// GPT-OSS (top level), as transformers 5 reads it: every layer MoE with
-// experts of intermediate_size, layer_types' windows, sinks, the clamped
-// SwiGLU, YaRN (the class default when the config has no rope dict).
-absl::Status ParseGptOss(const json& root, TextConfig* t) {
-  FieldReader r(root, "");
-  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, true, 2));
-  VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, true, 1));
-  t->moe_intermediate_size = t->intermediate_size;
-  VISMOE_RETURN_IF_ERROR(r.Int("num_local_experts", &t->num_experts, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
-  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
-  t->attention_bias = true;  // GptOssConfig's default
-  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
-  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
-  t->sliding_window = 128;
-  VISMOE_RETURN_IF_ERROR(r.Int("sliding_window", &t->sliding_window, false, 1));
-  TextConfig::ClampedSwiglu act;
-  VISMOE_RETURN_IF_ERROR(r.Float("swiglu_alpha", &act.alpha, false));
-  VISMOE_RETURN_IF_ERROR(r.Float("swiglu_limit", &act.limit, false));
-  if (!std::isfinite(act.alpha) || !(act.limit > 0) || !std::isfinite(act.limit)) {
-    return Inconsistent("swiglu_alpha must be a number and swiglu_limit a positive one");
-  }
-  t->clamped_swiglu = act;
-  t->attention_sinks = true;
-  t->norm_topk_prob = true;
-  if (r.Has("layer_types")) {
-    const json& types = root["layer_types"];
-    if (!types.is_array() || static_cast<int>(types.size()) != t->num_hidden_layers) {
-      return Inconsistent("layer_types must list one type per layer");
-    }
-    for (const json& type : types) {
-      const std::string s = type.is_string() ? type.get<std::string>() : "";
-      if (s != "sliding_attention" && s != "full_attention") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("config.json: layer_types entry '", type.dump(),
-                         "' is not supported (sliding_attention, full_attention)"));
-      }
-      t->layer_windows.push_back(s == "sliding_attention" ? t->sliding_window : 0);
-    }
-  } else {  // GptOssConfig: sliding from layer 0, alternating
-    for (int l = 0; l < t->num_hidden_layers; ++l) {
-      t->layer_windows.push_back(l % 2 == 0 ? t->sliding_window : 0);
-    }
-  }
-  if (r.Has("rope_scaling") || r.Has("rope_parameters")) {
-    VISMOE_RETURN_IF_ERROR(ParseRope(root, "", t));
-  } else {  // GptOssConfig's default rope_parameters
-    t->rope_theta = 150000.0;
-    VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
-    TextConfig::Yarn y;
-    y.factor = 32;
-    y.original_max_position_embeddings = 4096;
-    y.truncate = false;
-    t->yarn = y;
-  }
-  if (t->num_attention_heads % t->num_key_value_heads != 0 || t->head_dim % 2 != 0 ||
-      t->num_experts_per_tok > t->num_experts) {
-    return Inconsistent(
-        "num_attention_heads must be a multiple of num_key_value_heads, head_dim even and "
-        "num_experts_per_tok at most num_local_experts");
-  }
-  if (t->longrope.has_value() || !t->mrope_section.empty()) {
-    return Inconsistent("gpt_oss rope_parameters must be default or yarn");
   }
   return absl::OkStatus();
 }
@@ -514,7 +270,8 @@ absl::Status ParseVision(const json& vc, VisionConfig* v) {
   VISMOE_RETURN_IF_ERROR(r.Int("spatial_merge_size", &v->spatial_merge_size, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_position_embeddings", &v->num_position_embeddings, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("out_hidden_size", &v->out_hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.IntList("deepstack_visual_indexes", &v->deepstack_visual_indexes, false));
+  VISMOE_RETURN_IF_ERROR(
+      r.IntList("deepstack_visual_indexes", &v->deepstack_visual_indexes, false));
   if (v->hidden_act != "gelu_pytorch_tanh" && v->hidden_act != "gelu") {
     return absl::InvalidArgumentError(absl::StrCat("config.json: vision_config.hidden_act '",
                                                    v->hidden_act, "' is not supported"));
@@ -632,7 +389,8 @@ double TextConfig::AttentionScale() const {
 absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
   json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("config.json: not valid JSON");
-  if (!root.is_object()) return absl::InvalidArgumentError("config.json: top level is not an object");
+  if (!root.is_object())
+    return absl::InvalidArgumentError("config.json: top level is not an object");
   ModelConfig c;
   FieldReader top(root, "");
   VISMOE_RETURN_IF_ERROR(top.String("model_type", &c.model_type, true));
@@ -676,9 +434,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
       return Inconsistent("olmoe needs head_dim * num_attention_heads == hidden_size");
     }
   } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") {
-    VISMOE_RETURN_IF_ERROR(ParseDeepseek(root, c.model_type == "deepseek_v3", &c.text));
+    VISMOE_RETURN_IF_ERROR(
+        config_internal::ParseDeepseek(root, c.model_type == "deepseek_v3", &c.text));
   } else if (c.model_type == "gpt_oss") {
-    VISMOE_RETURN_IF_ERROR(ParseGptOss(root, &c.text));
+    VISMOE_RETURN_IF_ERROR(config_internal::ParseGptOss(root, &c.text));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: model_type '", c.model_type,

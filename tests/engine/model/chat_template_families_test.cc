@@ -214,7 +214,11 @@ INSTANTIATE_TEST_SUITE_P(
         Family{"mixtral", kFixtures + "/chat_templates/mixtral", kFixtures + "/tiny-mixtral"},
         Family{"olmoe", kFixtures + "/chat_templates/olmoe", kFixtures + "/tiny-olmoe"},
         Family{"phimoe", kFixtures + "/chat_templates/phimoe", kFixtures + "/tiny-qwen3-moe"},
-        Family{"gpt_oss", kFixtures + "/chat_templates/gpt_oss", kFixtures + "/tiny-qwen3-moe"}),
+        Family{"gpt_oss", kFixtures + "/chat_templates/gpt_oss", kFixtures + "/tiny-qwen3-moe"},
+        Family{"deepseek_v2", kFixtures + "/chat_templates/deepseek_v2",
+               kFixtures + "/tiny-deepseek-v2-lite"},
+        Family{"deepseek_v3", kFixtures + "/chat_templates/deepseek_v3",
+               kFixtures + "/tiny-deepseek-v3"}),
     [](const ::testing::TestParamInfo<Family>& i) { return std::string(i.param.name); });
 
 }  // namespace
