@@ -113,6 +113,12 @@ inline absl::Status Inconsistent(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("config.json: inconsistent config: ", what));
 }
 
+// hidden_size, num_hidden_layers and num_attention_heads (required).
+absl::Status ParseTextShape(const FieldReader& r, TextConfig* t);
+// rms_norm_eps and vocab_size (required), max_position_embeddings,
+// attention_bias and tie_word_embeddings (kept as `t` holds them when absent).
+absl::Status ParseTextCommon(const FieldReader& r, TextConfig* t);
+
 // Rope fields of the text config `tc` (rope_theta, and rope_scaling or
 // rope_parameters: default, mrope, longrope or yarn) into `t`.
 absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t);

@@ -66,6 +66,22 @@ absl::Status ParseYarn(const FieldReader& r, const FieldReader& rr, TextConfig* 
 
 }  // namespace
 
+absl::Status ParseTextShape(const FieldReader& r, TextConfig* t) {
+  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  return absl::OkStatus();
+}
+
+absl::Status ParseTextCommon(const FieldReader& r, TextConfig* t) {
+  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
+  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
+  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  return absl::OkStatus();
+}
+
 absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t) {
   FieldReader r(tc, prefix);
   VISMOE_RETURN_IF_ERROR(r.Double("rope_theta", &t->rope_theta, false));
@@ -130,6 +146,8 @@ using config_internal::FieldReader;
 using config_internal::Inconsistent;
 using config_internal::json;
 using config_internal::ParseRope;
+using config_internal::ParseTextCommon;
+using config_internal::ParseTextShape;
 
 // The families whose text config.json differs from Qwen3's.
 enum class TextFields {
@@ -163,9 +181,7 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   const bool olmoe = fields == TextFields::kOlmoe, phimoe = fields == TextFields::kPhimoe;
   const bool mixtral = fields == TextFields::kMixtral || phimoe;
   FieldReader r(tc, prefix);
-  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(ParseTextShape(r, t));
   t->num_key_value_heads = t->num_attention_heads;
   VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, false, 1));
   t->head_dim = t->hidden_size / t->num_attention_heads;
@@ -195,11 +211,7 @@ absl::Status ParseText(const json& tc, const std::string& prefix, TextFields fie
   VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &t->norm_topk_prob, false));
   VISMOE_RETURN_IF_ERROR(r.Int("decoder_sparse_step", &t->decoder_sparse_step, false, 1));
   VISMOE_RETURN_IF_ERROR(r.IntList("mlp_only_layers", &t->mlp_only_layers, false));
-  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
-  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
-  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
-  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  VISMOE_RETURN_IF_ERROR(ParseTextCommon(r, t));
   VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
   VISMOE_RETURN_IF_ERROR(ParseRope(tc, prefix, t));
   if (t->yarn.has_value()) {  // built and checked for DeepSeek and GPT-OSS only

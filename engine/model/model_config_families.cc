@@ -65,18 +65,12 @@ absl::Status ParseDeepseekMoe(const FieldReader& r, bool v3, TextConfig* t) {
 
 absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
   FieldReader r(root, "");
-  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(ParseTextShape(r, t));
   VISMOE_RETURN_IF_ERROR(ParseMla(r, v3, t));
   VISMOE_RETURN_IF_ERROR(ParseDeepseekMoe(r, v3, t));
   VISMOE_RETURN_IF_ERROR(
       r.Int("intermediate_size", &t->intermediate_size, t->first_k_dense_replace > 0, 0));
-  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
-  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
-  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
-  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  VISMOE_RETURN_IF_ERROR(ParseTextCommon(r, t));
   VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
   bool mlp_bias = false;
   VISMOE_RETURN_IF_ERROR(r.Bool("mlp_bias", &mlp_bias, false));
@@ -103,21 +97,15 @@ absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
 // SwiGLU, YaRN (the class default when the config has no rope dict).
 absl::Status ParseGptOss(const json& root, TextConfig* t) {
   FieldReader r(root, "");
-  VISMOE_RETURN_IF_ERROR(r.Int("hidden_size", &t->hidden_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_hidden_layers", &t->num_hidden_layers, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("num_attention_heads", &t->num_attention_heads, true, 1));
+  VISMOE_RETURN_IF_ERROR(ParseTextShape(r, t));
   VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("head_dim", &t->head_dim, true, 2));
   VISMOE_RETURN_IF_ERROR(r.Int("intermediate_size", &t->intermediate_size, true, 1));
   t->moe_intermediate_size = t->intermediate_size;
   VISMOE_RETURN_IF_ERROR(r.Int("num_local_experts", &t->num_experts, true, 1));
   VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Float("rms_norm_eps", &t->rms_norm_eps, true));
-  VISMOE_RETURN_IF_ERROR(r.Int("vocab_size", &t->vocab_size, true, 1));
-  VISMOE_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t->max_position_embeddings, false, 1));
   t->attention_bias = true;  // GptOssConfig's default
-  VISMOE_RETURN_IF_ERROR(r.Bool("attention_bias", &t->attention_bias, false));
-  VISMOE_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &t->tie_word_embeddings, false));
+  VISMOE_RETURN_IF_ERROR(ParseTextCommon(r, t));
   t->sliding_window = 128;
   VISMOE_RETURN_IF_ERROR(r.Int("sliding_window", &t->sliding_window, false, 1));
   TextConfig::ClampedSwiglu act;

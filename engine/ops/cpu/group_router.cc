@@ -6,23 +6,10 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
-#include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
 
 namespace vismoe::cpu {
 namespace {
-
-void Prepare(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const TensorView& gate,
-             int top_k, RouterResult* out) {
-  const int num_experts = static_cast<int>(gate.dim(0));
-  out->n = n;
-  out->num_experts = num_experts;
-  out->top_k = top_k;
-  out->logits.resize(static_cast<size_t>(n) * num_experts);
-  out->experts.resize(static_cast<size_t>(n) * top_k);
-  out->weights.resize(static_cast<size_t>(n) * top_k);
-  Linear(pool, x, n, hidden, gate, nullptr, out->logits.data());
-}
 
 // Sets scores outside the topk_group best groups to `masked`; a group's
 // score is its largest entry, or the sum of its two largest (`top2`). Ties
@@ -56,7 +43,7 @@ void MaskGroups(float* scores, int num_experts, const GroupRouting& g, bool top2
 
 void RouteGroupSoftmax(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
                        const TensorView& gate, const GroupRouting& g, RouterResult* out) {
-  Prepare(pool, x, n, hidden, gate, g.top_k, out);
+  RouterLogits(pool, x, n, hidden, gate, nullptr, g.top_k, out);
   const int num_experts = out->num_experts;
   std::vector<float> p(num_experts);
   for (int64_t t = 0; t < n; ++t) {
@@ -76,7 +63,7 @@ void RouteGroupSoftmax(ThreadPool* pool, const float* x, int64_t n, int64_t hidd
 void RouteGroupSigmoid(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
                        const TensorView& gate, const TensorView& bias, const GroupRouting& g,
                        RouterResult* out) {
-  Prepare(pool, x, n, hidden, gate, g.top_k, out);
+  RouterLogits(pool, x, n, hidden, gate, nullptr, g.top_k, out);
   const int num_experts = out->num_experts;
   std::vector<float> b(num_experts), s(num_experts), select(num_experts), unused(g.top_k);
   ToFloat(bias.dtype, bias.data, b.size(), b.data());

@@ -22,8 +22,8 @@ void TopK(const float* p, int num_experts, int k, int* idx, float* val) {
   }
 }
 
-void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const TensorView& gate,
-           int top_k, bool renormalize, RouterResult* out) {
+void RouterLogits(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                  const TensorView& gate, const TensorView* bias, int top_k, RouterResult* out) {
   const int num_experts = static_cast<int>(gate.dim(0));
   out->n = n;
   out->num_experts = num_experts;
@@ -31,7 +31,13 @@ void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const Te
   out->logits.resize(static_cast<size_t>(n) * num_experts);
   out->experts.resize(static_cast<size_t>(n) * top_k);
   out->weights.resize(static_cast<size_t>(n) * top_k);
-  Linear(pool, x, n, hidden, gate, nullptr, out->logits.data());
+  Linear(pool, x, n, hidden, gate, bias, out->logits.data());
+}
+
+void Route(ThreadPool* pool, const float* x, int64_t n, int64_t hidden, const TensorView& gate,
+           int top_k, bool renormalize, RouterResult* out) {
+  RouterLogits(pool, x, n, hidden, gate, nullptr, top_k, out);
+  const int num_experts = out->num_experts;
   std::vector<float> p(num_experts);
   for (int64_t t = 0; t < n; ++t) {
     const float* l = out->logits.data() + t * num_experts;
@@ -89,13 +95,7 @@ void SparseMixerPick(const float* logits, int num_experts, int taken, float two_
 void RouteSparseMixer(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
                       const TensorView& gate, float jitter_eps, RouterResult* out) {
   const int num_experts = static_cast<int>(gate.dim(0));
-  out->n = n;
-  out->num_experts = num_experts;
-  out->top_k = 2;
-  out->logits.resize(static_cast<size_t>(n) * num_experts);
-  out->experts.resize(static_cast<size_t>(n) * 2);
-  out->weights.resize(static_cast<size_t>(n) * 2);
-  Linear(pool, x, n, hidden, gate, nullptr, out->logits.data());
+  RouterLogits(pool, x, n, hidden, gate, nullptr, 2, out);
   const float two_eps = 2 * jitter_eps;
   for (int64_t t = 0; t < n; ++t) {
     const float* l = out->logits.data() + t * num_experts;
@@ -138,14 +138,8 @@ void ClampedSwigluForward(ThreadPool* pool, const ExpertWeights& w, const Clampe
 void RouteTopKSoftmax(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
                       const TensorView& gate, const TensorView& bias, int top_k,
                       RouterResult* out) {
-  const int num_experts = static_cast<int>(gate.dim(0));
-  out->n = n;
-  out->num_experts = num_experts;
-  out->top_k = top_k;
-  out->logits.resize(static_cast<size_t>(n) * num_experts);
-  out->experts.resize(static_cast<size_t>(n) * top_k);
-  out->weights.resize(static_cast<size_t>(n) * top_k);
-  Linear(pool, x, n, hidden, gate, &bias, out->logits.data());
+  RouterLogits(pool, x, n, hidden, gate, &bias, top_k, out);
+  const int num_experts = out->num_experts;
   for (int64_t t = 0; t < n; ++t) {
     int* idx = out->experts.data() + t * top_k;
     float* w = out->weights.data() + t * top_k;

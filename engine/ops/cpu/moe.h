@@ -14,6 +14,11 @@
 
 namespace vismoe::cpu {
 
+// Every router's first step: sizes `out` for n tokens of `top_k` slots and
+// fills out->logits [n, E] = x W_g^T (+ bias [E] when not null).
+void RouterLogits(ThreadPool* pool, const float* x, int64_t n, int64_t hidden,
+                  const TensorView& gate, const TensorView* bias, int top_k, RouterResult* out);
+
 // logits = x W_g^T (x [n, hidden], W_g [E, hidden]); p = softmax(logits) in
 // fp32; top_k largest p per token (ties: lower expert index first); weights =
 // p / sum(top-k p) when `renormalize`, else p.

@@ -109,8 +109,13 @@ void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale) {
   }
 }
 
-void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
-               int head_dim, int64_t row_stride) {
+namespace {
+
+// Rotates pair j = (v[first(j)], v[second(j)]) of every head by frequency j:
+// (a, b) -> (a cos - b sin, b cos + a sin).
+template <typename First, typename Second>
+void RotatePairs(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
+                 int head_dim, int64_t row_stride, First first, Second second) {
   const int half = head_dim / 2;
   ParallelFor(pool, n, 8, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -119,35 +124,30 @@ void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, in
       for (int h = 0; h < num_heads; ++h) {
         float* v = x + i * row_stride + static_cast<int64_t>(h) * head_dim;
         for (int j = 0; j < half; ++j) {
-          const float a = v[j];
-          const float b = v[j + half];
-          // x*cos + rotate_half(x)*sin; rotate_half = (-b, a).
-          v[j] = a * c[j] + (-b) * s[j];
-          v[j + half] = b * c[j + half] + a * s[j + half];
+          const float a = v[first(j)], b = v[second(j)];
+          v[first(j)] = a * c[j] - b * s[j];
+          v[second(j)] = b * c[j] + a * s[j];
         }
       }
     }
   });
 }
 
+}  // namespace
+
+void ApplyRope(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
+               int head_dim, int64_t row_stride) {
+  const int half = head_dim / 2;  // rotate_half: pair j is (j, j + half)
+  RotatePairs(
+      pool, table, x, n, num_heads, head_dim, row_stride, [](int j) { return j; },
+      [half](int j) { return j + half; });
+}
+
 void ApplyRopePairs(ThreadPool* pool, const RopeTable& table, float* x, int64_t n, int num_heads,
                     int head_dim, int64_t row_stride) {
-  const int half = head_dim / 2;
-  ParallelFor(pool, n, 8, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* c = table.cos.data() + i * head_dim;
-      const float* s = table.sin.data() + i * head_dim;
-      for (int h = 0; h < num_heads; ++h) {
-        float* v = x + i * row_stride + static_cast<int64_t>(h) * head_dim;
-        for (int j = 0; j < half; ++j) {
-          const float a = v[2 * j], b = v[2 * j + 1];
-          // (a + ib)(cos + i sin)
-          v[2 * j] = a * c[j] - b * s[j];
-          v[2 * j + 1] = a * s[j] + b * c[j];
-        }
-      }
-    }
-  });
+  RotatePairs(
+      pool, table, x, n, num_heads, head_dim, row_stride, [](int j) { return 2 * j; },
+      [](int j) { return 2 * j + 1; });
 }
 
 }  // namespace vismoe::cpu

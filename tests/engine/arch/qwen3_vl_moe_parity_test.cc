@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -316,14 +317,9 @@ TEST(Qwen3VlMoeParityTest, OtherTextFamiliesMatchTransformers) {
   }
 }
 
-// DeepSeek-V2 and V3 (#33): multi-head latent attention over a cache of
-// latents and rope keys, shared experts, a dense first layer and YaRN, with
-// V2-Lite's shape (q_proj, greedy softmax routing), V2's (q_a / q_b with
-// their norm, group-limited routing, attention_factor != 1) and V3's
-// (sigmoid routing with its selection bias, interleaved RoPE).
-TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
-  for (const char* golden :
-       {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_plain"}) {
+// CheckCases on fixture tiny-<key, '_' as '-'> and its goldens <key>_*.
+void CheckNamedFixtures(std::initializer_list<const char*> goldens) {
+  for (const char* golden : goldens) {
     SCOPED_TRACE(golden);
     std::string fixture = absl::StrCat("tiny-", golden);
     std::replace(fixture.begin(), fixture.end(), '_', '-');
@@ -333,20 +329,22 @@ TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
   }
 }
 
+// DeepSeek-V2 and V3 (#33): multi-head latent attention over a cache of
+// latents and rope keys, shared experts, a dense first layer and YaRN, with
+// V2-Lite's shape (q_proj, greedy softmax routing), V2's (q_a / q_b with
+// their norm, group-limited routing, attention_factor != 1) and V3's
+// (sigmoid routing with its selection bias, interleaved RoPE).
+TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
+  CheckNamedFixtures({"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_plain"});
+}
+
 // GPT-OSS in its dequantized layout (#34): attention sinks, sliding layers
 // alternating with full ones (the second shape's 8-token window shorter than
 // every prompt; tied embeddings; YaRN truncated), the router's top-k of
 // biased logits, experts with biases and the clamped SwiGLU on interleaved
 // gate / up columns.
 TEST(Qwen3VlMoeParityTest, GptOssMatchesTransformers) {
-  for (const char* golden : {"gpt_oss", "gpt_oss_swa"}) {
-    SCOPED_TRACE(golden);
-    std::string fixture = absl::StrCat("tiny-", golden);
-    std::replace(fixture.begin(), fixture.end(), '_', '-');
-    CheckCases(absl::StrCat(testing::FixturesDir(), "/", fixture),
-               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_cases.json"),
-               absl::StrCat(testing::FixturesDir(), "/golden/", golden, "_logits.safetensors"));
-  }
+  CheckNamedFixtures({"gpt_oss", "gpt_oss_swa"});
 }
 
 // Multi-head latent attention caches each token's normed latent and rotated
