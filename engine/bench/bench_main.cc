@@ -174,6 +174,7 @@ int Main() {
     ko.model_path = b.engine.model_path;
     ko.min_seconds = b.micro_seconds;
     ko.num_threads = b.engine.num_threads;
+    ko.dtypes = b.micro_kernel_dtypes;
     auto kernels = RunKernelMicroBenchmarks(ko);
     if (!kernels.ok()) {
       std::fprintf(stderr, "kernel micro benchmarks: %s\n", kernels.status().ToString().c_str());

@@ -97,6 +97,10 @@ ABSL_FLAG(bool, micro, false, "also run predictor and compressor micro benchmark
 ABSL_FLAG(double, micro_seconds, 0.2, "minimum timed seconds per micro benchmark");
 ABSL_FLAG(bool, micro_kernels, false,
           "also time the CPU matrix kernels (reference vs each fast path) on the model's shapes");
+ABSL_FLAG(std::vector<std::string>, micro_kernel_dtypes,
+          std::vector<std::string>({"BF16", "F16", "F32"}),
+          "weight dtypes of --micro_kernels: BF16, F16, F32, F8_E4M3 (128 x 128 block scales), "
+          "MXFP4 (e8m0 scales per 32); the block-scaled ones on [out, in] shapes only");
 ABSL_FLAG(std::vector<std::string>, batch_sizes, {},
           "also run the batch sweep (batched decode steps on the CPU decoder) for these batch "
           "sizes, e.g. 1,4,16");
@@ -327,6 +331,13 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   b.micro = absl::GetFlag(FLAGS_micro);
   b.micro_seconds = absl::GetFlag(FLAGS_micro_seconds);
   b.micro_kernels = absl::GetFlag(FLAGS_micro_kernels);
+  b.micro_kernel_dtypes = absl::GetFlag(FLAGS_micro_kernel_dtypes);
+  for (const std::string& d : b.micro_kernel_dtypes) {
+    if (d != "BF16" && d != "F16" && d != "F32" && d != "F8_E4M3" && d != "MXFP4") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--micro_kernel_dtypes: '", d, "' is not one of BF16, F16, F32, F8_E4M3, MXFP4"));
+    }
+  }
   if (!(b.micro_seconds > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro_seconds=", b.micro_seconds, ": must be > 0"));

@@ -34,6 +34,7 @@ struct BenchOptions {
   bool micro = false;
   double micro_seconds = 0.2;  // minimum timed seconds per micro benchmark
   bool micro_kernels = false;  // CPU matrix kernels, reference vs fast (kernel_micro.h)
+  std::vector<std::string> micro_kernel_dtypes = {"BF16", "F16", "F32"};
 
   // Batch sweep (batch_sweep.h): batch sizes, empty = off.
   std::vector<int> batch_sizes;

@@ -85,11 +85,16 @@ std::vector<Shape2> DecoderShapes(const TextConfig& t) {
   return s;
 }
 
-// `copies` random weight tensors of `bytes` each in dtype d.
+// `copies` random weight tensors of `numel` elements each in dtype d (e4m3
+// codes and MXFP4 bytes are random bit patterns, NaN codes excluded).
 std::vector<std::vector<char>> RandomCopies(DType d, int64_t numel, int copies, std::mt19937& rng) {
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  std::vector<std::vector<char>> out(copies, std::vector<char>(numel * DTypeSize(d)));
+  std::vector<std::vector<char>> out(copies, std::vector<char>(DTypeBytes(d, numel)));
   for (auto& c : out) {
+    if (d == DType::kF8E4M3 || d == DType::kMxFp4) {
+      for (char& b : c) b = static_cast<char>(rng() % (d == DType::kF8E4M3 ? 0x7f : 0x100));
+      continue;
+    }
     for (int64_t k = 0; k < numel; ++k) {
       const float v = u(rng);
       if (d == DType::kF32) {
@@ -103,18 +108,44 @@ std::vector<std::vector<char>> RandomCopies(DType d, int64_t numel, int copies, 
   return out;
 }
 
+// Block scales of a weight [out, in] in dtype d, as its checkpoints store
+// them (F8_E4M3: F32 per 128 x 128; MXFP4: e8m0 per 1 x 32), in `storage`;
+// no scale for the other dtypes.
+BlockScale RandomScales(DType d, int64_t out, int64_t in, std::mt19937& rng,
+                        std::vector<char>* storage) {
+  if (d != DType::kF8E4M3 && d != DType::kMxFp4) return {};
+  const bool fp8 = d == DType::kF8E4M3;
+  const BlockScale b{nullptr, fp8 ? DType::kF32 : DType::kE8M0, fp8 ? 128 : 1, fp8 ? 128 : 32};
+  const int64_t n = CeilDiv(out, b.rows) * CeilDiv(in, b.cols);
+  storage->resize(DTypeBytes(b.dtype, n));
+  for (int64_t k = 0; k < n; ++k) {
+    if (fp8) {
+      const float v = 1.0f / 4096;
+      std::memcpy(storage->data() + 4 * k, &v, 4);
+    } else {
+      (*storage)[k] = static_cast<char>(120 + rng() % 8);
+    }
+  }
+  BlockScale s = b;
+  s.data = storage->data();
+  return s;
+}
+
 // One shape, dtype and row count: the reference, then every kernel path.
 nlohmann::json BenchOne(const Shape2& s, DType d, int64_t rows, double min_seconds,
                         ThreadPool* pool, std::mt19937& rng) {
   const int64_t in = s.transposed ? s.rows_or_in : s.cols_or_out;
   const int64_t out = s.transposed ? s.cols_or_out : s.rows_or_in;
-  const size_t bytes = static_cast<size_t>(in * out) * DTypeSize(d);
+  std::vector<char> scale_storage;
+  const BlockScale scale = RandomScales(d, out, in, rng, &scale_storage);
+  // Bytes streamed per call: the weight and its scales.
+  const size_t bytes = DTypeBytes(d, in * out) + scale_storage.size();
   const int copies = static_cast<int>(std::clamp<size_t>(kColdBytes / bytes, 1, 64));
   const auto ws = RandomCopies(d, in * out, copies, rng);
   std::vector<float> x(rows * in, 0.01f), y(rows * out);
   int next = 0;
   auto call = [&](bool reference) {
-    const TensorView w{ws[next].data(), d, s.transposed ? Shape{in, out} : Shape{out, in}};
+    const TensorView w{ws[next].data(), d, s.transposed ? Shape{in, out} : Shape{out, in}, scale};
     next = (next + 1) % copies;
     if (s.transposed) {
       (reference ? cpu::LinearTransposedReference : cpu::LinearTransposed)(pool, x.data(), rows,
@@ -157,8 +188,13 @@ absl::StatusOr<nlohmann::json> RunKernelMicroBenchmarks(const KernelMicroOptions
   std::mt19937 rng(0);
   nlohmann::json kernels = nlohmann::json::array();
   for (const std::string& name : o.dtypes) {
-    VISMOE_ASSIGN_OR_RETURN(DType d, ParseDType(name));
+    absl::StatusOr<DType> parsed = name == "MXFP4" ? DType::kMxFp4 : ParseDType(name);
+    VISMOE_RETURN_IF_ERROR(parsed.status());
+    const DType d = *parsed;
+    const bool scaled = d == DType::kF8E4M3 || d == DType::kMxFp4;
     for (const Shape2& s : DecoderShapes(config.text)) {
+      // Block-scaled weights are [out, in] only; MXFP4 needs whole blocks of 32.
+      if (scaled && (s.transposed || (d == DType::kMxFp4 && s.cols_or_out % 32 != 0))) continue;
       for (int64_t rows : {int64_t{1}, int64_t{o.prefill_rows}}) {
         kernels.push_back(BenchOne(s, d, rows, o.min_seconds, &pool, rng));
         std::fprintf(stderr, "%s\n", kernels.back().dump().c_str());

@@ -2,7 +2,9 @@
 // on the decoder's real shapes, read from a model's config.json: the attention
 // projections, the router, the per-expert (gate/up/down) and fused
 // (gate_up [H, 2I] / down [I, H], transposed) expert matrices and the LM head,
-// for F32, F16 and BF16 weights, at 1 row (decode) and `prefill_rows` rows.
+// for F32, F16 and BF16 weights, and the block-scaled F8_E4M3 (128 x 128
+// F32 scales) and MXFP4 (e8m0 scales per 32 inputs) on the [out, in] shapes,
+// at 1 row (decode) and `prefill_rows` rows.
 // Each entry times, in the same run, the fp32 reference (the pre-#20 kernel,
 // LinearReference) and the fast kernel on every path the CPU has, and reports
 // the speedup over the reference, GB/s of weights streamed and GFLOP/s.
@@ -27,7 +29,7 @@ struct KernelMicroOptions {
   double min_seconds = 0.2;   // timed work per kernel variant
   int num_threads = 0;        // 0: hardware concurrency
   int prefill_rows = 128;
-  std::vector<std::string> dtypes = {"BF16", "F16", "F32"};
+  std::vector<std::string> dtypes = {"BF16", "F16", "F32"};  // also F8_E4M3, MXFP4
 };
 
 // {"threads", "read_bandwidth_gbps", "kernels": [{name, shape, dtype, rows,

@@ -8,18 +8,24 @@
 
 namespace vismoe {
 
-size_t DTypeSize(DType t) {
+size_t DTypeBits(DType t) {
   switch (t) {
     case DType::kF32:
-      return 4;
+      return 32;
     case DType::kF16:
     case DType::kBF16:
-      return 2;
+      return 16;
     case DType::kF8E4M3:
-      return 1;
+    case DType::kU8:
+    case DType::kE8M0:
+      return 8;
+    case DType::kMxFp4:
+      return 4;
   }
   return 0;
 }
+
+size_t DTypeSize(DType t) { return DTypeBits(t) / 8; }
 
 std::string_view DTypeName(DType t) {
   switch (t) {
@@ -31,6 +37,12 @@ std::string_view DTypeName(DType t) {
       return "BF16";
     case DType::kF8E4M3:
       return "F8_E4M3";
+    case DType::kU8:
+      return "U8";
+    case DType::kE8M0:
+      return "F8_E8M0";
+    case DType::kMxFp4:
+      return "MXFP4";
   }
   return "?";
 }
@@ -40,8 +52,11 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
   if (name == "F8_E4M3") return DType::kF8E4M3;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype '", std::string(name),
-                                                 "' (supported: F32, F16, BF16, F8_E4M3)"));
+  if (name == "U8") return DType::kU8;
+  if (name == "F8_E8M0") return DType::kE8M0;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported dtype '", std::string(name),
+                   "' (supported: F32, F16, BF16, F8_E4M3, U8, F8_E8M0)"));
 }
 
 absl::StatusOr<std::optional<DType>> ParseExpertDType(std::string_view name) {
@@ -124,6 +139,17 @@ float E4m3ToFloat(uint8_t v) {
   return f;
 }
 
+float E8m0ToFloat(uint8_t v) {
+  if (v == 0xff) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(v) - 127);
+}
+
+float E2m1ToFloat(uint8_t nibble) {
+  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMagnitude[nibble & 7];
+  return (nibble & 8) != 0 ? -m : m;
+}
+
 uint8_t FloatToE4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
@@ -170,6 +196,21 @@ void ToFloat(DType t, const void* src, size_t n, float* dst) {
       for (size_t i = 0; i < n; ++i) dst[i] = E4m3ToFloat(s[i]);
       return;
     }
+    case DType::kU8: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = s[i];
+      return;
+    }
+    case DType::kE8M0: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = E8m0ToFloat(s[i]);
+      return;
+    }
+    case DType::kMxFp4: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = E2m1ToFloat(s[i / 2] >> (4 * (i % 2)));
+      return;
+    }
   }
 }
 
@@ -197,6 +238,11 @@ int64_t FirstNonFinite(DType t, const void* src, size_t n) {
       return FirstAllOnesExponent<uint32_t>(src, n, 0x7F800000u);
     case DType::kF8E4M3:
       return FirstAllOnesExponent<uint8_t>(src, n, 0x7F);
+    case DType::kE8M0:
+      return FirstAllOnesExponent<uint8_t>(src, n, 0xFF);
+    case DType::kU8:
+    case DType::kMxFp4:
+      return -1;
   }
   return -1;
 }

@@ -16,12 +16,13 @@ namespace vismoe {
 
 using Shape = std::vector<int64_t>;
 
-// The dequantisation scales of a block-quantised (F8_E4M3) weight, as
-// fine-grained FP8 checkpoints store them (`<name>_scale_inv`): the weight
-// [.., out, in] times scale [.., ceil(out / rows), ceil(in / cols)] block by
-// block, w[o, i] = fp8[o, i] * scale[o / rows, i / cols].
+// The dequantisation scales of a block-quantised weight [.., out, in]:
+// scale [.., ceil(out / rows), ceil(in / cols)] block by block,
+// w[o, i] = q[o, i] * scale[o / rows, i / cols]. F8_E4M3 weights as
+// fine-grained FP8 checkpoints store them (`<name>_scale_inv`, F32 or BF16);
+// MXFP4 weights with F8_E8M0 scales, rows 1 and cols 32.
 struct BlockScale {
-  const void* data = nullptr;  // F32 or BF16
+  const void* data = nullptr;  // F32, BF16 or F8_E8M0
   DType dtype = DType::kF32;
   int64_t rows = 0;  // block size along the output dimension
   int64_t cols = 0;  // ... and along the input dimension
@@ -46,8 +47,8 @@ struct TensorView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   Shape shape;
-  // Set exactly when dtype is kF8E4M3 (the value of an element is its e4m3
-  // value times its block's scale). REQUIRES then: rank() >= 2.
+  // Set exactly when dtype is kF8E4M3 or kMxFp4 (the value of an element is
+  // its e4m3 / e2m1 value times its block's scale). REQUIRES then: rank() >= 2.
   BlockScale scale;
 
   int64_t numel() const {
@@ -55,7 +56,7 @@ struct TensorView {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  size_t nbytes() const { return DTypeBytes(dtype, numel()); }
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   bool empty() const { return data == nullptr; }
@@ -67,9 +68,7 @@ struct TensorView {
     for (int i = 0; i + 2 < rank(); ++i) n *= shape[i];
     return n;
   }
-  size_t scale_nbytes() const {
-    return static_cast<size_t>(scale_numel()) * DTypeSize(scale.dtype);
-  }
+  size_t scale_nbytes() const { return DTypeBytes(scale.dtype, scale_numel()); }
 
   // Row `i` of the outermost dimension (a view of rank-1 lower).
   // REQUIRES: rank() >= 1 and 0 <= i < shape[0]; rank() >= 3 when scaled.

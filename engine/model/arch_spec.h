@@ -145,7 +145,7 @@ struct TensorSpec {
   bool routed_expert = false;  // part of a routed expert (what the offload runtime moves)
 
   int64_t numel() const;
-  int64_t nbytes() const { return numel() * static_cast<int64_t>(DTypeSize(dtype)); }
+  int64_t nbytes() const { return static_cast<int64_t>(DTypeBytes(dtype, numel())); }
 };
 
 // Where a MoE layer's router and routed experts live, and the per-expert

@@ -56,8 +56,8 @@ class Checkpoint {
     return shard_of_.contains(name) || in_memory_.contains(name);
   }
   // NotFound: "tensor 'X' not found in <dir>"; InvalidArgument if the tensor's
-  // dtype is not F32/F16/BF16 (F8_E4M3 only through GetLinear: its values
-  // mean nothing without their scales).
+  // dtype is not F32/F16/BF16 (F8_E4M3 only through GetLinear, U8 only
+  // through GetMxfp4: their values mean nothing without their scales).
   absl::StatusOr<TensorView> Get(absl::string_view name) const;
   // As Get(name), and InvalidArgument
   // "tensor 'X' has shape [a, b], expected [c, d]" if the shape differs.
@@ -68,6 +68,13 @@ class Checkpoint {
   // BF16, finite) attached as the view's `scale`. Errors name the tensor.
   absl::StatusOr<TensorView> GetLinear(absl::string_view name, const Shape& expected,
                                        const std::optional<QuantBlock>& block) const;
+  // An MXFP4 linear weight as GPT-OSS publishes its experts: `<name>_blocks`
+  // U8 [..., out, in / 32, 16] and `<name>_scales` U8 (or F8_E8M0)
+  // [..., out, in / 32], as one MXFP4 view [..., out, in] = `expected` whose
+  // scale is the e8m0 bytes (rows 1, cols 32). InvalidArgument naming the
+  // tensor for another dtype or shape, `in` not a multiple of 32, or a NaN
+  // scale (0xff); NotFound when either tensor is absent.
+  absl::StatusOr<TensorView> GetMxfp4(absl::string_view name, const Shape& expected) const;
   // Bytes of the stored tensor whatever its dtype; NotFound if absent.
   absl::StatusOr<size_t> StoredBytes(absl::string_view name) const;
   // All tensor names, sorted.

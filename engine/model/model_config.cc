@@ -304,9 +304,24 @@ absl::Status ParseVision(const json& vc, VisionConfig* v) {
   return absl::OkStatus();
 }
 
-// quantization_config: only fine-grained FP8 (e4m3 weights, dynamic
-// activations, block scales whose column size the CPU kernels can step by).
-absl::Status ParseQuantization(const json& q, std::optional<Fp8Config>* out) {
+// quantization_config.modules_to_not_convert: a list of strings, or absent.
+absl::Status ParseModulesToNotConvert(const json& q, std::vector<std::string>* out) {
+  if (!q.contains("modules_to_not_convert")) return absl::OkStatus();
+  const json& m = q["modules_to_not_convert"];
+  const absl::Status bad = absl::InvalidArgumentError(
+      "config.json: field 'quantization_config.modules_to_not_convert' must be a list of strings");
+  if (!m.is_array()) return bad;
+  for (const json& e : m) {
+    if (!e.is_string()) return bad;
+    out->push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// quantization_config: fine-grained FP8 (e4m3 weights, dynamic activations,
+// block scales whose column size the CPU kernels can step by), or MXFP4
+// experts (GPT-OSS only: the caller checks the family).
+absl::Status ParseQuantization(const json& q, TextConfig* text) {
   const std::string prefix = "quantization_config";
   if (!q.is_object()) {
     return absl::InvalidArgumentError("config.json: field 'quantization_config' must be an object");
@@ -318,7 +333,20 @@ absl::Status ParseQuantization(const json& q, std::optional<Fp8Config>* out) {
   };
   std::string method, fmt = "e4m3", activation = "dynamic", scale_fmt = "float";
   VISMOE_RETURN_IF_ERROR(r.String("quant_method", &method, true));
-  if (method != "fp8") return unsupported("quant_method", method, "fp8");
+  if (method == "mxfp4") {
+    bool dequantize = false;
+    VISMOE_RETURN_IF_ERROR(r.Bool("dequantize", &dequantize, false));
+    if (dequantize) {
+      return absl::InvalidArgumentError(
+          "config.json: quantization_config.dequantize true is not supported (a checkpoint "
+          "saved dequantized carries no quantization_config)");
+    }
+    Mxfp4Config m;
+    VISMOE_RETURN_IF_ERROR(ParseModulesToNotConvert(q, &m.modules_to_not_convert));
+    text->mxfp4 = std::move(m);
+    return absl::OkStatus();
+  }
+  if (method != "fp8") return unsupported("quant_method", method, "fp8, mxfp4");
   VISMOE_RETURN_IF_ERROR(r.String("fmt", &fmt, false));
   if (fmt != "e4m3") return unsupported("fmt", fmt, "e4m3");
   VISMOE_RETURN_IF_ERROR(r.String("activation_scheme", &activation, false));
@@ -341,23 +369,8 @@ absl::Status ParseQuantization(const json& q, std::optional<Fp8Config>* out) {
         "and cols a positive multiple of 16 (the published [128, 128] is)");
   }
   c.block = {block[0], block[1]};
-  if (r.Has("modules_to_not_convert")) {
-    const json& m = q["modules_to_not_convert"];
-    if (!m.is_array()) {
-      return absl::InvalidArgumentError(
-          "config.json: field 'quantization_config.modules_to_not_convert' must be a list of "
-          "strings");
-    }
-    for (const json& e : m) {
-      if (!e.is_string()) {
-        return absl::InvalidArgumentError(
-            "config.json: field 'quantization_config.modules_to_not_convert' must be a list of "
-            "strings");
-      }
-      c.modules_to_not_convert.push_back(e.get<std::string>());
-    }
-  }
-  *out = std::move(c);
+  VISMOE_RETURN_IF_ERROR(ParseModulesToNotConvert(q, &c.modules_to_not_convert));
+  text->fp8 = std::move(c);
   return absl::OkStatus();
 }
 
@@ -457,7 +470,13 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
         "deepseek_v3, gpt_oss)"));
   }
   if (top.Has("quantization_config")) {
-    VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text.fp8));
+    VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text));
+    if (c.text.mxfp4.has_value() && c.model_type != "gpt_oss") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: quantization_config.quant_method 'mxfp4' is supported for gpt_oss only, "
+          "not ",
+          c.model_type));
+    }
   }
   return c;
 }

@@ -26,6 +26,14 @@ struct Fp8Config {
   std::vector<std::string> modules_to_not_convert;
 };
 
+// The quantization_config of an MXFP4 checkpoint (transformers'
+// Mxfp4Config, as openai/gpt-oss publishes it): the routed experts' two
+// matrices stored as `<name>_blocks` + `<name>_scales` (Checkpoint::GetMxfp4),
+// everything else as loaded. modules_to_not_convert is kept for messages.
+struct Mxfp4Config {
+  std::vector<std::string> modules_to_not_convert;
+};
+
 struct TextConfig {
   int hidden_size = 0;
   int num_hidden_layers = 0;
@@ -138,6 +146,8 @@ struct TextConfig {
 
   // Set for an FP8 checkpoint (the top-level quantization_config).
   std::optional<Fp8Config> fp8;
+  // Set for an MXFP4 checkpoint (gpt_oss only).
+  std::optional<Mxfp4Config> mxfp4;
 
   // True when decoder layer `layer` has a sparse MoE block.
   bool IsMoeLayer(int layer) const;

@@ -48,6 +48,10 @@ absl::Status WriteSafetensors(const std::string& path,
                                                        t.second.ShapeString()));
       }
     }
+    if (t.second.dtype == DType::kMxFp4) {  // no such safetensors dtype: U8 blocks
+      return absl::InvalidArgumentError(absl::StrCat("WriteSafetensors(", path, "): tensor '", name,
+                                                     "' is MXFP4; write its U8 blocks"));
+    }
     if (t.second.numel() > 0 && t.second.data == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("WriteSafetensors(", path, "): tensor '", name, "' has no data"));

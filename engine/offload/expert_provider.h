@@ -48,9 +48,12 @@ struct ExpertWeights {
     kFusedTransposed,
     // Qwen3-30B-A3B / OLMoE per expert: gate [I, H], up [I, H], down [H, I].
     kSeparate,
+    // GPT-OSS's MXFP4 experts (nn.Linear orientation): gate_up [2I, H] (gate
+    // and up interleaved rows, as kFusedTransposed's columns), down [H, I].
+    kFused,
   };
   Layout layout = Layout::kFusedTransposed;
-  TensorView gate_up;  // kFusedTransposed only
+  TensorView gate_up;  // kFusedTransposed and kFused
   TensorView gate;     // kSeparate only
   TensorView up;       // kSeparate only
   TensorView down;

@@ -47,8 +47,14 @@ void ConvertFloats(DType from, const void* src, size_t n, DType to, void* dst) {
   }
 }
 
+bool IsFused(ExpertWeights::Layout l) {
+  return l == ExpertWeights::Layout::kFusedTransposed || l == ExpertWeights::Layout::kFused;
+}
+
+bool IsBlockScaled(DType t) { return t == DType::kF8E4M3 || t == DType::kMxFp4; }
+
 absl::InlinedVector<const TensorView*, 3> PartsOf(const ExpertWeights& w) {
-  if (w.layout == ExpertWeights::Layout::kFusedTransposed) return {&w.gate_up, &w.down};
+  if (IsFused(w.layout)) return {&w.gate_up, &w.down};
   return {&w.gate, &w.up, &w.down};
 }
 
@@ -108,9 +114,16 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
     f.source_shapes.push_back(t->shape);
   }
   const bool quantise = f.dtype == DType::kF8E4M3 && f.source_dtype != DType::kF8E4M3;
-  if (f.source_dtype == DType::kF8E4M3 && f.dtype != DType::kF8E4M3) {
-    return absl::InvalidArgumentError(absl::StrCat("FP8 experts cannot be converted to ",
+  if (IsBlockScaled(f.source_dtype) && f.dtype != f.source_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(DTypeName(f.source_dtype)),
+                                                   " experts cannot be converted to ",
                                                    std::string(DTypeName(f.dtype)), " here"));
+  }
+  if (f.dtype == DType::kMxFp4 && f.source_dtype != DType::kMxFp4) {
+    return absl::InvalidArgumentError("experts are not quantised to MXFP4 at load");
+  }
+  if (quantise && w.layout == ExpertWeights::Layout::kFused) {
+    return absl::InvalidArgumentError("row-major fused experts are not quantised at load");
   }
   std::vector<Shape> shapes = f.source_shapes;
   f.layout = w.layout;
@@ -120,14 +133,14 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
     f.scale_dtype = DType::kF32;
     shapes.clear();
     for (int p = 0; p < 3; ++p) shapes.push_back(SeparateShape(w, p));
-  } else if (f.source_dtype == DType::kF8E4M3) {
+  } else if (IsBlockScaled(f.source_dtype)) {
     f.block = QuantBlock{parts[0]->scale.rows, parts[0]->scale.cols};
     f.scale_dtype = parts[0]->scale.dtype;
   }
   for (const Shape& shape : shapes) {
     Part part{f.bytes, shape, 0};
     const int64_t numel = TensorView{nullptr, f.dtype, shape}.numel();
-    f.bytes = RoundUp(f.bytes + static_cast<size_t>(numel) * DTypeSize(f.dtype), kPartAlign);
+    f.bytes = RoundUp(f.bytes + DTypeBytes(f.dtype, numel), kPartAlign);
     if (f.block.has_value()) {
       part.scale_offset = f.bytes;
       f.bytes =
@@ -145,7 +158,7 @@ bool ExpertFormat::Matches(const ExpertWeights& w) const {
     if (t[i]->empty() || t[i]->dtype != source_dtype || t[i]->shape != source_shapes[i]) {
       return false;
     }
-    if (source_dtype == DType::kF8E4M3 &&
+    if (IsBlockScaled(source_dtype) &&
         (t[i]->scale.data == nullptr ||
          !t[i]->scale.SameBlocks({nullptr, scale_dtype, block->rows, block->cols}))) {
       return false;
@@ -192,7 +205,7 @@ ExpertWeights ExpertFormat::View(const void* block_start) const {
     }
     return v;
   };
-  if (layout == ExpertWeights::Layout::kFusedTransposed) {
+  if (IsFused(layout)) {
     w.gate_up = part(0);
     w.down = part(1);
   } else {

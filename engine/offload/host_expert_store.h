@@ -37,8 +37,9 @@ namespace vismoe {
 inline constexpr size_t kExpertPartAlign = 64;
 
 // Where one expert's tensors sit in a contiguous block.
-// Block-quantised formats (dtype F8_E4M3) also hold each part's scales in
-// the block, after the part: an FP8 checkpoint's experts as published, or
+// Block-quantised formats (dtype F8_E4M3 or MXFP4) also hold each part's
+// scales in the block, after the part: an FP8 or MXFP4 checkpoint's experts
+// as published (kept in their layout, never converted), or
 // experts quantised at load (--expert_dtype=fp8: every layout becomes
 // kSeparate [out, in] matrices, 128 x 128 blocks, F32 scales, the recipe of
 // engine/core/fp8_block.h), so one copy moves weights and scales together.
@@ -62,7 +63,7 @@ struct ExpertFormat {
 
   // The format of `w` packed as `dtype` (unset = w's own). InvalidArgument if
   // the tensors of `w` disagree in dtype or are missing, or for a conversion
-  // out of F8_E4M3.
+  // out of F8_E4M3 or MXFP4, or into MXFP4.
   static absl::StatusOr<ExpertFormat> FromWeights(const ExpertWeights& w,
                                                   std::optional<DType> dtype = std::nullopt);
   // True when `w` has this format's source layout, dtype, scales and shapes.

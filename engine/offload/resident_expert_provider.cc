@@ -20,13 +20,20 @@ absl::StatusOr<std::unique_ptr<ResidentExpertProvider>> ResidentExpertProvider::
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     if (!config.IsMoeLayer(l)) continue;
     const std::string base = naming.LayerPrefix(l);
+    LayerWeights& lw = p->layers_[l];
+    if (config.mxfp4.has_value()) {
+      p->layout_ = ExpertWeights::Layout::kFused;
+      VISMOE_ASSIGN_OR_RETURN(lw.gate_up,
+                              checkpoint.GetMxfp4(base + kFusedGateUpName, {e, 2 * i, h}));
+      VISMOE_ASSIGN_OR_RETURN(lw.down, checkpoint.GetMxfp4(base + kFusedDownName, {e, h, i}));
+      continue;
+    }
     const bool fused = checkpoint.Has(base + kFusedGateUpName);
     if (layout_known && fused != (p->layout_ == ExpertWeights::Layout::kFusedTransposed)) {
       return absl::InvalidArgumentError(absl::StrCat(checkpoint.dir(), ": layer ", l,
                                                      " mixes fused and per-expert expert layouts"));
     }
     layout_known = true;
-    LayerWeights& lw = p->layers_[l];
     if (fused) {
       p->layout_ = ExpertWeights::Layout::kFusedTransposed;
       VISMOE_ASSIGN_OR_RETURN(lw.gate_up, checkpoint.Get(base + kFusedGateUpName, {e, h, 2 * i}));
@@ -73,7 +80,7 @@ absl::StatusOr<ExpertWeights> ResidentExpertProvider::Acquire(int layer, int exp
   const LayerWeights& lw = layers_[layer];
   if (layout_ == ExpertWeights::Layout::kSeparate) return lw.experts[expert];
   ExpertWeights w;
-  w.layout = ExpertWeights::Layout::kFusedTransposed;
+  w.layout = layout_;
   w.gate_up = lw.gate_up.Row(expert);
   w.down = lw.down.Row(expert);
   return w;

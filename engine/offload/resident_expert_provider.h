@@ -8,7 +8,10 @@
 //   fused     P layers.N.mlp.experts.gate_up_proj [E, H, 2I] and down_proj [E, I, H]
 //             -> ExpertWeights::kFusedTransposed views of expert e's slices;
 //   separate  P layers.N.mlp.experts.E.{gate,up}_proj.weight [I, H], down_proj [H, I]
-//             -> ExpertWeights::kSeparate.
+//             -> ExpertWeights::kSeparate;
+//   MXFP4     P layers.N.mlp.experts.{gate_up_proj,down_proj}_{blocks,scales}
+//             (TextConfig::mxfp4, Checkpoint::GetMxfp4) [E, 2I, H] and [E, H, I]
+//             -> ExpertWeights::kFused MXFP4 views.
 // All shapes are checked in Create().
 // Thread safety: as ExpertProvider (one forward thread); the views are immutable.
 // Ownership: views point into `checkpoint`, which must outlive the provider.
@@ -60,8 +63,8 @@ class ResidentExpertProvider final : public ExpertProvider {
   absl::Status CheckIds(int layer, int expert) const;
 
   struct LayerWeights {
-    TensorView gate_up;                  // fused: [E, H, 2I]
-    TensorView down;                     // fused: [E, I, H]
+    TensorView gate_up;                  // fused: [E, H, 2I]; MXFP4 [E, 2I, H]
+    TensorView down;                     // fused: [E, I, H]; MXFP4 [E, H, I]
     std::vector<ExpertWeights> experts;  // separate: one per expert
   };
 

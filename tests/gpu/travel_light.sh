@@ -45,6 +45,8 @@ paths=(
   tests/fixtures/tiny-gpt-oss-swa
   tests/fixtures/golden/gpt_oss_logits.safetensors
   tests/fixtures/golden/gpt_oss_swa_logits.safetensors
+  tests/fixtures/tiny-gpt-oss-mxfp4
+  tests/fixtures/golden/gpt_oss_mxfp4_logits.safetensors
 )
 exclude=.git/info/exclude
 marker="# travel_light.sh"

@@ -29,6 +29,7 @@ constexpr Family kFamilies[] = {
     {"tiny-deepseek-v2", "deepseek_v2", "deepseek_v2"},
     {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"},
     {"tiny-gpt-oss-swa", "gpt_oss_swa", "gpt_oss"},
+    {"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4", "gpt_oss"},
 };
 
 v1::GenerateRequest ProtoFromCase(const nlohmann::json& c, int max_new_tokens) {

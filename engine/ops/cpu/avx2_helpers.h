@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "engine/core/dtype.h"
 #include "engine/ops/cpu/matmul_kernels.h"
@@ -20,9 +21,20 @@
 
 namespace vismoe::cpu::internal {
 
-// Bytes of one weight of dtype D.
+// Bytes of one weight of dtype D (cols kernels: F32, F16, BF16 only).
 template <DType D>
 constexpr size_t kSize = D == DType::kF32 ? 4 : (D == DType::kF8E4M3 ? 1 : 2);
+// Bytes of n weights of dtype D (MXFP4: n even).
+template <DType D>
+constexpr size_t Bytes(int64_t n) {
+  constexpr size_t kBits = D == DType::kMxFp4 ? 4 : 8 * kSize<D>;
+  return static_cast<size_t>(n) * kBits / 8;
+}
+// Block-scaled dtypes. Their loads take a `mul` per block: for e4m3 256 *
+// the scale (Load8E4m3 yields value / 256); for MXFP4 the eight e2m1
+// magnitudes times the scale (Load8Mxfp4 looks the weights up in it).
+template <DType D>
+constexpr bool kScaled = D == DType::kF8E4M3 || D == DType::kMxFp4;
 
 // Eight e4m3 bytes (zero-extended to 16 bits) as the fp16 bit patterns of
 // their values / 256: the sign moves to bit 15, exponent and mantissa to bits
@@ -46,11 +58,35 @@ VISMOE_AVX2 inline __m256 Load8E4m3(const void* p, int64_t i, __m256 mul) {
   return _mm256_mul_ps(_mm256_cvtph_ps(E4m3ToHalfBits(_mm_cvtepu8_epi16(b))), mul);
 }
 
+// The eight e2m1 magnitudes (codes 0-7).
+VISMOE_AVX2 inline __m256 E2m1Magnitudes() {
+  return _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+}
+
+// Eight MXFP4 weights at element i of p (i even: four bytes, the even element
+// in each low nibble), looked up in `scaled` = E2m1Magnitudes() * their
+// block's scale, the sign bit moved to bit 31. Exact: an e2m1 value times a
+// power of two, whichever is multiplied first.
+VISMOE_AVX2 inline __m256 Load8Mxfp4(const void* p, int64_t i, __m256 scaled) {
+  int32_t four;
+  std::memcpy(&four, static_cast<const uint8_t*>(p) + i / 2, sizeof(four));
+  // Each byte doubled (b0 b0 b1 b1 ...) and widened to a lane; the odd lanes
+  // shifted by four: each lane's low four bits are its nibble.
+  const __m128i b = _mm_cvtsi32_si128(four);
+  const __m256i codes = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)),
+                                          _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+  // vpermps reads each code's low three bits; bit 3 of each nibble is the sign.
+  const __m256 magnitude = _mm256_permutevar8x32_ps(scaled, codes);
+  const __m256 sign =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(8)), 28));
+  return _mm256_xor_ps(magnitude, sign);
+}
+
 // Eight weights of dtype D starting at element i of p, widened exactly
 // (BF16: zero-extend and shift; F16: vcvtph2ps).
 template <DType D>
 VISMOE_AVX2 inline __m256 Load8(const void* p, int64_t i) {
-  static_assert(D != DType::kF8E4M3, "e4m3 weights need their scale: Load8E4m3");
+  static_assert(!kScaled<D>, "block-scaled weights need their scale: LoadW8");
   if constexpr (D == DType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(p) + i);
   } else {
@@ -61,23 +97,42 @@ VISMOE_AVX2 inline __m256 Load8(const void* p, int64_t i) {
   }
 }
 
-// Load8 for every dtype, Load8E4m3 (with `mul`) for e4m3; `mul` is unused
-// for the others.
+// Load8 for every dtype, Load8E4m3 / Load8Mxfp4 (with `mul`) for the
+// block-scaled ones; `mul` is unused for the others.
 template <DType D>
 VISMOE_AVX2 inline __m256 LoadW8(const void* p, int64_t i, __m256 mul) {
   if constexpr (D == DType::kF8E4M3) {
     return Load8E4m3(p, i, mul);
+  } else if constexpr (D == DType::kMxFp4) {
+    return Load8Mxfp4(p, i, mul);
   } else {
     return Load8<D>(p, i);
   }
 }
 
-// mul[j] = 256 * the scale of weight (o + j, i), broadcast, for j < NB: the
-// `mul` of Load8E4m3 for NB weight rows from column i on.
-template <int NB>
-VISMOE_AVX2 inline void SetE4m3Muls(const MatMulArgs& a, int64_t o, int64_t i, __m256* mul) {
+// srow[j] = the scales of weight row o + j (MatMulArgs::ScaleRow), j < NB;
+// nothing for unscaled dtypes.
+template <DType D, int NB>
+VISMOE_AVX2 inline void SetScaleRows(const MatMulArgs& a, int64_t o, const float** srow) {
+  if constexpr (kScaled<D>) {
 #pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j) mul[j] = _mm256_set1_ps(256.0f * a.ScaleAt(o + j, i));
+    for (int j = 0; j < NB; ++j) srow[j] = a.ScaleRow(o + j);
+  }
+}
+
+// The `mul` of LoadW8 for a block whose scale is `scale`.
+template <DType D>
+VISMOE_AVX2 inline __m256 ScaleMul(float scale) {
+  if constexpr (D == DType::kMxFp4) return _mm256_mul_ps(E2m1Magnitudes(), _mm256_set1_ps(scale));
+  return _mm256_set1_ps(256.0f * scale);
+}
+
+// mul[j] = ScaleMul of column block `block` of row srow[j], for j < NB: the
+// `mul` of LoadW8 for NB weight rows in that block.
+template <DType D, int NB>
+VISMOE_AVX2 inline void SetScaleMuls(const float* const* srow, int64_t block, __m256* mul) {
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j) mul[j] = ScaleMul<D>(srow[j][block]);
 }
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.

@@ -15,11 +15,11 @@ namespace {
 constexpr int64_t kMinRowsPerChunk = 16;
 constexpr int64_t kColsPerUnit = 64;
 
-// The block scales of an e4m3 weight w [out, in] as fp32 (read in place when
-// stored F32, else widened into `widened`), and the matching fields of `a`;
-// nothing for other dtypes.
+// The block scales of a block-scaled weight w [out, in] (e4m3, MXFP4) as
+// fp32 (read in place when stored F32, else widened into `widened`), and the
+// matching fields of `a`; nothing for other dtypes.
 void SetScale(const TensorView& w, std::vector<float>* widened, internal::MatMulArgs* a) {
-  if (w.dtype != DType::kF8E4M3) return;
+  if (w.scale.data == nullptr) return;
   if (w.scale.dtype == DType::kF32) {
     a->scale = static_cast<const float*>(w.scale.data);
   } else {
@@ -56,7 +56,7 @@ void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
   const internal::MatMulArgs a{x, n, in, w_t.data, w_t.dtype, out, nullptr, y};
-  if (w_t.dtype == DType::kF8E4M3) internal::ColsUnsupported(a);
+  if (w_t.scale.data != nullptr) internal::Unsupported(a, "[in, out] matrix");
   // The AVX-512 path runs the AVX2 cols kernels (matmul_kernels.h).
   const auto kernel = ActiveKernelPath() >= KernelPath::kAvx2 ? internal::LinearColsAvx2
                                                               : internal::LinearColsPortable;
@@ -74,7 +74,7 @@ void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, co
     b.resize(out);
     ToFloat(bias->dtype, bias->data, out, b.data());
   }
-  const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(w.dtype);
+  const size_t row_bytes = DTypeBytes(w.dtype, in);
   internal::MatMulArgs scaled;
   std::vector<float> scale;
   SetScale(w, &scale, &scaled);
@@ -94,8 +94,9 @@ void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, co
 void LinearTransposedReference(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                                const TensorView& w_t, float* y) {
   const int64_t out = w_t.dim(1);
-  if (w_t.dtype == DType::kF8E4M3) {
-    internal::ColsUnsupported(internal::MatMulArgs{x, n, in, w_t.data, w_t.dtype, out, nullptr, y});
+  if (w_t.scale.data != nullptr) {
+    internal::Unsupported(internal::MatMulArgs{x, n, in, w_t.data, w_t.dtype, out, nullptr, y},
+                          "[in, out] matrix");
   }
   // Widen the weight once into [out, in] order, then reuse the row kernel.
   std::vector<float> w(static_cast<size_t>(out) * in);

@@ -24,15 +24,16 @@ namespace vismoe::cpu {
 
 // y[n, out] = x[n, in] . w[out, in]^T (+ bias[out]), fp32 accumulation.
 // w and bias may be F32, F16 or BF16; w also block-scaled F8_E4M3
-// (w.scale.cols a multiple of 16), each weight dequantised exactly as it is
-// read. x and y must not overlap.
+// (w.scale.cols a multiple of 16) or MXFP4 (E8M0 scales per 32 inputs, in a
+// multiple of 32), each weight dequantised exactly as it is read. x and y
+// must not overlap.
 // REQUIRES: w.rank() == 2, w.dim(1) == in; bias (if not null) has out elements.
 void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
             const TensorView* bias, float* y);
 
 // Same, with w given transposed: y[n, out] = x[n, in] . w_t[in, out], read in
 // place (the fused expert layout gate_up_proj [E, H, 2I] / down_proj [E, I, H]).
-// REQUIRES: w_t.rank() == 2, w_t.dim(0) == in, w_t not F8_E4M3.
+// REQUIRES: w_t.rank() == 2, w_t.dim(0) == in, w_t not block-scaled.
 void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y);
 

@@ -24,12 +24,13 @@ namespace vismoe::cpu::internal {
 namespace {
 
 // y[t0+r, o+j] (r < MB, j < NB): MB*NB accumulators over the full chunks of
-// eight, then the tail chunk through zero-padded copies. E4m3 weights load
-// with their block's scale (mul[j]), refreshed as i enters a column block.
+// eight, then the tail chunk through zero-padded copies (never for MXFP4:
+// in is a multiple of its 32-wide blocks). Block-scaled weights load with
+// their block's scale (mul[j]), refreshed as i enters a column block.
 template <DType D, int MB, int NB>
 VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
-  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
-  const size_t wstride = a.in * kSize<D>;
+  const char* w = static_cast<const char*>(a.w) + Bytes<D>(o * a.in);
+  const size_t wstride = Bytes<D>(a.in);
   const float* x = a.x + t0 * a.in;
   __m256 acc[MB][NB];
   __m256 mul[NB];
@@ -39,12 +40,14 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
 #pragma GCC unroll 16
   for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
-  int64_t next_block = 0;
+  const float* srow[NB] = {};
+  SetScaleRows<D, NB>(a, o, srow);
+  int64_t next_block = 0, block = 0;
   const int64_t full = a.in & ~int64_t{7};
   for (int64_t i = 0; i < full; i += 8) {
-    if constexpr (D == DType::kF8E4M3) {
+    if constexpr (kScaled<D>) {
       if (i == next_block) {
-        SetE4m3Muls<NB>(a, o, i, mul);
+        SetScaleMuls<D, NB>(srow, block++, mul);
         next_block += a.scale_cols;
       }
     }
@@ -61,11 +64,11 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   if (const int64_t rest = a.in - full; rest > 0) {
     alignas(32) float xp[8];
     alignas(32) char wp[8 * 4];
-    if constexpr (D == DType::kF8E4M3) SetE4m3Muls<NB>(a, o, full, mul);
+    if constexpr (kScaled<D>) SetScaleMuls<D, NB>(srow, full / a.scale_cols, mul);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
       std::memset(wp, 0, sizeof(wp));
-      std::memcpy(wp, w + j * wstride + full * kSize<D>, rest * kSize<D>);
+      std::memcpy(wp, w + j * wstride + Bytes<D>(full), Bytes<D>(rest));
       const __m256 wv = LoadW8<D>(wp, 0, mul[j]);
 #pragma GCC unroll 16
       for (int r = 0; r < MB; ++r) {
@@ -320,7 +323,13 @@ void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
       return Rows<DType::kF16>(a, o0, o1);
     case DType::kF8E4M3:
       return Rows<DType::kF8E4M3>(a, o0, o1);
+    case DType::kMxFp4:
+      return Rows<DType::kMxFp4>(a, o0, o1);
+    case DType::kU8:
+    case DType::kE8M0:
+      break;
   }
+  Unsupported(a, "rows");
 }
 
 void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
@@ -332,9 +341,12 @@ void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1) {
     case DType::kF16:
       return Cols<DType::kF16>(a, o0, o1);
     case DType::kF8E4M3:
+    case DType::kMxFp4:
+    case DType::kU8:
+    case DType::kE8M0:
       break;
   }
-  ColsUnsupported(a);
+  Unsupported(a, "[in, out] matrix");
 }
 
 }  // namespace vismoe::cpu::internal

@@ -30,11 +30,35 @@
 namespace vismoe::cpu::internal {
 namespace {
 
+// The `mul` of Load16 for a block whose scale is `scale`: 256 * scale for
+// e4m3, the sixteen e2m1 values (the sign in the table) times scale for
+// MXFP4.
+template <DType D>
+VISMOE_AVX512 inline __m512 ScaleMul16(float scale) {
+  if constexpr (D == DType::kMxFp4) {
+    const __m512 values = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+    return _mm512_mul_ps(values, _mm512_set1_ps(scale));
+  }
+  return _mm512_set1_ps(256.0f * scale);
+}
+
 // Sixteen weights of dtype D starting at element i of p, widened exactly
-// (e4m3: times `mul` = 256 * their block's scale, as Load8E4m3).
+// (e4m3: times `mul` = 256 * their block's scale, as Load8E4m3; MXFP4: looked
+// up in `mul` = the scaled values, as Load8Mxfp4).
 template <DType D>
 VISMOE_AVX512 inline __m512 Load16(const void* p, int64_t i, __m512 mul) {
-  if constexpr (D == DType::kF8E4M3) {  // as Load8E4m3, sixteen at a time
+  if constexpr (D == DType::kMxFp4) {
+    // Eight bytes, each doubled (b0 b0 b1 b1 ...) and widened to a lane:
+    // shifting the odd lanes by four leaves each lane's nibble in its low
+    // four bits, which is all vpermps reads. All in vector registers.
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(p) + i / 2));
+    const __m512i lanes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+    const __m512i codes =
+        _mm512_srlv_epi32(lanes, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+    return _mm512_permutexvar_ps(codes, mul);
+  } else if constexpr (D == DType::kF8E4M3) {  // as Load8E4m3, sixteen at a time
     const __m128i b =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(p) + i));
     const __m256i v = _mm256_cvtepu8_epi16(b);
@@ -77,31 +101,32 @@ VISMOE_AVX512 inline void PadTail(const float* x, int64_t in, const char* w, siz
   std::memset(t, 0, sizeof(*t));
   for (int r = 0; r < MB; ++r) std::memcpy(t->x[r], x + r * in + full, rest * sizeof(float));
   for (int j = 0; j < NB; ++j) {
-    std::memcpy(t->w[j], w + j * wstride + full * kSize<D>, rest * kSize<D>);
+    std::memcpy(t->w[j], w + j * wstride + Bytes<D>(full), Bytes<D>(rest));
   }
 }
 
 // Decode: y[t, o] as one 16-lane FMA chain over weight row o (streamed once).
 template <DType D>
 VISMOE_AVX512 void RowDot(const MatMulArgs& a, int64_t t, int64_t o) {
-  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
+  const char* w = static_cast<const char*>(a.w) + Bytes<D>(o * a.in);
   const float* x = a.x + t * a.in;
   const int64_t in = a.in;
   const int64_t full = in & ~int64_t{15};
   __m512 acc = _mm512_setzero_ps();
   __m512 mul = _mm512_setzero_ps();
-  int64_t next_block = 0;
+  const float* srow = kScaled<D> ? a.ScaleRow(o) : nullptr;
+  int64_t next_block = 0, block = 0;
   for (int64_t i = 0; i < full; i += 16) {
-    if constexpr (D == DType::kF8E4M3) {
+    if constexpr (kScaled<D>) {
       if (i == next_block) {
-        mul = _mm512_set1_ps(256.0f * a.ScaleAt(o, i));
+        mul = ScaleMul16<D>(srow[block++]);
         next_block += a.scale_cols;
       }
     }
     acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), Load16<D>(w, i, mul), acc);
   }
   if (full < in) {
-    if constexpr (D == DType::kF8E4M3) mul = _mm512_set1_ps(256.0f * a.ScaleAt(o, full));
+    if constexpr (kScaled<D>) mul = ScaleMul16<D>(a.ScaleAt(o, full));
     Tail<D, 1, 1> tail;
     PadTail<D, 1, 1>(x, in, w, 0, full, &tail);
     acc = _mm512_fmadd_ps(_mm512_load_ps(tail.x[0]), Load16<D>(tail.w[0], 0, mul), acc);
@@ -118,8 +143,8 @@ VISMOE_AVX512 void RowDot(const MatMulArgs& a, int64_t t, int64_t o) {
 // 512-bit load per cycle) this ran at 1.4x the GFLOP/s of 4 x 3 ZMM tiles.
 template <DType D, int MB, int NB>
 VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
-  const char* w = static_cast<const char*>(a.w) + o * a.in * kSize<D>;
-  const size_t wstride = a.in * kSize<D>;
+  const char* w = static_cast<const char*>(a.w) + Bytes<D>(o * a.in);
+  const size_t wstride = Bytes<D>(a.in);
   const float* x = a.x + t0 * a.in;
   __m256 lo[MB][NB], hi[MB][NB];
   __m256 mul[NB];
@@ -129,13 +154,15 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     for (int j = 0; j < NB; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
 #pragma GCC unroll 16
   for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
-  int64_t next_block = 0;
+  const float* srow[NB] = {};
+  SetScaleRows<D, NB>(a, o, srow);
+  int64_t next_block = 0, block = 0;
   const int64_t in = a.in;
   const int64_t full = in & ~int64_t{15};
   for (int64_t i = 0; i < full; i += 16) {
-    if constexpr (D == DType::kF8E4M3) {
+    if constexpr (kScaled<D>) {
       if (i == next_block) {
-        SetE4m3Muls<NB>(a, o, i, mul);
+        SetScaleMuls<D, NB>(srow, block++, mul);
         next_block += a.scale_cols;
       }
     }
@@ -159,7 +186,7 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
   if (full < in) {
     Tail<D, MB, NB> tail;
     PadTail<D, MB, NB>(x, in, w, wstride, full, &tail);
-    if constexpr (D == DType::kF8E4M3) SetE4m3Muls<NB>(a, o, full, mul);
+    if constexpr (kScaled<D>) SetScaleMuls<D, NB>(srow, full / a.scale_cols, mul);
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) {
       const __m256 wvl = LoadW8<D>(tail.w[j], 0, mul[j]);
@@ -229,7 +256,13 @@ void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1) {
       return Rows<DType::kF16>(a, o0, o1);
     case DType::kF8E4M3:
       return Rows<DType::kF8E4M3>(a, o0, o1);
+    case DType::kMxFp4:
+      return Rows<DType::kMxFp4>(a, o0, o1);
+    case DType::kU8:
+    case DType::kE8M0:
+      break;
   }
+  Unsupported(a, "rows");
 }
 
 }  // namespace vismoe::cpu::internal

@@ -38,12 +38,13 @@ struct MatMulArgs {
   int64_t out = 0;
   const float* bias = nullptr;  // [out] fp32 or null (rows kernels only)
   float* y = nullptr;           // [n, out] row-major
-  // F8_E4M3 weights only (rows kernels): the block scales widened to fp32,
-  // [ceil(out / scale_rows), scale_stride], scale_stride = ceil(in / scale_cols).
-  // Each weight is widened to e4m3 value * its block's scale (one fp32
-  // rounding: the dequantised weight), then accumulated as any other dtype.
+  // Block-scaled weights only (F8_E4M3, MXFP4; rows kernels): the block
+  // scales widened to fp32, [ceil(out / scale_rows), scale_stride],
+  // scale_stride = ceil(in / scale_cols). Each weight is widened to its e4m3
+  // or e2m1 value * its block's scale (one fp32 rounding for e4m3, exact for
+  // e2m1: the dequantised weight), then accumulated as any other dtype.
   // REQUIRES: scale_cols % 16 == 0, so no SIMD load of 8 or 16 weights
-  // straddles two blocks.
+  // straddles two blocks; MXFP4: in % 32 == 0 (whole blocks, no tail).
   const float* scale = nullptr;
   int64_t scale_rows = 0, scale_cols = 0, scale_stride = 0;
 
@@ -51,6 +52,10 @@ struct MatMulArgs {
   float ScaleAt(int64_t o, int64_t i) const {
     return scale[(o / scale_rows) * scale_stride + i / scale_cols];
   }
+  // The scales of weight row o, one per column block: ScaleRow(o)[i /
+  // scale_cols] == ScaleAt(o, i). The kernels step through it block by block
+  // (no division per block). REQUIRES: scale set.
+  const float* ScaleRow(int64_t o) const { return scale + (o / scale_rows) * scale_stride; }
 };
 
 // y[t, o] for every t and o in [o0, o1), weights [out, in].
@@ -59,16 +64,20 @@ void LinearRowsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
 void LinearRowsAvx512(const MatMulArgs& a, int64_t o0, int64_t o1);
 
 // y[t, o] for every t and o in [o0, o1), weights [in, out] (read in place).
-// REQUIRES: dtype is not F8_E4M3 (block-scaled weights are [out, in]).
+// REQUIRES: dtype F32, F16 or BF16 (block-scaled weights are [out, in]).
 void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);
 void LinearColsAvx2(const MatMulArgs& a, int64_t o0, int64_t o1);
 
-// A cols kernel called with e4m3 weights: a programming error (Linear
-// refuses them first); reports and aborts.
-[[noreturn]] void ColsUnsupported(const MatMulArgs& a);
+// A kernel called with weights it cannot read (block-scaled ones in a cols
+// kernel, raw U8 / E8M0 anywhere): a programming error (Linear refuses them
+// first); reports and aborts.
+[[noreturn]] void Unsupported(const MatMulArgs& a, const char* kernel);
 
 // F8_E4M3 -> fp32 for all 256 bit patterns (E4m3ToFloat's values).
 const float* E4m3Table();
+
+// The sixteen e2m1 codes' values (E2m1ToFloat's).
+const float* E2m1Table();
 
 // F16 -> fp32 for all 65536 bit patterns (F16ToFloat's values), built on
 // first use; the portable path's F16 loads go through it.

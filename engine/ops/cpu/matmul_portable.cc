@@ -57,6 +57,18 @@ void Rows(const MatMulArgs& a, int64_t o0, int64_t o1, MakeLoad make_load) {
   }
 }
 
+// One row of MXFP4 weights (two per byte, the even one low) and its row of
+// block scales.
+struct LoadMxfp4 {
+  const uint8_t* p;
+  const float* table;
+  const float* scale_row;
+  int64_t scale_cols;
+  float operator()(int64_t i) const {
+    return table[(p[i / 2] >> (4 * (i % 2))) & 15] * scale_row[i / scale_cols];
+  }
+};
+
 // Accumulates straight into y, one chain per output in increasing i; the inner
 // loop over adjacent outputs is what the compiler vectorises.
 template <typename MakeLoad>
@@ -103,7 +115,20 @@ void WithLoader(const MatMulArgs& a, int64_t stride, Body body) {
       });
       return;
     }
+    case DType::kMxFp4: {  // rows kernels only (k = o)
+      const auto* w = static_cast<const uint8_t*>(a.w);
+      const float* table = E2m1Table();
+      body([w, table, stride, &a](int64_t k) {
+        return LoadMxfp4{w + k * stride / 2, table, a.scale + (k / a.scale_rows) * a.scale_stride,
+                         a.scale_cols};
+      });
+      return;
+    }
+    case DType::kU8:
+    case DType::kE8M0:
+      break;
   }
+  Unsupported(a, "matrix");
 }
 
 }  // namespace
@@ -117,8 +142,17 @@ const float* E4m3Table() {
   return table.data();
 }
 
-void ColsUnsupported(const MatMulArgs& a) {
-  std::fprintf(stderr, "vismoe: a [in, out] matrix kernel was called with %s weights\n",
+const float* E2m1Table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(16);
+    for (uint8_t v = 0; v < 16; ++v) t[v] = E2m1ToFloat(v);
+    return t;
+  }();
+  return table.data();
+}
+
+void Unsupported(const MatMulArgs& a, const char* kernel) {
+  std::fprintf(stderr, "vismoe: a %s kernel was called with %s weights\n", kernel,
                std::string(DTypeName(a.dtype)).c_str());
   std::abort();
 }
@@ -137,7 +171,7 @@ void LinearRowsPortable(const MatMulArgs& a, int64_t o0, int64_t o1) {
 }
 
 void LinearColsPortable(const MatMulArgs& a, int64_t o0, int64_t o1) {
-  if (a.dtype == DType::kF8E4M3) ColsUnsupported(a);
+  if (a.dtype == DType::kF8E4M3 || a.dtype == DType::kMxFp4) Unsupported(a, "[in, out] matrix");
   WithLoader(a, a.out, [&](auto make_load) { Cols(a, o0, o1, make_load); });
 }
 

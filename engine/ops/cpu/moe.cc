@@ -117,19 +117,30 @@ void AddBias(const TensorView& bias, int64_t n, int64_t cols, float* rows) {
   }
 }
 
+// y [n, out] = x [n, in] times a fused expert matrix, whichever orientation
+// it is stored in (kFused: [out, in]; kFusedTransposed: [in, out]).
+void FusedLinear(ThreadPool* pool, const ExpertWeights& w, const TensorView& m, const float* x,
+                 int64_t n, int64_t in, float* y) {
+  if (w.layout == ExpertWeights::Layout::kFused) {
+    Linear(pool, x, n, in, m, nullptr, y);
+  } else {
+    LinearTransposed(pool, x, n, in, m, y);
+  }
+}
+
 void ClampedSwigluForward(ThreadPool* pool, const ExpertWeights& w, const ClampedSwigluExpert& oss,
                           const float* x, int64_t n, int64_t hidden, int64_t intermediate,
                           float* y) {
   std::vector<float> gu(static_cast<size_t>(n) * 2 * intermediate);
   std::vector<float> act(static_cast<size_t>(n) * intermediate);
-  LinearTransposed(pool, x, n, hidden, w.gate_up, gu.data());
+  FusedLinear(pool, w, w.gate_up, x, n, hidden, gu.data());
   AddBias(oss.gate_up_bias, n, 2 * intermediate, gu.data());
   for (int64_t i = 0; i < n * intermediate; ++i) {
     const float gate = std::min(gu[2 * i], oss.limit);
     const float up = std::clamp(gu[2 * i + 1], -oss.limit, oss.limit);
     act[i] = (up + 1.0f) * (gate / (1.0f + std::exp(-oss.alpha * gate)));
   }
-  LinearTransposed(pool, act.data(), n, intermediate, w.down, y);
+  FusedLinear(pool, w, w.down, act.data(), n, intermediate, y);
   AddBias(oss.down_bias, n, hidden, y);
 }
 
@@ -155,15 +166,15 @@ void ExpertForward(ThreadPool* pool, const ExpertWeights& w, const float* x, int
                    int64_t hidden, int64_t intermediate, float* y, const ClampedSwigluExpert* oss) {
   if (oss != nullptr) return ClampedSwigluForward(pool, w, *oss, x, n, hidden, intermediate, y);
   std::vector<float> act(static_cast<size_t>(n) * intermediate);
-  if (w.layout == ExpertWeights::Layout::kFusedTransposed) {
-    // gate_up [H, 2I]: columns [0, I) are gate, [I, 2I) are up (chunk(2)).
+  if (w.layout != ExpertWeights::Layout::kSeparate) {
+    // gate_up outputs [0, I) are gate, [I, 2I) are up (chunk(2)).
     std::vector<float> gu(static_cast<size_t>(n) * 2 * intermediate);
-    LinearTransposed(pool, x, n, hidden, w.gate_up, gu.data());
+    FusedLinear(pool, w, w.gate_up, x, n, hidden, gu.data());
     for (int64_t t = 0; t < n; ++t) {
       const float* row = gu.data() + t * 2 * intermediate;
       SiluMul(row, row + intermediate, intermediate, act.data() + t * intermediate);
     }
-    LinearTransposed(pool, act.data(), n, intermediate, w.down, y);
+    FusedLinear(pool, w, w.down, act.data(), n, intermediate, y);
   } else {
     std::vector<float> up(static_cast<size_t>(n) * intermediate);
     Linear(pool, x, n, hidden, w.gate, nullptr, act.data());

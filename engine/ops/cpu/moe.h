@@ -52,9 +52,10 @@ struct ClampedSwigluExpert {
   float limit = 7.0f;
 };
 
-// y [n, hidden] = (silu(x . gate) * (x . up)) . down for one expert, either
-// layout of ExpertWeights; with `oss`, GPT-OSS's expert instead (fused
-// layout only). x [n, hidden]; `intermediate` is I.
+// y [n, hidden] = (silu(x . gate) * (x . up)) . down for one expert, any
+// layout of ExpertWeights (block-scaled MXFP4 / e4m3 weights decoded as
+// read); with `oss`, GPT-OSS's expert instead (the fused layouts only).
+// x [n, hidden]; `intermediate` is I.
 // REQUIRES: the views have the shapes ExpertWeights documents.
 void ExpertForward(ThreadPool* pool, const ExpertWeights& w, const float* x, int64_t n,
                    int64_t hidden, int64_t intermediate, float* y,

@@ -347,6 +347,14 @@ TEST(Qwen3VlMoeParityTest, GptOssMatchesTransformers) {
   CheckNamedFixtures({"gpt_oss", "gpt_oss_swa"});
 }
 
+// GPT-OSS with its experts in MXFP4 as published (blocks + e8m0 scales, a
+// 16-token window that bites), against transformers' own dequantised
+// reference (Mxfp4Config(dequantize=True)): the experts stay packed and are
+// decoded inside the CPU kernels.
+TEST(Qwen3VlMoeParityTest, GptOssMxfp4MatchesTransformersDequantised) {
+  CheckNamedFixtures({"gpt_oss_mxfp4"});
+}
+
 // Multi-head latent attention caches each token's normed latent and rotated
 // rope key in one plane: kv_lora_rank + qk_rope_head_dim floats per layer,
 // not the heads' expanded keys and values.

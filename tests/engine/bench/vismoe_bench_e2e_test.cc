@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -281,6 +282,35 @@ TEST(VismoeBenchE2eTest, MicroBenchmarksReportEveryEntry) {
   EXPECT_TRUE(names.count("predict.router-lookahead.decode.rows1"));
   EXPECT_TRUE(names.count("predict.router-lookahead.prefill.rows1024"));
   EXPECT_TRUE(names.count("predict.mlp-lookahead.forward"));
+}
+
+// --micro_kernel_dtypes adds the block-scaled weights (F8_E4M3, MXFP4) on the
+// [out, in] shapes: every entry timed on every path, its bytes counting the
+// scales; an unknown dtype is a flag error.
+TEST(VismoeBenchE2eTest, KernelMicroBenchmarksTakeTheBlockScaledDtypes) {
+  const BenchRun run =
+      RunBench("vismoe_bench_micro_kernels",
+               {"--max_new_tokens=1", "--micro_kernels", "--micro_kernel_dtypes=BF16,MXFP4,F8_E4M3",
+                "--micro_seconds=0.001"});
+  ASSERT_EQ(run.rc, 0) << run.log;
+  const nlohmann::json& k = run.report["micro_kernels"]["kernels"];
+  ASSERT_TRUE(k.is_array()) << run.log;
+  std::map<std::string, int> per_dtype;
+  for (const nlohmann::json& e : k) {
+    const std::string dtype = e["dtype"].get<std::string>();
+    ++per_dtype[dtype];
+    EXPECT_GT(e["reference_us"].get<double>(), 0) << e["name"];
+    EXPECT_GT(e["portable_us"].get<double>(), 0) << e["name"];
+    if (dtype != "BF16") {
+      EXPECT_EQ(e["layout"], "out_in") << e["name"];
+    }
+  }
+  EXPECT_GT(per_dtype["MXFP4"], 0);
+  EXPECT_GT(per_dtype["F8_E4M3"], 0);
+  EXPECT_GT(per_dtype["BF16"], per_dtype["F8_E4M3"]);  // BF16 also has the [in, out] shapes
+  const BenchRun bad = RunBench("vismoe_bench_bad_kernel_dtype", {"--micro_kernel_dtypes=U8"});
+  EXPECT_EQ(bad.rc, 2) << bad.log;
+  EXPECT_NE(bad.log.find("--micro_kernel_dtypes: 'U8'"), std::string::npos) << bad.log;
 }
 
 // The batch sweep at the tiny fixture's offloading budget: one row per batch

@@ -15,10 +15,39 @@ TEST(DTypeTest, ParseAndName) {
     EXPECT_EQ(*parsed, t);
   }
   EXPECT_FALSE(ParseDType("I8").ok());
+  EXPECT_EQ(*ParseDType("U8"), DType::kU8);
+  EXPECT_EQ(*ParseDType("F8_E8M0"), DType::kE8M0);
+  EXPECT_FALSE(ParseDType("MXFP4").ok());  // no safetensors dtype: U8 blocks
+  EXPECT_EQ(DTypeName(DType::kMxFp4), "MXFP4");
+  EXPECT_EQ(DTypeBits(DType::kMxFp4), 4u);
+  EXPECT_EQ(DTypeBytes(DType::kMxFp4, 64), 32u);
+  EXPECT_EQ(DTypeBytes(DType::kBF16, 3), 6u);
   EXPECT_EQ(DTypeSize(DType::kBF16), 2u);
   EXPECT_EQ(DTypeSize(DType::kF32), 4u);
   EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
   EXPECT_EQ(DTypeName(DType::kF8E4M3), "F8_E4M3");
+}
+
+TEST(DTypeTest, Mxfp4AndE8m0DecodeTheFormatsValues) {
+  const float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (uint8_t c = 0; c < 16; ++c) {
+    EXPECT_EQ(E2m1ToFloat(c), c < 8 ? magnitudes[c] : -magnitudes[c - 8]) << int{c};
+  }
+  EXPECT_TRUE(std::signbit(E2m1ToFloat(8)));  // -0
+  EXPECT_EQ(E8m0ToFloat(127), 1.0f);
+  EXPECT_EQ(E8m0ToFloat(0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(E8m0ToFloat(254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(E8m0ToFloat(255)));
+  // Two elements per byte, the even one in the low nibble.
+  const uint8_t bytes[2] = {0x2f, 0x70};
+  float v[4];
+  ToFloat(DType::kMxFp4, bytes, 4, v);
+  EXPECT_EQ(v[0], -6.0f);
+  EXPECT_EQ(v[1], 1.0f);
+  EXPECT_EQ(v[2], 0.0f);
+  EXPECT_EQ(v[3], 6.0f);
+  EXPECT_EQ(FirstNonFinite(DType::kE8M0, "\x01\x7f\xff", 3), 2);
+  EXPECT_EQ(FirstNonFinite(DType::kMxFp4, "\xff\xff", 4), -1);
 }
 
 TEST(DTypeTest, E4m3DecodesTheFormatsValues) {

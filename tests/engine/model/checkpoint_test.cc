@@ -147,6 +147,56 @@ TEST(CheckpointTest, UnsupportedDtypeIsAnErrorOnlyWhenRead) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("tensor 'ids' has dtype I64"));
 }
 
+// MXFP4 experts: U8 blocks and scales, read only together as one MXFP4 view
+// [..., out, in]; shapes, dtypes and NaN scales are refused by name.
+TEST(CheckpointTest, Mxfp4WeightsAsBlocksAndScales) {
+  const std::string dir = TestDir();
+  std::vector<uint8_t> blocks(2 * 3 * 2 * 16), scales(2 * 3 * 2, 127), nan_scales(12, 127);
+  for (size_t k = 0; k < blocks.size(); ++k) blocks[k] = static_cast<uint8_t>(k);
+  nan_scales[7] = 0xff;
+  const float f[2] = {1, 2};
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors",
+                               {{"w_blocks", {blocks.data(), DType::kU8, {2, 3, 2, 16}}},
+                                {"w_scales", {scales.data(), DType::kU8, {2, 3, 2}}},
+                                {"e_blocks", {blocks.data(), DType::kU8, {2, 3, 2, 16}}},
+                                {"e_scales", {scales.data(), DType::kE8M0, {2, 3, 2}}},
+                                {"nan_blocks", {blocks.data(), DType::kU8, {2, 3, 2, 16}}},
+                                {"nan_scales", {nan_scales.data(), DType::kU8, {2, 3, 2}}},
+                                {"f_blocks", {f, DType::kF32, {2}}},
+                                {"f_scales", {scales.data(), DType::kU8, {2, 3, 2}}}})
+                  .ok());
+  EXPECT_FALSE(
+      WriteSafetensors(dir + "/x.safetensors", {{"m", {blocks.data(), DType::kMxFp4, {2, 32}}}})
+          .ok());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  for (const char* name : {"w", "e"}) {
+    SCOPED_TRACE(name);
+    auto w = c.GetMxfp4(name, {2, 3, 64});
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->dtype, DType::kMxFp4);
+    EXPECT_EQ(w->shape, (Shape{2, 3, 64}));
+    EXPECT_EQ(w->nbytes(), blocks.size());
+    EXPECT_EQ(w->scale, (BlockScale{w->scale.data, DType::kE8M0, 1, 32}));
+    EXPECT_EQ(w->scale_nbytes(), scales.size());
+    const TensorView row = w->Row(1);  // expert 1: [3, 64]
+    EXPECT_EQ(static_cast<const uint8_t*>(row.data)[0], 96);
+    EXPECT_EQ(row.scale_numel(), 6);
+  }
+  EXPECT_THAT(std::string(c.Get("w_blocks").status().message()),
+              HasSubstr("tensor 'w_blocks' is U8"));
+  EXPECT_THAT(std::string(c.GetMxfp4("w", {2, 3, 96}).status().message()),
+              HasSubstr("tensor 'w_blocks' has shape [2, 3, 2, 16], expected [2, 3, 3, 16]"));
+  EXPECT_THAT(std::string(c.GetMxfp4("w", {2, 3, 48}).status().message()),
+              HasSubstr("multiple of 32"));
+  EXPECT_THAT(std::string(c.GetMxfp4("nan", {2, 3, 64}).status().message()),
+              HasSubstr("'nan_scales'"));
+  EXPECT_THAT(std::string(c.GetMxfp4("f", {2, 3, 64}).status().message()),
+              HasSubstr("tensor 'f_blocks' has dtype F32, expected U8"));
+  EXPECT_EQ(c.GetMxfp4("missing", {2, 3, 64}).status().code(), absl::StatusCode::kNotFound);
+}
+
 // FP8 weights: Get refuses them; GetLinear attaches their block scales where
 // the config gives a block size, and names the tensor at fault otherwise.
 TEST(CheckpointTest, Fp8WeightsOnlyAsLinearWeightsWithTheirScales) {

@@ -345,9 +345,17 @@ TEST(ModelConfigTest, GptOssRefusalsNameTheField) {
       {[](nlohmann::json& j) { j["swiglu_limit"] = -1; }, "swiglu_limit"},
       {[](nlohmann::json& j) { j.erase("head_dim"); }, "'head_dim' is missing"},
       {[](nlohmann::json& j) {
-         j["quantization_config"] = {{"quant_method", "mxfp4"}};
+         j["quantization_config"] = {{"quant_method", "mxfp4"}, {"dequantize", true}};
        },
-       "quant_method"},
+       "quantization_config.dequantize"},
+      {[](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "mxfp4"}, {"modules_to_not_convert", 3}};
+       },
+       "modules_to_not_convert"},
+      {[](nlohmann::json& j) {
+         j["quantization_config"] = {{"quant_method", "nvfp4"}};
+       },
+       "quant_method 'nvfp4' is not supported (fp8, mxfp4)"},
   };
   for (const auto& [mutate, why] : bad) {
     SCOPED_TRACE(why);
@@ -359,6 +367,26 @@ TEST(ModelConfigTest, GptOssRefusalsNameTheField) {
 
 nlohmann::json Fp8Config() {
   return testing::ReadJsonFile(testing::FixturesDir() + "/tiny-qwen3-vl-moe-fp8/config.json");
+}
+
+// The published quantization_config of openai/gpt-oss-20b.
+TEST(ModelConfigTest, Mxfp4QuantizationConfigForGptOssOnly) {
+  nlohmann::json j = GptOss20bConfig();
+  j["quantization_config"] = {
+      {"modules_to_not_convert",
+       {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+      {"quant_method", "mxfp4"}};
+  absl::StatusOr<ModelConfig> c = ModelConfig::Parse(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->text.mxfp4.has_value());
+  EXPECT_EQ(c->text.mxfp4->modules_to_not_convert.size(), 4u);
+  EXPECT_FALSE(c->text.fp8.has_value());
+  EXPECT_FALSE(ModelConfig::Parse(GptOss20bConfig().dump())->text.mxfp4.has_value());
+
+  nlohmann::json other = Fp8Config();
+  other["quantization_config"] = {{"quant_method", "mxfp4"}};
+  EXPECT_THAT(std::string(ModelConfig::Parse(other.dump()).status().message()),
+              HasSubstr("'mxfp4' is supported for gpt_oss only, not qwen3_vl_moe"));
 }
 
 TEST(ModelConfigTest, Fp8QuantizationConfig) {
@@ -385,7 +413,8 @@ TEST(ModelConfigTest, Fp8RefusalsNameTheField) {
     nlohmann::json value;
     const char* message;
   } cases[] = {
-      {"quant_method", "gptq", "quantization_config.quant_method 'gptq' is not supported (fp8)"},
+      {"quant_method", "gptq",
+       "quantization_config.quant_method 'gptq' is not supported (fp8, mxfp4)"},
       {"fmt", "e5m2", "quantization_config.fmt 'e5m2' is not supported (e4m3)"},
       {"activation_scheme", "static",
        "quantization_config.activation_scheme 'static' is not supported (dynamic)"},

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/offload/device_arena.h"
@@ -230,6 +232,50 @@ TEST(HostExpertStoreTest, FormatRejectsMixedDtypes) {
   EXPECT_TRUE(fmt->Matches(w));
   w.down.shape = {2, 8};
   EXPECT_FALSE(fmt->Matches(w));
+}
+
+// GPT-OSS's MXFP4 experts (kFused, [out, in]) are packed as published:
+// blocks at half a byte per weight, then their e8m0 scales, each part
+// 64-byte aligned; never converted to another dtype.
+TEST(HostExpertStoreTest, PacksMxfp4ExpertsAsPublished) {
+  constexpr int64_t kH = 64, kI = 32;
+  std::vector<uint8_t> gu(2 * kI * kH / 2), gu_s(2 * kI * kH / 32), d(kH * kI / 2),
+      d_s(kH * kI / 32);
+  for (size_t k = 0; k < gu.size(); ++k) gu[k] = static_cast<uint8_t>(k * 7);
+  for (size_t k = 0; k < d.size(); ++k) d[k] = static_cast<uint8_t>(k * 3);
+  for (size_t k = 0; k < gu_s.size(); ++k) gu_s[k] = static_cast<uint8_t>(120 + k % 9);
+  for (size_t k = 0; k < d_s.size(); ++k) d_s[k] = static_cast<uint8_t>(125 + k % 5);
+  ExpertWeights w;
+  w.layout = ExpertWeights::Layout::kFused;
+  w.gate_up = {gu.data(), DType::kMxFp4, {2 * kI, kH}, {gu_s.data(), DType::kE8M0, 1, 32}};
+  w.down = {d.data(), DType::kMxFp4, {kH, kI}, {d_s.data(), DType::kE8M0, 1, 32}};
+  auto f = ExpertFormat::FromWeights(w);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->layout, ExpertWeights::Layout::kFused);
+  EXPECT_EQ(f->dtype, DType::kMxFp4);
+  EXPECT_EQ(f->scale_dtype, DType::kE8M0);
+  EXPECT_EQ(f->block, (QuantBlock{1, 32}));
+  EXPECT_EQ(f->bytes, 2048u + 128 + 1024 + 64);  // 4.25 bits per weight
+  EXPECT_TRUE(f->Matches(w));
+  std::vector<char> block(f->bytes);
+  f->Pack(w, block.data());
+  const ExpertWeights v = f->View(block.data());
+  EXPECT_EQ(v.layout, ExpertWeights::Layout::kFused);
+  for (auto [got, want, scales] : {std::tuple{&v.gate_up, &gu, &gu_s}, {&v.down, &d, &d_s}}) {
+    EXPECT_EQ(got->dtype, DType::kMxFp4);
+    EXPECT_EQ(got->scale, (BlockScale{got->scale.data, DType::kE8M0, 1, 32}));
+    EXPECT_EQ(std::memcmp(got->data, want->data(), want->size()), 0);
+    EXPECT_EQ(std::memcmp(got->scale.data, scales->data(), scales->size()), 0);
+  }
+  EXPECT_THAT(std::string(ExpertFormat::FromWeights(w, DType::kBF16).status().message()),
+              HasSubstr("MXFP4 experts cannot be converted to BF16"));
+  EXPECT_FALSE(ExpertFormat::FromWeights(w, DType::kF8E4M3).ok());
+  ExpertWeights plain;
+  std::vector<float> f32(2 * kI * kH);
+  plain.gate_up = {f32.data(), DType::kF32, {kH, 2 * kI}};
+  plain.down = {f32.data(), DType::kF32, {kI, kH}};
+  EXPECT_THAT(std::string(ExpertFormat::FromWeights(plain, DType::kMxFp4).status().message()),
+              HasSubstr("not quantised to MXFP4"));
 }
 
 TEST(DeviceArenaTest, CarvesAlignedRegionsWithinCapacity) {

@@ -1,6 +1,7 @@
 // MemoryPlan arithmetic, Eq. 10 and its start-up errors.
 #include "engine/offload/memory_plan.h"
 
+#include "engine/model/arch_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
@@ -152,6 +153,26 @@ TEST(MemoryPlanTest, MeasuresExpertsAsTheyArePacked) {
   const int64_t matrix = int64_t{t.hidden_size} * t.moe_intermediate_size;
   ASSERT_EQ(matrix % 64, 0);
   EXPECT_EQ(s->expert_bytes, 3 * (matrix + 64));
+}
+
+// GPT-OSS's MXFP4 experts: the published blocks and e8m0 scales, 4.25 bits per
+// weight (a quarter of bf16's bytes plus 1/64 for the scales). The expert
+// biases stay resident.
+TEST(MemoryPlanTest, MeasuresMxfp4ExpertsAtFourAndAQuarterBits) {
+  const std::string dir = testing::FixturesDir() + "/tiny-gpt-oss-mxfp4";
+  auto config = ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->text.mxfp4.has_value());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto spec = ArchSpec::For(*config);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto s = MeasureModelSizes(**ckpt, config->text, spec->experts);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const TextConfig& t = config->text;
+  const int64_t weights = 3LL * t.hidden_size * t.moe_intermediate_size;  // gate_up + down
+  ASSERT_EQ(weights * 17 % (32 * 64), 0);         // every part a multiple of 64 bytes here
+  EXPECT_EQ(s->expert_bytes, weights * 17 / 32);  // 4.25 bits = 17/32 bytes
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ constexpr Family kFamilies[] = {{"tiny-olmoe", "olmoe", "olmoe"},
                                 {"tiny-deepseek-v3", "deepseek_v3", "deepseek_v3"},
                                 {"tiny-deepseek-v3-plain", "deepseek_v3_plain", "deepseek_v3"},
                                 {"tiny-gpt-oss", "gpt_oss", "gpt_oss"},
-                                {"tiny-gpt-oss-swa", "gpt_oss_swa", "gpt_oss"}};
+                                {"tiny-gpt-oss-swa", "gpt_oss_swa", "gpt_oss"},
+                                {"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4", "gpt_oss"}};
 
 TEST(EngineTextFamiliesTest, GreedyMatchesTransformersResidentAndOffloaded) {
   for (const Family& f : kFamilies) {
@@ -105,15 +106,10 @@ TEST(EngineTextFamiliesTest, SyntheticWeightsRouteRandomlyOnly) {
   }
 }
 
-// DeepSeek (#33) under every offload policy: the exact ones (LFU / guarded
-// eviction with a lookahead predictor, host computation of misses, the
-// MELINOE preload, a static host layer) answer transformers' greedy tokens;
-// the lossy ones (commit, speculative execution) run to their token count.
-// The shared experts and the dense first layer stay resident with the other
-// non-expert weights.
-TEST(EngineTextFamiliesTest, DeepseekRunsUnderEveryOffloadPolicy) {
+// Runs `fixture` under each offload policy (see the test below).
+void CheckEveryOffloadPolicy(const std::string& fixture, const std::string& golden) {
   const nlohmann::json cases =
-      testing::ReadJsonFile(testing::FixturesDir() + "/golden/deepseek_v3_cases.json");
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/" + golden + "_cases.json");
   ASSERT_TRUE(cases.is_array() && cases.size() >= 1);
   struct Policy {
     const char* name;
@@ -153,7 +149,7 @@ TEST(EngineTextFamiliesTest, DeepseekRunsUnderEveryOffloadPolicy) {
   for (const Policy& p : policies) {
     SCOPED_TRACE(p.name);
     EngineOptions o;
-    o.model_path = testing::FixturesDir() + "/tiny-deepseek-v3";
+    o.model_path = testing::FixturesDir() + "/" + fixture;
     o.backend = "cpu";
     o.num_threads = 2;
     o.max_context_tokens = 256;
@@ -170,6 +166,25 @@ TEST(EngineTextFamiliesTest, DeepseekRunsUnderEveryOffloadPolicy) {
       EXPECT_EQ(r->token_ids, std::vector<int>(greedy.begin(), greedy.begin() + 12));
     }
     EXPECT_GT(r->offload.cache_queries, 0u);
+    const int64_t slab = (*engine)->info().slab_bytes;
+    ASSERT_GT(slab, 0);
+    EXPECT_EQ(r->offload.bytes_h2d % static_cast<uint64_t>(slab), 0u);
+  }
+}
+
+// DeepSeek (#33) and GPT-OSS with MXFP4 experts (#34) under every offload
+// policy: the exact ones (LFU / guarded eviction with a lookahead predictor,
+// host computation of misses, the MELINOE preload, a static host layer)
+// answer transformers' greedy tokens; the lossy ones (commit, speculative
+// execution) run to their token count. DeepSeek's shared experts and dense
+// first layer stay resident with the other non-expert weights; MXFP4 experts
+// move as published, every copy one expert's blocks and scales (slab_bytes,
+// 4.25 bits per weight).
+TEST(EngineTextFamiliesTest, DeepseekAndMxfp4GptOssRunUnderEveryOffloadPolicy) {
+  for (auto [fixture, golden] : {std::pair{"tiny-deepseek-v3", "deepseek_v3"},
+                                 std::pair{"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4"}}) {
+    SCOPED_TRACE(fixture);
+    CheckEveryOffloadPolicy(fixture, golden);
   }
 }
 

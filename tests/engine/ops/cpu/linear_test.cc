@@ -332,6 +332,101 @@ TEST(LinearTest, EveryE4m3BitPatternWidensExactly) {
   }
 }
 
+// An MXFP4 weight [out, in] from a pattern of bytes (every code, both
+// nibbles), e8m0 scales per 32 inputs spread over 2^-9 .. 2^4, and the same
+// weight decoded to fp32 (exact: an e2m1 value times a power of two).
+struct Mxfp4Weights {
+  std::vector<uint8_t> blocks;
+  std::vector<uint8_t> scales;
+  std::vector<float> decoded;
+  TensorView view, dense;
+};
+
+Mxfp4Weights MakeMxfp4(int64_t out, int64_t in, uint32_t salt) {
+  Mxfp4Weights w;
+  uint32_t state = salt * 2654435761u + 1;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 24;
+  };
+  for (int64_t k = 0; k < out * in / 2; ++k) w.blocks.push_back(static_cast<uint8_t>(next()));
+  for (int64_t k = 0; k < out * in / 32; ++k) w.scales.push_back(118 + next() % 14);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t k = o * in + i;
+      w.decoded.push_back(E2m1ToFloat(w.blocks[k / 2] >> (4 * (k % 2))) *
+                          E8m0ToFloat(w.scales[k / 32]));
+    }
+  }
+  w.view = {w.blocks.data(), DType::kMxFp4, {out, in}, {w.scales.data(), DType::kE8M0, 1, 32}};
+  w.dense = {w.decoded.data(), DType::kF32, {out, in}};
+  return w;
+}
+
+// Decoding MXFP4 as the weights are read computes exactly the products and
+// sums of the decoded fp32 weight: bit-identical outputs on each path (the
+// nibble order, the sign, the scale's block), batch sizes and row counts that
+// exercise every tile of the rows kernels.
+TEST(LinearTest, Mxfp4WeightsGiveTheBitsOfTheirDecodedWeights) {
+  ThreadPool pool(2);
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (int64_t in : {32, 64, 96, 288}) {
+      for (int64_t out : {1, 5, 13, 67}) {
+        const Mxfp4Weights w = MakeMxfp4(out, in, static_cast<uint32_t>(in * 31 + out));
+        const std::vector<float> bias = Pattern(out, 7, 0.25f);
+        const TensorView bias_view{bias.data(), DType::kF32, {out}};
+        for (int64_t n : {1, 2, 4, 5}) {
+          const std::vector<float> x = Pattern(n * in, in + n, 1.0f);
+          std::vector<float> got(n * out), want(n * out), ref(n * out), ref_want(n * out);
+          Linear(n > 2 ? &pool : nullptr, x.data(), n, in, w.view, &bias_view, got.data());
+          Linear(nullptr, x.data(), n, in, w.dense, &bias_view, want.data());
+          LinearReference(nullptr, x.data(), n, in, w.view, nullptr, ref.data());
+          LinearReference(nullptr, x.data(), n, in, w.dense, nullptr, ref_want.data());
+          const std::string what =
+              absl::StrCat(std::string(KernelPathName(path)), " n=", n, " in=", in, " out=", out);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+          ASSERT_EQ(std::memcmp(ref.data(), ref_want.data(), ref.size() * sizeof(float)), 0)
+              << what << " (reference)";
+        }
+      }
+    }
+  }
+}
+
+// x = e_j over rows that each hold one code at input j (the other nibble of
+// its byte zero) and one scale byte: y is every e2m1 value at both nibble
+// positions, times every finite e8m0 scale (2^-127 .. 2^127) exactly.
+TEST(LinearTest, EveryMxfp4CodeAndScaleDecodesExactly) {
+  constexpr int64_t kIn = 32;
+  for (KernelPath path : AvailableKernelPaths()) {
+    ScopedPath scoped(path);
+    for (int64_t j : {0, 1, 30, 31}) {
+      std::vector<float> x(kIn, 0.0f);
+      x[j] = 1.0f;
+      std::vector<uint8_t> blocks, scales;
+      std::vector<float> want;
+      for (int code = 0; code < 16; ++code) {
+        for (int scale = 0; scale < 255; scale += 7) {
+          std::vector<uint8_t> row(kIn / 2, 0);
+          row[j / 2] = static_cast<uint8_t>(code << (4 * (j % 2)));
+          blocks.insert(blocks.end(), row.begin(), row.end());
+          scales.push_back(static_cast<uint8_t>(scale));
+          want.push_back(E2m1ToFloat(static_cast<uint8_t>(code)) * std::ldexp(1.0f, scale - 127));
+        }
+      }
+      const int64_t out = static_cast<int64_t>(scales.size());
+      const TensorView w{
+          blocks.data(), DType::kMxFp4, {out, kIn}, {scales.data(), DType::kE8M0, 1, 32}};
+      std::vector<float> y(out);
+      Linear(nullptr, x.data(), 1, kIn, w, nullptr, y.data());
+      for (int64_t o = 0; o < out; ++o) {
+        ASSERT_EQ(y[o], want[o]) << KernelPathName(path) << " input " << j << " row " << o;
+      }
+    }
+  }
+}
+
 TEST(KernelDispatchTest, ForcingAPathAndReturningToTheDetectedOne) {
   const KernelPath detected = DetectedKernelPath();
   EXPECT_EQ(ActiveKernelPath(), detected);
