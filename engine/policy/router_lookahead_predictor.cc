@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/arch_spec.h"
+#include "engine/ops/cpu/group_router.h"
 #include "engine/ops/cpu/layer_norm.h"
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
@@ -54,6 +55,10 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   p->layer_norm_ = spec.norm == NormKind::kLayerNorm;
   p->norm_bias_.resize(c.num_hidden_layers);
+  p->router_kind_ = spec.router;
+  p->group_ = {c.num_experts_per_tok, c.n_group,        c.topk_group,
+               c.group_limited,       c.norm_topk_prob, c.routed_scaling_factor};
+  p->router_bias_.resize(c.num_hidden_layers);
   int m = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     if (!c.IsMoeLayer(l)) continue;
@@ -65,6 +70,9 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
     }
     VISMOE_ASSIGN_OR_RETURN(p->router_[l], ReadFloat(checkpoint, router->name, router->shape));
     VISMOE_ASSIGN_OR_RETURN(p->norm_[l], ReadFloat(checkpoint, norm->name, norm->shape));
+    if (const TensorSpec* rb = FindTensor(specs, WeightRole::kRouterBias, l); rb != nullptr) {
+      VISMOE_ASSIGN_OR_RETURN(p->router_bias_[l], ReadFloat(checkpoint, rb->name, rb->shape));
+    }
     if (p->layer_norm_) {
       const TensorSpec* bias = FindTensor(specs, WeightRole::kPostNormBias, l);
       if (bias == nullptr) return absl::InternalError("tensor list: a LayerNorm without bias");
@@ -117,9 +125,14 @@ std::vector<double> RouterLookaheadPredictor::Scores(int target) const {
   } else {
     cpu::RmsNorm(nullptr, rows_.data(), m, h, norm, eps_, q.data());
   }
+  if (router_kind_ == RouterKind::kDeepseekSoftmax ||
+      router_kind_ == RouterKind::kDeepseekSigmoid ||
+      router_kind_ == RouterKind::kTopKSoftmaxBiased) {
+    return FamilyScores(target, q.data(), router);
+  }
+  std::vector<double> score(e, 0.0);
   std::vector<float> logits(static_cast<size_t>(m) * e);
   cpu::Linear(nullptr, q.data(), m, h, router, nullptr, logits.data());
-  std::vector<double> score(e, 0.0);
   std::vector<float> p(e), val(top_k_);
   std::vector<int> idx(top_k_);
   for (int64_t t = 0; t < m; ++t) {
@@ -134,6 +147,25 @@ std::vector<double> RouterLookaheadPredictor::Scores(int target) const {
     cpu::TopK(p.data(), e, top_k_, idx.data(), val.data());
     for (int j = 0; j < top_k_; ++j) score[idx[j]] += val[j];
   }
+  for (double& s : score) s /= static_cast<double>(m);
+  return score;
+}
+
+std::vector<double> RouterLookaheadPredictor::FamilyScores(int target, const float* q,
+                                                           const TensorView& router) const {
+  const int64_t h = hidden_, m = num_rows_;
+  const int e = num_experts_;
+  const TensorView bias{router_bias_[target].data(), DType::kF32, {e}};
+  RouterResult r;
+  if (router_kind_ == RouterKind::kDeepseekSoftmax) {
+    cpu::RouteGroupSoftmax(nullptr, q, m, h, router, group_, &r);
+  } else if (router_kind_ == RouterKind::kDeepseekSigmoid) {
+    cpu::RouteGroupSigmoid(nullptr, q, m, h, router, bias, group_, &r);
+  } else {
+    cpu::RouteTopKSoftmax(nullptr, q, m, h, router, bias, top_k_, &r);
+  }
+  std::vector<double> score(e, 0.0);
+  for (size_t i = 0; i < r.experts.size(); ++i) score[r.experts[i]] += r.weights[i];
   for (double& s : score) s /= static_cast<double>(m);
   return score;
 }

@@ -6,7 +6,10 @@
 // post-attention norm of the target layer l' -- and applies l''s router:
 // p = softmax(W_router(l') q). Over a step's rows (at most kMaxRows, evenly
 // subsampled) the top-k-masked probabilities are averaged; an expert's score
-// is that average. Targets are the MoE layers at most `window` MoE layers
+// is that average. The families whose selection is not the softmax's top-k
+// (DeepSeek's group limits and biased sigmoid, GPT-OSS's router bias) run
+// their own router instead and average its routing weights, so the picks are
+// the family's. Targets are the MoE layers at most `window` MoE layers
 // after the last observed one (the observed layer itself included: with d = 0
 // it reproduces that layer's routing exactly).
 //
@@ -22,9 +25,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_predictor.h"
+#include "engine/ops/cpu/group_router.h"
 
 namespace vismoe {
 
@@ -54,6 +59,9 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
   RouterLookaheadPredictor() = default;
   // Average top-k-masked router probabilities of `target` over rows_.
   std::vector<double> Scores(int target) const;
+  // The family router's mean routing weight per expert over the normed rows
+  // q [num_rows_, H] (DeepSeek's and GPT-OSS's routers).
+  std::vector<double> FamilyScores(int target, const float* q, const TensorView& router) const;
 
   int num_experts_ = 0;
   int top_k_ = 0;
@@ -65,6 +73,9 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
   std::vector<std::vector<float>> norm_;    // per decoder layer: [H] (empty if dense)
   std::vector<std::vector<float>> norm_bias_;  // per decoder layer: [H], LayerNorm families
   bool layer_norm_ = false;                    // NormKind::kLayerNorm (PhiMoE)
+  RouterKind router_kind_ = RouterKind::kSoftmaxTopK;
+  cpu::GroupRouting group_;                      // DeepSeek's routers
+  std::vector<std::vector<float>> router_bias_;  // per decoder layer: [E] (kRouterBias)
   std::vector<float> default_vectors_;      // [num_layers * H] or empty
   int last_layer_ = -1;                     // last observed MoE layer; -1 = none this request
   std::vector<float> rows_;                 // [m, H]: r_l + d_l of the subsampled rows

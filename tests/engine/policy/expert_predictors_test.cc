@@ -185,6 +185,45 @@ TEST(RouterLookaheadPredictorTest, ReproducesPhimoeRouting) {
   EXPECT_EQ(checker.prefill_checks, 3 * f->config.text.num_hidden_layers);
 }
 
+// The families that do not pick the softmax's top-k: DeepSeek-V2's group
+// limits, V3's sigmoid with its selection bias and GPT-OSS's biased logits
+// (MXFP4 experts here). Aimed at the observed layer, the predictor's top k
+// are the layer's own picks at every decode step.
+class PickChecker final : public RouterObserver {
+ public:
+  explicit PickChecker(ExpertPredictor* p) : p_(p) {}
+  void OnRouting(Phase phase, int layer, const float*, const RouterResult& r) override {
+    if (phase != Phase::kDecode) return;
+    const auto predicted = p_->Predict(layer, r.top_k);
+    std::set<int> got, want(r.experts.begin(), r.experts.begin() + r.top_k);
+    for (const auto& [x, s] : predicted) got.insert(x);
+    EXPECT_EQ(got, want) << "layer " << layer;
+    ++checks;
+  }
+  int checks = 0;
+
+ private:
+  ExpertPredictor* p_;
+};
+
+TEST(RouterLookaheadPredictorTest, ReproducesTheFamiliesOwnPicks) {
+  for (const char* fixture : {"tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-gpt-oss-mxfp4"}) {
+    SCOPED_TRACE(fixture);
+    auto f = LoadTiny(testing::FixturesDir() + "/" + fixture);
+    ASSERT_NE(f, nullptr);
+    auto p = RouterLookaheadPredictor::Create(f->config, *f->ckpt, /*window=*/3, {});
+    ASSERT_TRUE(p.ok()) << p.status();
+    PickChecker checker(p->get());
+    ObserverChain chain{p->get(), &checker};
+    (*p)->BeginRequest();
+    RunTrace(*f, chain.Head(), 1, 8);
+    int moe_layers = 0;
+    for (int l = 0; l < f->config.text.num_hidden_layers; ++l)
+      moe_layers += f->config.text.IsMoeLayer(l);
+    EXPECT_EQ(checker.checks, 8 * moe_layers);
+  }
+}
+
 TEST(RouterLookaheadPredictorTest, WindowAndDefaultVectors) {
   auto f = LoadTiny();
   ASSERT_NE(f, nullptr);
