@@ -140,8 +140,12 @@ float E4m3ToFloat(uint8_t v) {
 }
 
 float E8m0ToFloat(uint8_t v) {
-  if (v == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(v) - 127);
+  // The e8m0 byte is an fp32 exponent field: 2^(v - 127) is v << 23, except
+  // v = 0 (the subnormal 2^-127) and the NaN 0xff.
+  const uint32_t bits = v == 0 ? 0x00400000u : v == 0xff ? 0x7fc00000u : uint32_t{v} << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 float E2m1ToFloat(uint8_t nibble) {

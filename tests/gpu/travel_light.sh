@@ -2,8 +2,9 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE, DeepSeek,
-# GPT-OSS and FP8 checkpoints, which the CUDA backend does not run yet, and the chat-template goldens); `restore` puts them back in
+# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE,
+# DeepSeek, GPT-OSS, DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend
+# does not run yet, and the chat-template goldens); `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
@@ -47,6 +48,13 @@ paths=(
   tests/fixtures/golden/gpt_oss_swa_logits.safetensors
   tests/fixtures/tiny-gpt-oss-mxfp4
   tests/fixtures/golden/gpt_oss_mxfp4_logits.safetensors
+  tests/fixtures/tiny-deepseek-vl2
+  tests/fixtures/tiny-deepseek-vl2-mla
+  tests/fixtures/golden/deepseek_vl2_logits.safetensors
+  tests/fixtures/golden/deepseek_vl2_mla_logits.safetensors
+  tests/fixtures/golden/deepseek_vl2_pixel_values.safetensors
+  tests/fixtures/golden/deepseek_vl2_vision.safetensors
+  tests/fixtures/golden/deepseek_vl2_mla_vision.safetensors
 )
 exclude=.git/info/exclude
 marker="# travel_light.sh"

@@ -113,7 +113,7 @@ VISMOE_AVX2 inline __m256 LoadW8(const void* p, int64_t i, __m256 mul) {
 // srow[j] = the scales of weight row o + j (MatMulArgs::ScaleRow), j < NB;
 // nothing for unscaled dtypes.
 template <DType D, int NB>
-VISMOE_AVX2 inline void SetScaleRows(const MatMulArgs& a, int64_t o, const float** srow) {
+VISMOE_AVX2 inline void SetScaleRows(const MatMulArgs& a, int64_t o, const void** srow) {
   if constexpr (kScaled<D>) {
 #pragma GCC unroll 16
     for (int j = 0; j < NB; ++j) srow[j] = a.ScaleRow(o + j);
@@ -130,9 +130,9 @@ VISMOE_AVX2 inline __m256 ScaleMul(float scale) {
 // mul[j] = ScaleMul of column block `block` of row srow[j], for j < NB: the
 // `mul` of LoadW8 for NB weight rows in that block.
 template <DType D, int NB>
-VISMOE_AVX2 inline void SetScaleMuls(const float* const* srow, int64_t block, __m256* mul) {
+VISMOE_AVX2 inline void SetScaleMuls(const void* const* srow, int64_t block, __m256* mul) {
 #pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j) mul[j] = ScaleMul<D>(srow[j][block]);
+  for (int j = 0; j < NB; ++j) mul[j] = ScaleMul<D>(ScaleIn<D>(srow[j], block));
 }
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.

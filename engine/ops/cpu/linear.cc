@@ -20,7 +20,9 @@ constexpr int64_t kColsPerUnit = 64;
 // matching fields of `a`; nothing for other dtypes.
 void SetScale(const TensorView& w, std::vector<float>* widened, internal::MatMulArgs* a) {
   if (w.scale.data == nullptr) return;
-  if (w.scale.dtype == DType::kF32) {
+  if (w.scale.dtype == DType::kE8M0) {  // MXFP4: one byte per 32 weights, read in place
+    a->scale_e8m0 = static_cast<const uint8_t*>(w.scale.data);
+  } else if (w.scale.dtype == DType::kF32) {
     a->scale = static_cast<const float*>(w.scale.data);
   } else {
     widened->resize(static_cast<size_t>(w.scale_numel()));
@@ -82,7 +84,7 @@ void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, co
     std::vector<float> wrow(in);
     for (int64_t o = o0; o < o1; ++o) {
       ToFloat(w.dtype, static_cast<const char*>(w.data) + o * row_bytes, in, wrow.data());
-      if (scaled.scale != nullptr) {
+      if (scaled.scale != nullptr || scaled.scale_e8m0 != nullptr) {
         for (int64_t i = 0; i < in; ++i) wrow[i] *= scaled.ScaleAt(o, i);
       }
       const float bo = b.empty() ? 0.0f : b[o];

@@ -40,7 +40,7 @@ VISMOE_AVX2 void RowTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
 #pragma GCC unroll 16
   for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
-  const float* srow[NB] = {};
+  const void* srow[NB] = {};
   SetScaleRows<D, NB>(a, o, srow);
   int64_t next_block = 0, block = 0;
   const int64_t full = a.in & ~int64_t{7};

@@ -114,12 +114,12 @@ VISMOE_AVX512 void RowDot(const MatMulArgs& a, int64_t t, int64_t o) {
   const int64_t full = in & ~int64_t{15};
   __m512 acc = _mm512_setzero_ps();
   __m512 mul = _mm512_setzero_ps();
-  const float* srow = kScaled<D> ? a.ScaleRow(o) : nullptr;
+  const void* srow = kScaled<D> ? a.ScaleRow(o) : nullptr;
   int64_t next_block = 0, block = 0;
   for (int64_t i = 0; i < full; i += 16) {
     if constexpr (kScaled<D>) {
       if (i == next_block) {
-        mul = ScaleMul16<D>(srow[block++]);
+        mul = ScaleMul16<D>(ScaleIn<D>(srow, block++));
         next_block += a.scale_cols;
       }
     }
@@ -154,7 +154,7 @@ VISMOE_AVX512 void HalfTile(const MatMulArgs& a, int64_t t0, int64_t o) {
     for (int j = 0; j < NB; ++j) lo[r][j] = hi[r][j] = _mm256_setzero_ps();
 #pragma GCC unroll 16
   for (int j = 0; j < NB; ++j) mul[j] = _mm256_setzero_ps();
-  const float* srow[NB] = {};
+  const void* srow[NB] = {};
   SetScaleRows<D, NB>(a, o, srow);
   int64_t next_block = 0, block = 0;
   const int64_t in = a.in;

@@ -24,6 +24,7 @@
 #define VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_
 
 #include <cstdint>
+#include <cstring>
 
 #include "engine/core/dtype.h"
 
@@ -45,18 +46,43 @@ struct MatMulArgs {
   // e2m1: the dequantised weight), then accumulated as any other dtype.
   // REQUIRES: scale_cols % 16 == 0, so no SIMD load of 8 or 16 weights
   // straddles two blocks; MXFP4: in % 32 == 0 (whole blocks, no tail).
+  // MXFP4 sets scale_e8m0 instead: the e8m0 bytes, read in place (same
+  // indexing), each converted as it is used (E8m0Value).
   const float* scale = nullptr;
+  const uint8_t* scale_e8m0 = nullptr;
   int64_t scale_rows = 0, scale_cols = 0, scale_stride = 0;
 
-  // The scale of weight (o, i). REQUIRES: scale set.
-  float ScaleAt(int64_t o, int64_t i) const {
-    return scale[(o / scale_rows) * scale_stride + i / scale_cols];
+  // The scale of weight (o, i). REQUIRES: a scale set.
+  float ScaleAt(int64_t o, int64_t i) const;
+  // The scales of weight row o, one per column block (float, or e8m0 bytes
+  // for MXFP4; ScaleIn reads one): the kernels step through it block by block
+  // (no division per block). REQUIRES: a scale set.
+  const void* ScaleRow(int64_t o) const {
+    const int64_t first = (o / scale_rows) * scale_stride;
+    return scale_e8m0 != nullptr ? static_cast<const void*>(scale_e8m0 + first) : scale + first;
   }
-  // The scales of weight row o, one per column block: ScaleRow(o)[i /
-  // scale_cols] == ScaleAt(o, i). The kernels step through it block by block
-  // (no division per block). REQUIRES: scale set.
-  const float* ScaleRow(int64_t o) const { return scale + (o / scale_rows) * scale_stride; }
 };
+
+// 2^(v - 127) from an e8m0 byte's bits, as E8m0ToFloat (inline: the kernels
+// convert a scale per block of 32 weights).
+inline float E8m0Value(uint8_t v) {
+  const uint32_t bits = v == 0 ? 0x00400000u : v == 0xff ? 0x7fc00000u : uint32_t{v} << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Column block `block` of a ScaleRow of dtype D's weights.
+template <DType D>
+inline float ScaleIn(const void* row, int64_t block) {
+  if constexpr (D == DType::kMxFp4) return E8m0Value(static_cast<const uint8_t*>(row)[block]);
+  return static_cast<const float*>(row)[block];
+}
+
+inline float MatMulArgs::ScaleAt(int64_t o, int64_t i) const {
+  const int64_t k = (o / scale_rows) * scale_stride + i / scale_cols;
+  return scale_e8m0 != nullptr ? E8m0Value(scale_e8m0[k]) : scale[k];
+}
 
 // y[t, o] for every t and o in [o0, o1), weights [out, in].
 void LinearRowsPortable(const MatMulArgs& a, int64_t o0, int64_t o1);

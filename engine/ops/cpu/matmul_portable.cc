@@ -62,10 +62,10 @@ void Rows(const MatMulArgs& a, int64_t o0, int64_t o1, MakeLoad make_load) {
 struct LoadMxfp4 {
   const uint8_t* p;
   const float* table;
-  const float* scale_row;
+  const uint8_t* scale_row;  // e8m0
   int64_t scale_cols;
   float operator()(int64_t i) const {
-    return table[(p[i / 2] >> (4 * (i % 2))) & 15] * scale_row[i / scale_cols];
+    return table[(p[i / 2] >> (4 * (i % 2))) & 15] * E8m0Value(scale_row[i / scale_cols]);
   }
 };
 
@@ -119,7 +119,7 @@ void WithLoader(const MatMulArgs& a, int64_t stride, Body body) {
       const auto* w = static_cast<const uint8_t*>(a.w);
       const float* table = E2m1Table();
       body([w, table, stride, &a](int64_t k) {
-        return LoadMxfp4{w + k * stride / 2, table, a.scale + (k / a.scale_rows) * a.scale_stride,
+        return LoadMxfp4{w + k * stride / 2, table, static_cast<const uint8_t*>(a.ScaleRow(k)),
                          a.scale_cols};
       });
       return;
