@@ -1,0 +1,289 @@
+#include "engine/arch/deepseek_vl2_vision.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/ops/cpu/activations.h"
+#include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/layer_norm.h"
+#include "engine/ops/cpu/linear.h"
+#include "nlohmann/json.hpp"
+
+namespace vismoe {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status Bad(const std::string& field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", why));
+}
+
+// A positive integer field of `o` (required).
+absl::Status PositiveInt(const json& o, const std::string& path, const char* key, int* out) {
+  if (!o.contains(key) || !o[key].is_number_integer() || o[key].get<int64_t>() < 1 ||
+      o[key].get<int64_t>() > (1 << 20)) {
+    return Bad(absl::StrCat(path, ".", key), "must be a positive integer");
+  }
+  *out = o[key].get<int>();
+  return absl::OkStatus();
+}
+
+absl::Status ParseVision(const json& v, Vl2VisionConfig* c) {
+  if (!v.is_object()) return Bad("vision_config", "must be an object");
+  for (auto [key, out] : {std::pair{"image_size", &c->image_size},
+                          {"patch_size", &c->patch_size},
+                          {"width", &c->width},
+                          {"layers", &c->layers},
+                          {"heads", &c->heads}}) {
+    VISMOE_RETURN_IF_ERROR(PositiveInt(v, "vision_config", key, out));
+  }
+  if (!v.contains("mlp_ratio") || !v["mlp_ratio"].is_number() ||
+      !(v["mlp_ratio"].get<double>() > 0)) {
+    return Bad("vision_config.mlp_ratio", "must be a positive number");
+  }
+  c->mlp_dim = static_cast<int>(c->width * v["mlp_ratio"].get<double>());  // timm's int()
+  if (c->width % c->heads != 0) return Bad("vision_config.heads", "must divide width");
+  if (c->patch_size > c->image_size) return Bad("vision_config.patch_size", "exceeds image_size");
+  return absl::OkStatus();
+}
+
+absl::Status ParseProjector(const json& p, Vl2VisionConfig* c) {
+  if (!p.is_object()) return Bad("projector_config", "must be an object");
+  const std::string type = p.value("projector_type", std::string("downsample_mlp_gelu"));
+  if (type != "downsample_mlp_gelu") {
+    return Bad("projector_config.projector_type",
+               absl::StrCat("'", type, "' is not supported (downsample_mlp_gelu)"));
+  }
+  if (p.value("token_pooling", false))
+    return Bad("projector_config.token_pooling", "true is not supported");
+  if (p.value("mlp_ratio", 1) != 1)
+    return Bad("projector_config.mlp_ratio", "other than 1 is not supported");
+  VISMOE_RETURN_IF_ERROR(PositiveInt(p, "projector_config", "n_embed", &c->n_embed));
+  c->downsample = 2;
+  if (p.contains("downsample_ratio")) {
+    VISMOE_RETURN_IF_ERROR(PositiveInt(p, "projector_config", "downsample_ratio", &c->downsample));
+  }
+  c->projector_depth = 2;
+  if (p.contains("depth"))
+    VISMOE_RETURN_IF_ERROR(PositiveInt(p, "projector_config", "depth", &c->projector_depth));
+  if (p.contains("input_dim") && p["input_dim"] != c->width) {
+    return Bad("projector_config.input_dim", "must equal vision_config.width");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Vl2VisionConfig> Vl2VisionConfig::Parse(const std::string& config_json) {
+  const json root = json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
+  Vl2VisionConfig c;
+  if (!root.contains("vision_config")) return Bad("vision_config", "is missing");
+  VISMOE_RETURN_IF_ERROR(ParseVision(root["vision_config"], &c));
+  if (!root.contains("projector_config")) return Bad("projector_config", "is missing");
+  VISMOE_RETURN_IF_ERROR(ParseProjector(root["projector_config"], &c));
+  if (root.value("tile_tag", std::string("2D")) != "2D") return Bad("tile_tag", "must be 2D");
+  const std::string pos = root.value("global_view_pos", std::string("head"));
+  if (pos != "head" && pos != "tail") return Bad("global_view_pos", "must be head or tail");
+  c.global_view_head = pos == "head";
+  if (!root.contains("candidate_resolutions") || !root["candidate_resolutions"].is_array() ||
+      root["candidate_resolutions"].empty()) {
+    return Bad("candidate_resolutions", "must be a non-empty list of [width, height]");
+  }
+  for (const json& r : root["candidate_resolutions"]) {
+    if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        r[0].get<int64_t>() < 1 || r[1].get<int64_t>() < 1 || r[0].get<int64_t>() > (1 << 16) ||
+        r[1].get<int64_t>() > (1 << 16)) {
+      return Bad("candidate_resolutions", "must be a non-empty list of [width, height]");
+    }
+    c.candidates.push_back({r[0].get<int>(), r[1].get<int>()});
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<DeepseekVl2Vision>> DeepseekVl2Vision::Create(
+    const Vl2VisionConfig& c, const Checkpoint& ckpt, ThreadPool* pool) {
+  std::unique_ptr<DeepseekVl2Vision> v(new DeepseekVl2Vision(c, pool));
+  const int64_t w = c.width, p = c.patch_size, g = c.grid();
+  auto get = [&](const std::string& name, const Shape& shape) { return ckpt.Get(name, shape); };
+  VISMOE_ASSIGN_OR_RETURN(v->patch_w_, get("vision.patch_embed.proj.weight", {w, 3, p, p}));
+  v->patch_w_.shape = {w, 3 * p * p};  // the convolution as one Linear over a flattened patch
+  VISMOE_ASSIGN_OR_RETURN(v->patch_b_, get("vision.patch_embed.proj.bias", {w}));
+  VISMOE_ASSIGN_OR_RETURN(v->pos_, get("vision.pos_embed", {1, g * g, w}));
+  VISMOE_ASSIGN_OR_RETURN(v->norm_w_, get("vision.norm.weight", {w}));
+  VISMOE_ASSIGN_OR_RETURN(v->norm_b_, get("vision.norm.bias", {w}));
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string b = absl::StrCat("vision.blocks.", l, ".");
+    Block k;
+    const int64_t f = c.mlp_dim;
+    for (auto [name, shape, out] : {std::tuple{"norm1.weight", Shape{w}, &k.norm1_w},
+                                    {"norm1.bias", Shape{w}, &k.norm1_b},
+                                    {"attn.qkv.weight", Shape{3 * w, w}, &k.qkv_w},
+                                    {"attn.qkv.bias", Shape{3 * w}, &k.qkv_b},
+                                    {"attn.proj.weight", Shape{w, w}, &k.proj_w},
+                                    {"attn.proj.bias", Shape{w}, &k.proj_b},
+                                    {"norm2.weight", Shape{w}, &k.norm2_w},
+                                    {"norm2.bias", Shape{w}, &k.norm2_b},
+                                    {"mlp.fc1.weight", Shape{f, w}, &k.fc1_w},
+                                    {"mlp.fc1.bias", Shape{f}, &k.fc1_b},
+                                    {"mlp.fc2.weight", Shape{w, f}, &k.fc2_w},
+                                    {"mlp.fc2.bias", Shape{w}, &k.fc2_b}}) {
+      VISMOE_ASSIGN_OR_RETURN(*out, get(b + name, shape));
+    }
+    v->blocks_.push_back(k);
+  }
+  int64_t in = w * c.downsample * c.downsample;
+  for (int i = 0; i < c.projector_depth; ++i) {
+    const std::string name = absl::StrCat("projector.layers.", 2 * i);
+    VISMOE_ASSIGN_OR_RETURN(TensorView weight, ckpt.Get(name + ".weight"));
+    if (weight.rank() != 2 || weight.dim(1) != in ||
+        (i + 1 == c.projector_depth && weight.dim(0) != c.n_embed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, ".weight' has shape ", weight.ShapeString(), " (input ",
+                       in, ", output ", c.n_embed, " at the last layer)"));
+    }
+    VISMOE_ASSIGN_OR_RETURN(TensorView bias, get(name + ".bias", {weight.dim(0)}));
+    v->proj_w_.push_back(weight);
+    v->proj_b_.push_back(bias);
+    in = weight.dim(0);
+  }
+  for (auto [name, out] :
+       {std::pair{"image_newline", &v->newline_}, {"view_seperator", &v->separator_}}) {
+    VISMOE_ASSIGN_OR_RETURN(const TensorView t, get(name, {c.n_embed}));
+    out->resize(c.n_embed);
+    ToFloat(t.dtype, t.data, out->size(), out->data());
+  }
+  return v;
+}
+
+void DeepseekVl2Vision::RunBlock(const Block& b, float* x, int64_t n) const {
+  const int64_t w = config_.width, f = config_.mlp_dim;
+  const int hd = static_cast<int>(w / config_.heads);
+  std::vector<float> h(n * w), qkv(n * 3 * w), attn(n * w), mid(n * f);
+  cpu::LayerNorm(pool_, x, n, w, b.norm1_w, b.norm1_b, config_.eps, h.data());
+  cpu::Linear(pool_, h.data(), n, w, b.qkv_w, &b.qkv_b, qkv.data());
+  cpu::AttentionShape shape;
+  shape.num_heads = shape.num_kv_heads = config_.heads;
+  shape.head_dim = hd;
+  shape.q_row_stride = shape.kv_row_stride = 3 * w;  // rows of qkv: q, k, v thirds
+  cpu::Attention(pool_, shape, qkv.data(), n, qkv.data() + w, qkv.data() + 2 * w, n,
+                 /*causal=*/false, 0, attn.data());
+  cpu::Linear(pool_, attn.data(), n, w, b.proj_w, &b.proj_b, h.data());
+  for (int64_t i = 0; i < n * w; ++i) x[i] += h[i];
+  cpu::LayerNorm(pool_, x, n, w, b.norm2_w, b.norm2_b, config_.eps, h.data());
+  cpu::Linear(pool_, h.data(), n, w, b.fc1_w, &b.fc1_b, mid.data());
+  cpu::GeluTanhInPlace(pool_, mid.data(), n * f);
+  cpu::Linear(pool_, mid.data(), n, f, b.fc2_w, &b.fc2_b, h.data());
+  for (int64_t i = 0; i < n * w; ++i) x[i] += h[i];
+}
+
+absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const float> tiles) const {
+  const int64_t s = config_.image_size, p = config_.patch_size, g = config_.grid();
+  const int64_t w = config_.width, n = g * g, pd = 3 * p * p;
+  const int64_t tile_floats = 3 * s * s;
+  if (tiles.empty() || tiles.size() % tile_floats != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tiles.size(), " values are not a whole number of ", s, "x", s, " tiles"));
+  }
+  const int64_t count = static_cast<int64_t>(tiles.size()) / tile_floats;
+  std::vector<float> pos(n * w), out(count * n * w), patches(n * pd), x(n * w);
+  ToFloat(pos_.dtype, pos_.data, pos.size(), pos.data());
+  for (int64_t t = 0; t < count; ++t) {
+    const float* tile = tiles.data() + t * tile_floats;
+    // Patch (py, px) flattened as the convolution's weight: channel, row, column.
+    for (int64_t py = 0; py < g; ++py) {
+      for (int64_t px = 0; px < g; ++px) {
+        float* dst = patches.data() + (py * g + px) * pd;
+        for (int64_t c = 0; c < 3; ++c) {
+          for (int64_t ky = 0; ky < p; ++ky) {
+            const float* src = tile + (c * s + py * p + ky) * s + px * p;
+            std::copy(src, src + p, dst + (c * p + ky) * p);
+          }
+        }
+      }
+    }
+    cpu::Linear(pool_, patches.data(), n, pd, patch_w_, &patch_b_, x.data());
+    for (int64_t i = 0; i < n * w; ++i) x[i] += pos[i];
+    for (const Block& b : blocks_) RunBlock(b, x.data(), n);
+    cpu::LayerNorm(pool_, x.data(), n, w, norm_w_, norm_b_, config_.eps, out.data() + t * n * w);
+  }
+  return out;
+}
+
+std::vector<float> DeepseekVl2Vision::Project(absl::Span<const float> features) const {
+  const int64_t g = config_.grid(), w = config_.width, r = config_.downsample,
+                side = config_.side();
+  const int64_t n = g * g, tokens = side * side, unfolded = w * r * r;
+  const int64_t count = static_cast<int64_t>(features.size()) / (n * w);
+  std::vector<float> out(count * tokens * config_.n_embed);
+  std::vector<float> x(tokens * unfolded);
+  for (int64_t t = 0; t < count; ++t) {
+    const float* f = features.data() + t * n * w;
+    // Zero-padded at the bottom and right; feature c * r^2 + di * r + dj (F.unfold).
+    std::fill(x.begin(), x.end(), 0.0f);
+    for (int64_t ti = 0; ti < side; ++ti) {
+      for (int64_t tj = 0; tj < side; ++tj) {
+        float* dst = x.data() + (ti * side + tj) * unfolded;
+        for (int64_t di = 0; di < r; ++di) {
+          for (int64_t dj = 0; dj < r; ++dj) {
+            const int64_t y = ti * r + di, xx = tj * r + dj;
+            if (y >= g || xx >= g) continue;
+            const float* src = f + (y * g + xx) * w;
+            for (int64_t c = 0; c < w; ++c) dst[c * r * r + di * r + dj] = src[c];
+          }
+        }
+      }
+    }
+    std::vector<float> h = x, next;
+    int64_t in = unfolded;
+    for (size_t k = 0; k < proj_w_.size(); ++k) {
+      if (k > 0) cpu::GeluErfInPlace(pool_, h.data(), tokens * in);
+      const int64_t o = proj_w_[k].dim(0);
+      next.assign(tokens * o, 0.0f);
+      cpu::Linear(pool_, h.data(), tokens, in, proj_w_[k], &proj_b_[k], next.data());
+      h.swap(next);
+      in = o;
+    }
+    std::copy(h.begin(), h.end(), out.begin() + t * tokens * config_.n_embed);
+  }
+  return out;
+}
+
+std::vector<float> DeepseekVl2Vision::Layout(absl::Span<const float> projected,
+                                             const Vl2Tiling& plan) const {
+  const int64_t d = config_.n_embed, s = config_.side();
+  std::vector<float> out;
+  auto push = [&](const float* row) { out.insert(out.end(), row, row + d); };
+  auto token = [&](int64_t tile, int64_t r, int64_t c) {
+    return projected.data() + ((tile * s + r) * s + c) * d;
+  };
+  auto global = [&] {
+    for (int64_t r = 0; r < s; ++r) {
+      for (int64_t c = 0; c < s; ++c) push(token(0, r, c));
+      push(newline_.data());
+    }
+  };
+  auto local = [&] {
+    const int64_t nw = plan.width_tiles;
+    for (int64_t row = 0; row < plan.height_tiles * s; ++row) {
+      for (int64_t col = 0; col < nw * s; ++col) {
+        push(token(1 + (row / s) * nw + col / s, row % s, col % s));
+      }
+      push(newline_.data());
+    }
+  };
+  if (config_.global_view_head) {
+    global();
+    push(separator_.data());
+    local();
+  } else {
+    local();
+    push(separator_.data());
+    global();
+  }
+  return out;
+}
+
+}  // namespace vismoe

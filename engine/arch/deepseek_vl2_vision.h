@@ -1,0 +1,95 @@
+// DeepSeekVl2Vision: DeepSeek-VL2's image path after its processor, the fp32
+// CPU reference (engine/model/deepseek_vl2.md): the SigLIP tower on each tile
+// (patch embedding, absolute positions, pre-norm blocks with GELU-tanh MLPs,
+// the final norm; no pooling head), the projector (the grid zero-padded to
+// even sides, 2 x 2 unfolded channel-major, Linear / exact GELU / Linear),
+// and the 2-D layout of an image's tokens (the global view with a newline
+// after each row, the view separator, the local tiles stitched into one grid
+// with a newline after each grid row).
+// Written over the CPU ops directly: VisionOps (engine/backend/vision_ops.h)
+// is Qwen3-VL's tower (rotary, mergers); this tower moves onto backend ops
+// when the family is served.
+// Thread safety: immutable after Create(); Encode/Project/Layout may run
+// concurrently (the pool serialises nothing they share).
+// Ownership: views into the Checkpoint, which must outlive it; the pool is
+// borrowed.
+#ifndef VISMOE_ENGINE_ARCH_DEEPSEEK_VL2_VISION_H_
+#define VISMOE_ENGINE_ARCH_DEEPSEEK_VL2_VISION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/image/vl2_tiling.h"
+
+namespace vismoe {
+
+// The vision half of a deepseek_vl_v2 config.json: vision_config,
+// projector_config, candidate_resolutions, tile_tag, global_view_pos.
+struct Vl2VisionConfig {
+  int image_size = 384;
+  int patch_size = 14;
+  int width = 1152;
+  int layers = 27;
+  int heads = 16;
+  int mlp_dim = 4304;  // int(width * mlp_ratio), as timm
+  float eps = 1e-6f;
+  int downsample = 2;  // projector_config.downsample_ratio
+  int n_embed = 2048;  // the language model's hidden size
+  int projector_depth = 2;
+  bool global_view_head = true;  // global_view_pos "head" (else "tail")
+  std::vector<Vl2Size> candidates;
+
+  // InvalidArgument naming the field for a malformed or unsupported config
+  // (a projector other than downsample_mlp_gelu, token pooling, a tile_tag
+  // other than 2D, sizes that do not divide).
+  static absl::StatusOr<Vl2VisionConfig> Parse(const std::string& config_json);
+  int grid() const { return image_size / patch_size; }                 // patches per side
+  int side() const { return (grid() + downsample - 1) / downsample; }  // tokens per side
+};
+
+class DeepseekVl2Vision {
+ public:
+  // NotFound / InvalidArgument naming the tensor when a weight is missing or
+  // mis-shaped (vision.*, projector.layers.*, image_newline, view_seperator).
+  static absl::StatusOr<std::unique_ptr<DeepseekVl2Vision>> Create(const Vl2VisionConfig& config,
+                                                                   const Checkpoint& checkpoint,
+                                                                   ThreadPool* pool);
+
+  const Vl2VisionConfig& config() const { return config_; }
+
+  // tiles [T, 3, S, S] (the processor's, Vl2Tiles) -> the tower's output [T,
+  // grid^2, width]. InvalidArgument unless the size is a whole number of tiles.
+  absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles) const;
+  // [T, grid^2, width] -> [T, side^2, n_embed].
+  std::vector<float> Project(absl::Span<const float> features) const;
+  // One image's token rows [Vl2ImageTokens(plan), n_embed] from its projected
+  // tiles [1 + width_tiles * height_tiles, side^2, n_embed] (global first).
+  std::vector<float> Layout(absl::Span<const float> projected, const Vl2Tiling& plan) const;
+
+ private:
+  struct Block {
+    TensorView norm1_w, norm1_b, qkv_w, qkv_b, proj_w, proj_b;
+    TensorView norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  DeepseekVl2Vision(const Vl2VisionConfig& c, ThreadPool* pool) : config_(c), pool_(pool) {}
+  // x [N, width] += one block, for one tile.
+  void RunBlock(const Block& b, float* x, int64_t n) const;
+
+  Vl2VisionConfig config_;
+  ThreadPool* pool_;
+  TensorView patch_w_, patch_b_, pos_, norm_w_, norm_b_;
+  std::vector<Block> blocks_;
+  std::vector<TensorView> proj_w_, proj_b_;  // projector.layers.{0, 2, ...}
+  std::vector<float> newline_, separator_;   // [n_embed]
+};
+
+}  // namespace vismoe
+
+#endif  // VISMOE_ENGINE_ARCH_DEEPSEEK_VL2_VISION_H_

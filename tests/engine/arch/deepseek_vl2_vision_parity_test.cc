@@ -1,0 +1,138 @@
+// DeepSeek-VL2's vision path on the CPU against the published code's outputs
+// (golden/deepseek_vl2{,_mla}_vision.safetensors, written by the fixture's
+// reference and checked there against DeepSeek-VL2's own modules): the
+// SigLIP tower's output per tile, the projector's, and each image's token
+// rows in the 2-D layout, fed the processor's golden pixel values.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/arch/deepseek_vl2_vision.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/safetensors_file.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/golden_cases.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<float> Floats(const SafetensorsFile& f, const std::string& name) {
+  absl::StatusOr<TensorView> t = f.Get(name);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return {};
+  std::vector<float> out(static_cast<size_t>(t->numel()));
+  ToFloat(t->dtype, t->data, out.size(), out.data());
+  return out;
+}
+
+// max |got - want| / max(1, max |want|) <= 1e-4.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float diff = 0, mag = 1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(got[i] - want[i]));
+    mag = std::max(mag, std::fabs(want[i]));
+  }
+  std::printf("[vl2 vision] %s: max |diff| %.3g (scale %.3g)\n", what, diff, mag);
+  EXPECT_LE(diff / mag, 1e-4f) << what;
+}
+
+TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) {
+  ThreadPool pool(2);
+  auto pixels = SafetensorsFile::Open(testing::FixturesDir() +
+                                      "/golden/deepseek_vl2_pixel_values.safetensors");
+  ASSERT_TRUE(pixels.ok()) << pixels.status();
+  int images = 0;
+  for (const char* key : {"deepseek_vl2", "deepseek_vl2_mla"}) {
+    SCOPED_TRACE(key);
+    std::string fixture = std::string("tiny-") + key;
+    std::replace(fixture.begin(), fixture.end(), '_', '-');
+    const std::string dir = testing::FixturesDir() + "/" + fixture;
+    absl::StatusOr<Vl2VisionConfig> config = Vl2VisionConfig::Parse(ReadText(dir + "/config.json"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto vision = DeepseekVl2Vision::Create(*config, **ckpt, &pool);
+    ASSERT_TRUE(vision.ok()) << vision.status();
+    auto golden =
+        SafetensorsFile::Open(testing::FixturesDir() + "/golden/" + key + "_vision.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    const nlohmann::json cases =
+        testing::ReadJsonFile(testing::FixturesDir() + "/golden/" + key + "_cases.json");
+    for (const nlohmann::json& c : cases) {
+      const std::string name = c.at("name").get<std::string>();
+      const nlohmann::json& imgs = c.at("images");
+      if (imgs.empty()) continue;
+      SCOPED_TRACE(name);
+      const std::vector<float> tiles = Floats(**pixels, name);
+      absl::StatusOr<std::vector<float>> features = (*vision)->Encode(tiles);
+      ASSERT_TRUE(features.ok()) << features.status();
+      ExpectClose(*features, Floats(**golden, name + ".vision"), (name + " tower").c_str());
+      const std::vector<float> projected = (*vision)->Project(*features);
+      ExpectClose(projected, Floats(**golden, name + ".projector"), (name + " projector").c_str());
+      const int64_t per_tile = int64_t{config->side()} * config->side() * config->n_embed;
+      std::vector<float> embeds;
+      int64_t tile = 0;
+      for (const nlohmann::json& img : imgs) {
+        absl::StatusOr<Vl2Tiling> plan =
+            PlanVl2Tiling({img.at("size")[0].get<int>(), img.at("size")[1].get<int>()},
+                          config->image_size, config->candidates, imgs.size() <= 2);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const int64_t n = 1 + int64_t{plan->width_tiles} * plan->height_tiles;
+        const std::vector<float> rows = (*vision)->Layout(
+            absl::MakeConstSpan(projected).subspan(tile * per_tile, n * per_tile), *plan);
+        EXPECT_EQ(
+            static_cast<int64_t>(rows.size()),
+            Vl2ImageTokens(*plan, config->image_size, config->patch_size, config->downsample) *
+                config->n_embed);
+        embeds.insert(embeds.end(), rows.begin(), rows.end());
+        tile += n;
+        ++images;
+      }
+      ExpectClose(embeds, Floats(**golden, name + ".image_embeds"), (name + " layout").c_str());
+    }
+  }
+  EXPECT_GE(images, 10);
+}
+
+TEST(DeepseekVl2VisionTest, ConfigRefusalsNameTheField) {
+  const std::string dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
+  const nlohmann::json good = nlohmann::json::parse(ReadText(dir + "/config.json"));
+  const std::pair<const char*, std::function<void(nlohmann::json&)>> bad[] = {
+      {"vision_config.width", [](nlohmann::json& j) { j["vision_config"].erase("width"); }},
+      {"vision_config.heads", [](nlohmann::json& j) { j["vision_config"]["heads"] = 5; }},
+      {"projector_config.projector_type",
+       [](nlohmann::json& j) { j["projector_config"]["projector_type"] = "linear"; }},
+      {"projector_config.token_pooling",
+       [](nlohmann::json& j) { j["projector_config"]["token_pooling"] = true; }},
+      {"tile_tag", [](nlohmann::json& j) { j["tile_tag"] = "1D"; }},
+      {"candidate_resolutions", [](nlohmann::json& j) { j["candidate_resolutions"] = {{48}}; }},
+  };
+  for (const auto& [field, mutate] : bad) {
+    nlohmann::json j = good;
+    mutate(j);
+    absl::StatusOr<Vl2VisionConfig> c = Vl2VisionConfig::Parse(j.dump());
+    EXPECT_FALSE(c.ok()) << field;
+    EXPECT_NE(std::string(c.status().message()).find(field), std::string::npos)
+        << c.status().message();
+  }
+  EXPECT_FALSE(Vl2VisionConfig::Parse("[").ok());
+}
+
+}  // namespace
+}  // namespace vismoe
