@@ -25,6 +25,7 @@ struct FamilyRow {
   std::string_view expert_gate = "", expert_up = "", expert_down = "";
   NormKind norm = NormKind::kRms;
   RouterKind router = RouterKind::kSoftmaxTopK;
+  std::string_view lm_head = kLmHeadName;
 };
 constexpr FamilyRow kFamilies[] = {
     {"qwen3_vl_moe", ModelFamily::kQwen3VlMoe, "model.language_model.", "model.visual.",
@@ -44,6 +45,10 @@ constexpr FamilyRow kFamilies[] = {
      QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSigmoid},
     {"gpt_oss", ModelFamily::kGptOss, "model.", "", ExpertStorage::kFused, false,
      QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kTopKSoftmaxBiased},
+    // The router is V3's when the config scores by sigmoid (TextConfig::deepseek_sigmoid).
+    {"deepseek_vl_v2", ModelFamily::kDeepseekVl2, "language.model.", "", ExpertStorage::kPerExpert,
+     false, QkNormScope::kNone, "", "", "", "", NormKind::kRms, RouterKind::kDeepseekSoftmax,
+     "language.lm_head.weight"},
 };
 
 absl::Status Positive(const char* field, int64_t value) {
@@ -192,7 +197,7 @@ void AddText(const ArchSpec& spec, const TextConfig& c, SpecList* out) {
   out->Add(p + "embed_tokens.weight", {c.vocab_size, h}, R::kEmbed);
   out->Ones(p + "norm.weight", {h}, R::kFinalNorm);
   if (layer_norm) out->Zeros(p + "norm.bias", {h}, R::kFinalNormBias, -1);
-  if (!c.tie_word_embeddings) out->Add(std::string(kLmHeadName), {c.vocab_size, h}, R::kLmHead);
+  if (!c.tie_word_embeddings) out->Add(spec.lm_head, {c.vocab_size, h}, R::kLmHead);
   if (c.lm_head_bias) out->Zeros("lm_head.bias", {c.vocab_size}, R::kLmHeadBias, -1);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string lp = absl::StrCat(p, "layers.", l, ".");
@@ -301,6 +306,8 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     s.qk_norm = f.qk_norm;
     s.norm = f.norm;
     s.router = f.router;
+    if (config.text.deepseek_sigmoid) s.router = RouterKind::kDeepseekSigmoid;
+    s.lm_head = std::string(f.lm_head);
     s.experts = ExpertNaming(s.text_prefix);
     if (f.router == RouterKind::kTopKSoftmaxBiased) s.experts.router = "router.weight";
     if (!f.moe_block.empty()) {

@@ -69,7 +69,8 @@ enum class ModelFamily {
   kPhimoe,
   kDeepseekV2,
   kDeepseekV3,
-  kGptOss
+  kGptOss,
+  kDeepseekVl2,  // DeepSeek-VL2's language model (its vision path: arch/deepseek_vl2_vision.h)
 };
 
 // The decoder's norms: RMSNorm with a weight, or LayerNorm with weight and
@@ -178,6 +179,10 @@ struct ExpertNaming {
 inline constexpr char kFusedGateUpName[] = "gate_up_proj";
 inline constexpr char kFusedDownName[] = "down_proj";
 
+// The output projection. A tied checkpoint (tie_word_embeddings) may omit it:
+// the embedding is the projection then (ExpectedTensors lists it only untied).
+inline constexpr char kLmHeadName[] = "lm_head.weight";
+
 struct ArchSpec {
   ModelFamily family = ModelFamily::kQwen3VlMoe;
   std::string text_prefix;    // where the text weights live ("model.language_model.")
@@ -188,7 +193,8 @@ struct ArchSpec {
   QkNormScope qk_norm = QkNormScope::kPerHead;
   NormKind norm = NormKind::kRms;
   RouterKind router = RouterKind::kSoftmaxTopK;
-  ExpertNaming experts{""};  // text_prefix is text_prefix's
+  ExpertNaming experts{""};           // text_prefix is text_prefix's
+  std::string lm_head = kLmHeadName;  // the output projection (DeepSeek-VL2: under language.)
 
   // The spec of `config`'s family. InvalidArgument naming the model_type when
   // it is not supported.
@@ -196,10 +202,6 @@ struct ArchSpec {
 
   std::string ExpertPrefix(int layer) const { return experts.LayerPrefix(layer); }
 };
-
-// The output projection. A tied checkpoint (tie_word_embeddings) may omit it:
-// the embedding is the projection then (ExpectedTensors lists it only untied).
-inline constexpr char kLmHeadName[] = "lm_head.weight";
 
 // The supported model_types, for messages: "qwen3_vl_moe, qwen3_moe".
 std::string SupportedModelTypes();

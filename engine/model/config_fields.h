@@ -127,6 +127,9 @@ absl::Status ParseRope(const json& tc, const std::string& prefix, TextConfig* t)
 // (model_config_families.cc), read from the top level.
 absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t);
 absl::Status ParseGptOss(const json& root, TextConfig* t);
+// DeepSeek-VL2's language_config, as its published modeling_deepseek reads
+// it (engine/model/deepseek_vl2.md).
+absl::Status ParseDeepseekVl2(const json& root, TextConfig* t);
 
 }  // namespace vismoe::config_internal
 

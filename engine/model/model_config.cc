@@ -463,11 +463,13 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
         config_internal::ParseDeepseek(root, c.model_type == "deepseek_v3", &c.text));
   } else if (c.model_type == "gpt_oss") {
     VISMOE_RETURN_IF_ERROR(config_internal::ParseGptOss(root, &c.text));
+  } else if (c.model_type == "deepseek_vl_v2") {
+    VISMOE_RETURN_IF_ERROR(config_internal::ParseDeepseekVl2(root, &c.text));
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: model_type '", c.model_type,
         "' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, deepseek_v2, "
-        "deepseek_v3, gpt_oss)"));
+        "deepseek_v3, gpt_oss, deepseek_vl_v2)"));
   }
   if (top.Has("quantization_config")) {
     VISMOE_RETURN_IF_ERROR(ParseQuantization(root["quantization_config"], &c.text));

@@ -144,6 +144,11 @@ struct TextConfig {
   };
   std::optional<ClampedSwiglu> clamped_swiglu;
 
+  // DeepSeek-VL2's language model routing as its published MoEGate does with
+  // scoring_func sigmoid / topk_method noaux_tc: V3's biased sigmoid router
+  // (RouterKind::kDeepseekSigmoid) in a deepseek_vl_v2 checkpoint.
+  bool deepseek_sigmoid = false;
+
   // Set for an FP8 checkpoint (the top-level quantization_config).
   std::optional<Fp8Config> fp8;
   // Set for an MXFP4 checkpoint (gpt_oss only).

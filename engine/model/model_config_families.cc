@@ -92,6 +92,103 @@ absl::Status ParseDeepseek(const json& root, bool v3, TextConfig* t) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The published MoEGate's routing choices (modeling_deepseek of
+// DeepSeek-VL2): softmax with greedy / group_limited_greedy (V2's router),
+// or sigmoid with noaux_tc (V3's, one group as VL2 publishes it: the
+// published code masks other groups with 0.0 where transformers uses -inf).
+// The weights are renormalised when norm_topk_prob and top_k > 1.
+absl::Status ParseVl2Routing(const FieldReader& r, TextConfig* t) {
+  std::string method, scoring = "softmax";
+  VISMOE_RETURN_IF_ERROR(r.String("topk_method", &method, true));
+  VISMOE_RETURN_IF_ERROR(r.String("scoring_func", &scoring, false));
+  bool norm = false;
+  VISMOE_RETURN_IF_ERROR(r.Bool("norm_topk_prob", &norm, false));
+  t->norm_topk_prob = norm && t->num_experts_per_tok > 1;
+  t->deepseek_sigmoid = scoring == "sigmoid";
+  const bool softmax_method = method == "greedy" || method == "group_limited_greedy";
+  if (!(scoring == "softmax" && softmax_method) &&
+      !(scoring == "sigmoid" && method == "noaux_tc")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: language_config.topk_method '", method, "' with scoring_func '", scoring,
+        "' is not supported (greedy or group_limited_greedy with softmax, noaux_tc with sigmoid)"));
+  }
+  t->group_limited = method != "greedy";
+  if (!t->group_limited) return absl::OkStatus();
+  VISMOE_RETURN_IF_ERROR(r.Int("n_group", &t->n_group, false, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("topk_group", &t->topk_group, false, 1));
+  if (t->deepseek_sigmoid && t->n_group != 1) {
+    return Inconsistent(
+        "language_config.n_group must be 1 with noaux_tc (as DeepSeek-VL2 publishes)");
+  }
+  if (t->num_experts % t->n_group != 0 || t->topk_group > t->n_group ||
+      t->num_experts_per_tok > t->topk_group * (t->num_experts / t->n_group)) {
+    return Inconsistent("language_config.n_group / topk_group do not hold num_experts_per_tok");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseDeepseekVl2(const json& root, TextConfig* t) {
+  if (!root.contains("language_config") || !root["language_config"].is_object()) {
+    return absl::InvalidArgumentError("config.json: field 'language_config' must be an object");
+  }
+  // The published DeepseekV2Config's defaults for what VL2's configs omit.
+  json lc = root["language_config"];
+  if (!lc.contains("rms_norm_eps")) lc["rms_norm_eps"] = 1e-6;
+  FieldReader r(lc, "language_config");
+  VISMOE_RETURN_IF_ERROR(ParseTextShape(r, t));
+  bool use_mla = true;
+  VISMOE_RETURN_IF_ERROR(r.Bool("use_mla", &use_mla, false));
+  if (use_mla) {
+    VISMOE_RETURN_IF_ERROR(ParseMla(r, /*v3=*/false, t));
+    t->mla->rope_interleave = true;  // the published apply_rotary_pos_emb pairs (2i, 2i+1)
+  } else {                           // LlamaAttention: rotate_half over head_dim = hidden / heads
+    if (t->hidden_size % t->num_attention_heads != 0 ||
+        (t->hidden_size / t->num_attention_heads) % 2 != 0) {
+      return Inconsistent("language_config.hidden_size / num_attention_heads must be even");
+    }
+    t->head_dim = t->hidden_size / t->num_attention_heads;
+    t->num_key_value_heads = t->num_attention_heads;
+    VISMOE_RETURN_IF_ERROR(r.Int("num_key_value_heads", &t->num_key_value_heads, false, 1));
+    if (t->num_attention_heads % t->num_key_value_heads != 0) {
+      return Inconsistent("language_config.num_key_value_heads must divide num_attention_heads");
+    }
+  }
+  VISMOE_RETURN_IF_ERROR(r.Int("moe_intermediate_size", &t->moe_intermediate_size, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("n_routed_experts", &t->num_experts, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("num_experts_per_tok", &t->num_experts_per_tok, true, 1));
+  VISMOE_RETURN_IF_ERROR(r.Int("n_shared_experts", &t->n_shared_experts, false, 0));
+  VISMOE_RETURN_IF_ERROR(r.Int("first_k_dense_replace", &t->first_k_dense_replace, false, 0));
+  t->routed_scaling_factor = 1.0f;
+  VISMOE_RETURN_IF_ERROR(r.Float("routed_scaling_factor", &t->routed_scaling_factor, false));
+  if (!(t->routed_scaling_factor > 0) || !std::isfinite(t->routed_scaling_factor)) {
+    return Inconsistent("language_config.routed_scaling_factor must be a positive number");
+  }
+  if (t->num_experts_per_tok > t->num_experts) {
+    return Inconsistent("language_config.num_experts_per_tok exceeds n_routed_experts");
+  }
+  int freq = 1;
+  VISMOE_RETURN_IF_ERROR(r.Int("moe_layer_freq", &freq, false, 1));
+  if (freq != 1) return Inconsistent("language_config.moe_layer_freq must be 1");
+  VISMOE_RETURN_IF_ERROR(ParseVl2Routing(r, t));
+  VISMOE_RETURN_IF_ERROR(
+      r.Int("intermediate_size", &t->intermediate_size, t->first_k_dense_replace > 0, 0));
+  VISMOE_RETURN_IF_ERROR(ParseTextCommon(r, t));
+  VISMOE_RETURN_IF_ERROR(r.String("hidden_act", &t->hidden_act, false));
+  if (t->hidden_act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: language_config.hidden_act '",
+                                                   t->hidden_act, "' is not supported (silu)"));
+  }
+  VISMOE_RETURN_IF_ERROR(ParseRope(lc, "language_config", t));
+  if (t->longrope.has_value() || !t->mrope_section.empty() || (!use_mla && t->yarn.has_value())) {
+    return Inconsistent("language_config rope_scaling must be absent (or yarn with MLA)");
+  }
+  return absl::OkStatus();
+}
+
 // GPT-OSS (top level), as transformers 5 reads it: every layer MoE with
 // experts of intermediate_size, layer_types' windows, sinks, the clamped
 // SwiGLU, YaRN (the class default when the config has no rope dict).

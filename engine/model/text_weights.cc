@@ -148,10 +148,10 @@ absl::StatusOr<TextWeights> TextWeights::Load(const ModelConfig& config,
   }
   if (w.lm_head.empty()) {  // tied: a checkpoint may still carry the projection
     const TextConfig& c = config.text;
-    if (checkpoint.Has(kLmHeadName)) {
-      VISMOE_ASSIGN_OR_RETURN(
-          w.lm_head,
-          checkpoint.GetLinear(kLmHeadName, {c.vocab_size, c.hidden_size}, Fp8Block(config.text)));
+    if (checkpoint.Has(w.spec.lm_head)) {
+      VISMOE_ASSIGN_OR_RETURN(w.lm_head,
+                              checkpoint.GetLinear(w.spec.lm_head, {c.vocab_size, c.hidden_size},
+                                                   Fp8Block(config.text)));
     } else {
       w.lm_head = w.embed;
     }

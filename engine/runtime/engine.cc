@@ -184,6 +184,15 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
 absl::Status LocalEngine::LoadFiles() {
   const std::string& dir = options_.model_path;
   VISMOE_ASSIGN_OR_RETURN(config_, ModelConfig::Load(dir));
+  if (config_.model_type == "deepseek_vl_v2") {
+    // Its language model, vision path and tiling match the published code
+    // (tests/engine/arch/deepseek_vl2_parity_test.cc), but the engine has
+    // neither its image path nor its conversation format: served text-only
+    // through another template it would answer wrongly.
+    return absl::UnimplementedError(absl::StrCat(
+        dir, ": deepseek_vl_v2 checkpoints are not served yet (the DeepSeek-VL2 image path and "
+             "conversation format are not in the engine; issue #33)"));
+  }
   const int max_positions = config_.text.max_position_embeddings;
   if (max_positions > 0 && options_.max_context_tokens > max_positions) {
     return absl::InvalidArgumentError(

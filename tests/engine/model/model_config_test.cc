@@ -78,7 +78,7 @@ TEST(ModelConfigTest, OlmoeRefusalsNameTheField) {
   j["model_type"] = "dbrx";
   EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()),
               HasSubstr("'dbrx' is not supported (qwen3_vl_moe, qwen3_moe, olmoe, mixtral, phimoe, "
-                        "deepseek_v2, deepseek_v3, gpt_oss)"));
+                        "deepseek_v2, deepseek_v3, gpt_oss, deepseek_vl_v2)"));
 }
 
 nlohmann::json MixtralConfig() {
@@ -387,6 +387,58 @@ TEST(ModelConfigTest, Mxfp4QuantizationConfigForGptOssOnly) {
   other["quantization_config"] = {{"quant_method", "mxfp4"}};
   EXPECT_THAT(std::string(ModelConfig::Parse(other.dump()).status().message()),
               HasSubstr("'mxfp4' is supported for gpt_oss only, not qwen3_vl_moe"));
+}
+
+// DeepSeek-VL2: the language model under language_config, read as the
+// published modeling_deepseek does (VL2-Tiny's plain attention, VL2's latent
+// attention with interleaved RoPE and biased sigmoid routing).
+TEST(ModelConfigTest, DeepseekVl2LanguageConfig) {
+  const std::string tiny_dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
+  absl::StatusOr<ModelConfig> tiny = ModelConfig::Load(tiny_dir);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->model_type, "deepseek_vl_v2");
+  EXPECT_FALSE(tiny->text.mla.has_value());
+  EXPECT_EQ(tiny->text.head_dim, tiny->text.hidden_size / tiny->text.num_attention_heads);
+  EXPECT_FALSE(tiny->text.deepseek_sigmoid);
+  EXPECT_FALSE(tiny->text.norm_topk_prob);
+  EXPECT_FLOAT_EQ(tiny->text.rms_norm_eps, 1e-6f);  // DeepseekV2Config's default
+  absl::StatusOr<ModelConfig> mla =
+      ModelConfig::Load(testing::FixturesDir() + "/tiny-deepseek-vl2-mla");
+  ASSERT_TRUE(mla.ok()) << mla.status();
+  ASSERT_TRUE(mla->text.mla.has_value());
+  EXPECT_TRUE(mla->text.mla->rope_interleave);
+  EXPECT_TRUE(mla->text.deepseek_sigmoid);
+  EXPECT_TRUE(mla->text.norm_topk_prob);
+  auto spec = ArchSpec::For(*mla);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->router, RouterKind::kDeepseekSigmoid);
+  EXPECT_EQ(spec->lm_head, "language.lm_head.weight");
+  EXPECT_EQ(spec->text_prefix, "language.model.");
+
+  const nlohmann::json good = testing::ReadJsonFile(tiny_dir + "/config.json");
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](nlohmann::json& j) { j.erase("language_config"); }, "'language_config'"},
+      {[](nlohmann::json& j) { j["language_config"]["topk_method"] = "gready"; },
+       "topk_method 'gready' with scoring_func 'softmax'"},
+      {[](nlohmann::json& j) { j["language_config"]["scoring_func"] = "sigmoid"; },
+       "topk_method 'greedy' with scoring_func 'sigmoid'"},
+      {[](nlohmann::json& j) {
+         j["language_config"]["scoring_func"] = "sigmoid";
+         j["language_config"]["topk_method"] = "noaux_tc";
+         j["language_config"]["n_group"] = 2;
+       },
+       "n_group must be 1"},
+      {[](nlohmann::json& j) { j["language_config"]["moe_layer_freq"] = 2; }, "moe_layer_freq"},
+      {[](nlohmann::json& j) { j["language_config"]["num_key_value_heads"] = 3; },
+       "num_key_value_heads"},
+      {[](nlohmann::json& j) { j["language_config"]["hidden_act"] = "gelu"; }, "hidden_act"},
+  };
+  for (const auto& [mutate, why] : bad) {
+    SCOPED_TRACE(why);
+    nlohmann::json j = good;
+    mutate(j);
+    EXPECT_THAT(std::string(ModelConfig::Parse(j.dump()).status().message()), HasSubstr(why));
+  }
 }
 
 TEST(ModelConfigTest, Fp8QuantizationConfig) {
