@@ -19,7 +19,9 @@ absl::StatusOr<std::unique_ptr<DeepseekVl2Vision>> DeepseekVl2Vision::Create(
   VISMOE_ASSIGN_OR_RETURN(v->patch_w_, get("vision.patch_embed.proj.weight", {w, 3, p, p}));
   v->patch_w_.shape = {w, 3 * p * p};  // the convolution as one Linear over a flattened patch
   VISMOE_ASSIGN_OR_RETURN(v->patch_b_, get("vision.patch_embed.proj.bias", {w}));
-  VISMOE_ASSIGN_OR_RETURN(v->pos_, get("vision.pos_embed", {1, g * g, w}));
+  VISMOE_ASSIGN_OR_RETURN(const TensorView pos, get("vision.pos_embed", {1, g * g, w}));
+  v->pos_.resize(static_cast<size_t>(pos.numel()));
+  ToFloat(pos.dtype, pos.data, v->pos_.size(), v->pos_.data());
   VISMOE_ASSIGN_OR_RETURN(v->norm_w_, get("vision.norm.weight", {w}));
   VISMOE_ASSIGN_OR_RETURN(v->norm_b_, get("vision.norm.bias", {w}));
   for (int l = 0; l < c.layers; ++l) {
@@ -96,8 +98,7 @@ absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const fl
         absl::StrCat(tiles.size(), " values are not a whole number of ", s, "x", s, " tiles"));
   }
   const int64_t count = static_cast<int64_t>(tiles.size()) / tile_floats;
-  std::vector<float> pos(n * w), out(count * n * w), patches(n * pd), x(n * w);
-  ToFloat(pos_.dtype, pos_.data, pos.size(), pos.data());
+  std::vector<float> out(count * n * w), patches(n * pd), x(n * w);
   for (int64_t t = 0; t < count; ++t) {
     const float* tile = tiles.data() + t * tile_floats;
     // Patch (py, px) flattened as the convolution's weight: channel, row, column.
@@ -113,7 +114,7 @@ absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const fl
       }
     }
     cpu::Linear(pool_, patches.data(), n, pd, patch_w_, &patch_b_, x.data());
-    for (int64_t i = 0; i < n * w; ++i) x[i] += pos[i];
+    for (int64_t i = 0; i < n * w; ++i) x[i] += pos_[i];
     for (const Block& b : blocks_) RunBlock(b, x.data(), n);
     cpu::LayerNorm(pool_, x.data(), n, w, norm_w_, norm_b_, config_.eps, out.data() + t * n * w);
   }

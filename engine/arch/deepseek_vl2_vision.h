@@ -60,7 +60,8 @@ class DeepseekVl2Vision {
 
   Vl2VisionConfig config_;
   ThreadPool* pool_;
-  TensorView patch_w_, patch_b_, pos_, norm_w_, norm_b_;
+  TensorView patch_w_, patch_b_, norm_w_, norm_b_;
+  std::vector<float> pos_;  // [grid^2, width]
   std::vector<Block> blocks_;
   std::vector<TensorView> proj_w_, proj_b_;  // projector.layers.{0, 2, ...}
   std::vector<float> newline_, separator_;   // [n_embed]

@@ -139,15 +139,6 @@ float E4m3ToFloat(uint8_t v) {
   return f;
 }
 
-float E8m0ToFloat(uint8_t v) {
-  // The e8m0 byte is an fp32 exponent field: 2^(v - 127) is v << 23, except
-  // v = 0 (the subnormal 2^-127) and the NaN 0xff.
-  const uint32_t bits = v == 0 ? 0x00400000u : v == 0xff ? 0x7fc00000u : uint32_t{v} << 23;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 float E2m1ToFloat(uint8_t nibble) {
   static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float m = kMagnitude[nibble & 7];

@@ -64,8 +64,15 @@ uint8_t FloatToE4m3(float f);
 // The largest finite e4m3 value.
 inline constexpr float kE4m3Max = 448.0f;
 
-// 2^(v - 127), exact (v = 0 is the fp32 subnormal 2^-127); 0xff is NaN.
-float E8m0ToFloat(uint8_t v);
+// 2^(v - 127), exact: the byte is an fp32 exponent field, so v << 23, except
+// v = 0 (the subnormal 2^-127) and the NaN 0xff. Inline: the matrix kernels
+// convert one scale per block of 32 MXFP4 weights.
+inline float E8m0ToFloat(uint8_t v) {
+  const uint32_t bits = v == 0 ? 0x00400000u : v == 0xff ? 0x7fc00000u : uint32_t{v} << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 // The e2m1 value of the low four bits of `nibble` (exact).
 float E2m1ToFloat(uint8_t nibble);
 

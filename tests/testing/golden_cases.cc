@@ -5,11 +5,15 @@
 
 namespace vismoe::testing {
 
-nlohmann::json ReadJsonFile(const std::string& path) {
-  std::ifstream in(path);
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str(), nullptr, false);
+  return ss.str();
+}
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  return nlohmann::json::parse(ReadTextFile(path), nullptr, false);
 }
 
 GenerateRequest TextRequestFromCase(const nlohmann::json& c, int max_new_tokens) {

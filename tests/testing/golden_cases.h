@@ -10,6 +10,9 @@
 
 namespace vismoe::testing {
 
+// The whole file as text; empty when it is missing.
+std::string ReadTextFile(const std::string& path);
+
 // The parsed file; a discarded value when it is missing or not JSON.
 nlohmann::json ReadJsonFile(const std::string& path);
 

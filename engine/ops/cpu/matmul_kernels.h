@@ -24,7 +24,6 @@
 #define VISMOE_ENGINE_OPS_CPU_MATMUL_KERNELS_H_
 
 #include <cstdint>
-#include <cstring>
 
 #include "engine/core/dtype.h"
 
@@ -47,7 +46,7 @@ struct MatMulArgs {
   // REQUIRES: scale_cols % 16 == 0, so no SIMD load of 8 or 16 weights
   // straddles two blocks; MXFP4: in % 32 == 0 (whole blocks, no tail).
   // MXFP4 sets scale_e8m0 instead: the e8m0 bytes, read in place (same
-  // indexing), each converted as it is used (E8m0Value).
+  // indexing), each converted as it is used (E8m0ToFloat).
   const float* scale = nullptr;
   const uint8_t* scale_e8m0 = nullptr;
   int64_t scale_rows = 0, scale_cols = 0, scale_stride = 0;
@@ -63,25 +62,16 @@ struct MatMulArgs {
   }
 };
 
-// 2^(v - 127) from an e8m0 byte's bits, as E8m0ToFloat (inline: the kernels
-// convert a scale per block of 32 weights).
-inline float E8m0Value(uint8_t v) {
-  const uint32_t bits = v == 0 ? 0x00400000u : v == 0xff ? 0x7fc00000u : uint32_t{v} << 23;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Column block `block` of a ScaleRow of dtype D's weights.
 template <DType D>
 inline float ScaleIn(const void* row, int64_t block) {
-  if constexpr (D == DType::kMxFp4) return E8m0Value(static_cast<const uint8_t*>(row)[block]);
+  if constexpr (D == DType::kMxFp4) return E8m0ToFloat(static_cast<const uint8_t*>(row)[block]);
   return static_cast<const float*>(row)[block];
 }
 
 inline float MatMulArgs::ScaleAt(int64_t o, int64_t i) const {
   const int64_t k = (o / scale_rows) * scale_stride + i / scale_cols;
-  return scale_e8m0 != nullptr ? E8m0Value(scale_e8m0[k]) : scale[k];
+  return scale_e8m0 != nullptr ? E8m0ToFloat(scale_e8m0[k]) : scale[k];
 }
 
 // y[t, o] for every t and o in [o0, o1), weights [out, in].

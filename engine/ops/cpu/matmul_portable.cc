@@ -65,7 +65,7 @@ struct LoadMxfp4 {
   const uint8_t* scale_row;  // e8m0
   int64_t scale_cols;
   float operator()(int64_t i) const {
-    return table[(p[i / 2] >> (4 * (i % 2))) & 15] * E8m0Value(scale_row[i / scale_cols]);
+    return table[(p[i / 2] >> (4 * (i % 2))) & 15] * E8m0ToFloat(scale_row[i / scale_cols]);
   }
 };
 

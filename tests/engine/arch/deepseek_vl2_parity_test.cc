@@ -9,9 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,16 +27,9 @@
 namespace vismoe {
 namespace {
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The id of `content` among tokenizer.json's added tokens, or -1.
 int AddedTokenId(const std::string& dir, const std::string& content) {
-  const nlohmann::json t = nlohmann::json::parse(ReadText(dir + "/tokenizer.json"));
+  const nlohmann::json t = nlohmann::json::parse(testing::ReadTextFile(dir + "/tokenizer.json"));
   for (const nlohmann::json& a : t.at("added_tokens")) {
     if (a.at("content") == content) return a.at("id").get<int>();
   }
@@ -85,7 +76,8 @@ void CheckFixture(const std::string& key) {
   ASSERT_TRUE(config.ok()) << config.status();
   config->image_token_id = AddedTokenId(dir, "<image>");
   ASSERT_GE(config->image_token_id, 0);
-  absl::StatusOr<Vl2VisionConfig> vc = Vl2VisionConfig::Parse(ReadText(dir + "/config.json"));
+  absl::StatusOr<Vl2VisionConfig> vc =
+      Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
   ASSERT_TRUE(vc.ok()) << vc.status();
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();

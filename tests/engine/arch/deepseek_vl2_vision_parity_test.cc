@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,13 +21,6 @@
 
 namespace vismoe {
 namespace {
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<float> Floats(const SafetensorsFile& f, const std::string& name) {
   absl::StatusOr<TensorView> t = f.Get(name);
@@ -63,7 +54,8 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
     std::string fixture = std::string("tiny-") + key;
     std::replace(fixture.begin(), fixture.end(), '_', '-');
     const std::string dir = testing::FixturesDir() + "/" + fixture;
-    absl::StatusOr<Vl2VisionConfig> config = Vl2VisionConfig::Parse(ReadText(dir + "/config.json"));
+    absl::StatusOr<Vl2VisionConfig> config =
+        Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
     ASSERT_TRUE(config.ok()) << config.status();
     auto ckpt = Checkpoint::Open(dir);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -112,7 +104,7 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
 
 TEST(DeepseekVl2VisionTest, ConfigRefusalsNameTheField) {
   const std::string dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
-  const nlohmann::json good = nlohmann::json::parse(ReadText(dir + "/config.json"));
+  const nlohmann::json good = nlohmann::json::parse(testing::ReadTextFile(dir + "/config.json"));
   const std::pair<const char*, std::function<void(nlohmann::json&)>> bad[] = {
       {"vision_config.width", [](nlohmann::json& j) { j["vision_config"].erase("width"); }},
       {"vision_config.heads", [](nlohmann::json& j) { j["vision_config"]["heads"] = 5; }},

@@ -269,6 +269,25 @@ E4m3Weights MakeE4m3(int64_t out, int64_t in, int64_t rows, int64_t cols, DType 
   return w;
 }
 
+// A block-scaled weight `w` and its dequantised fp32 copy `dense` give the
+// same bits, fast kernel and reference, for the x rows of `n` (the pool used
+// for n > 2, so the tiles and the split run too).
+void ExpectBitsOfDense(const TensorView& w, const TensorView& dense, int64_t n, int64_t in,
+                       ThreadPool* pool, const std::string& what) {
+  const int64_t out = w.dim(0);
+  const std::vector<float> bias = Pattern(out, 7, 0.25f);
+  const TensorView bias_view{bias.data(), DType::kF32, {out}};
+  const std::vector<float> x = Pattern(n * in, in + n, 1.0f);
+  std::vector<float> got(n * out), want(n * out), ref(n * out), ref_want(n * out);
+  Linear(n > 2 ? pool : nullptr, x.data(), n, in, w, &bias_view, got.data());
+  Linear(nullptr, x.data(), n, in, dense, &bias_view, want.data());
+  LinearReference(nullptr, x.data(), n, in, w, nullptr, ref.data());
+  LinearReference(nullptr, x.data(), n, in, dense, nullptr, ref_want.data());
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+  ASSERT_EQ(std::memcmp(ref.data(), ref_want.data(), ref.size() * sizeof(float)), 0)
+      << what << " (reference)";
+}
+
 // Dequantising as the weights are read computes exactly the products and
 // sums of the dequantised fp32 weight: bit-identical outputs on each path,
 // over tails, partial blocks, both scale dtypes and batch sizes.
@@ -284,22 +303,12 @@ TEST(LinearTest, E4m3WeightsGiveTheBitsOfTheirDequantisedWeights) {
         for (int64_t in : {1, 16, 40, 100, 256, 300}) {
           for (int64_t out : {1, 5, 13, 67}) {
             const E4m3Weights w = MakeE4m3(out, in, b.rows, b.cols, scale_dtype, in * 31 + out);
-            const std::vector<float> bias = Pattern(out, 7, 0.25f);
-            const TensorView bias_view{bias.data(), DType::kF32, {out}};
             for (int64_t n : {1, 2, 4, 5}) {
-              const std::vector<float> x = Pattern(n * in, in + n, 1.0f);
-              std::vector<float> got(n * out), want(n * out), ref(n * out), ref_want(n * out);
-              Linear(n > 2 ? &pool : nullptr, x.data(), n, in, w.view, &bias_view, got.data());
-              Linear(nullptr, x.data(), n, in, w.dense, &bias_view, want.data());
-              LinearReference(nullptr, x.data(), n, in, w.view, nullptr, ref.data());
-              LinearReference(nullptr, x.data(), n, in, w.dense, nullptr, ref_want.data());
-              const std::string what = absl::StrCat(
-                  std::string(KernelPathName(path)), " scale ", std::string(DTypeName(scale_dtype)),
-                  " block ", b.rows, "x", b.cols, " n=", n, " in=", in, " out=", out);
-              ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-                  << what;
-              ASSERT_EQ(std::memcmp(ref.data(), ref_want.data(), ref.size() * sizeof(float)), 0)
-                  << what << " (reference)";
+              ASSERT_NO_FATAL_FAILURE(ExpectBitsOfDense(
+                  w.view, w.dense, n, in, &pool,
+                  absl::StrCat(std::string(KernelPathName(path)), " scale ",
+                               std::string(DTypeName(scale_dtype)), " block ", b.rows, "x", b.cols,
+                               " n=", n, " in=", in, " out=", out)));
             }
           }
         }
@@ -374,20 +383,10 @@ TEST(LinearTest, Mxfp4WeightsGiveTheBitsOfTheirDecodedWeights) {
     for (int64_t in : {32, 64, 96, 288}) {
       for (int64_t out : {1, 5, 13, 67}) {
         const Mxfp4Weights w = MakeMxfp4(out, in, static_cast<uint32_t>(in * 31 + out));
-        const std::vector<float> bias = Pattern(out, 7, 0.25f);
-        const TensorView bias_view{bias.data(), DType::kF32, {out}};
         for (int64_t n : {1, 2, 4, 5}) {
-          const std::vector<float> x = Pattern(n * in, in + n, 1.0f);
-          std::vector<float> got(n * out), want(n * out), ref(n * out), ref_want(n * out);
-          Linear(n > 2 ? &pool : nullptr, x.data(), n, in, w.view, &bias_view, got.data());
-          Linear(nullptr, x.data(), n, in, w.dense, &bias_view, want.data());
-          LinearReference(nullptr, x.data(), n, in, w.view, nullptr, ref.data());
-          LinearReference(nullptr, x.data(), n, in, w.dense, nullptr, ref_want.data());
-          const std::string what =
-              absl::StrCat(std::string(KernelPathName(path)), " n=", n, " in=", in, " out=", out);
-          ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
-          ASSERT_EQ(std::memcmp(ref.data(), ref_want.data(), ref.size() * sizeof(float)), 0)
-              << what << " (reference)";
+          ASSERT_NO_FATAL_FAILURE(ExpectBitsOfDense(
+              w.view, w.dense, n, in, &pool,
+              absl::StrCat(std::string(KernelPathName(path)), " n=", n, " in=", in, " out=", out)));
         }
       }
     }
@@ -444,9 +443,8 @@ TEST(KernelDispatchTest, ForcingAPathAndReturningToTheDetectedOne) {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
-  const bool avx512 =
-      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   const char* env = std::getenv("VISMOE_CPU_KERNEL_PATH");
   const std::string cap = env != nullptr ? env : "";
   const KernelPath hardware = avx512 ? KernelPath::kAvx512
