@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backends/cpu/cpu_family_ops.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/arch_spec.h"
-#include "engine/ops/cpu/group_router.h"
 #include "engine/ops/cpu/layer_norm.h"
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
@@ -55,9 +55,8 @@ absl::StatusOr<std::unique_ptr<RouterLookaheadPredictor>> RouterLookaheadPredict
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   p->layer_norm_ = spec.norm == NormKind::kLayerNorm;
   p->norm_bias_.resize(c.num_hidden_layers);
-  p->router_kind_ = spec.router;
-  p->group_ = {c.num_experts_per_tok, c.n_group,        c.topk_group,
-               c.group_limited,       c.norm_topk_prob, c.routed_scaling_factor};
+  p->spec_ = spec;
+  p->text_ = c;
   p->router_bias_.resize(c.num_hidden_layers);
   int m = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -125,9 +124,9 @@ std::vector<double> RouterLookaheadPredictor::Scores(int target) const {
   } else {
     cpu::RmsNorm(nullptr, rows_.data(), m, h, norm, eps_, q.data());
   }
-  if (router_kind_ == RouterKind::kDeepseekSoftmax ||
-      router_kind_ == RouterKind::kDeepseekSigmoid ||
-      router_kind_ == RouterKind::kTopKSoftmaxBiased) {
+  if (spec_.router == RouterKind::kDeepseekSoftmax ||
+      spec_.router == RouterKind::kDeepseekSigmoid ||
+      spec_.router == RouterKind::kTopKSoftmaxBiased) {
     return FamilyScores(target, q.data(), router);
   }
   std::vector<double> score(e, 0.0);
@@ -153,20 +152,15 @@ std::vector<double> RouterLookaheadPredictor::Scores(int target) const {
 
 std::vector<double> RouterLookaheadPredictor::FamilyScores(int target, const float* q,
                                                            const TensorView& router) const {
-  const int64_t h = hidden_, m = num_rows_;
   const int e = num_experts_;
-  const TensorView bias{router_bias_[target].data(), DType::kF32, {e}};
+  DecoderLayerWeights w;  // the router's two tensors are all FamilyRoute reads
+  w.router = router;
+  w.router_bias = {router_bias_[target].data(), DType::kF32, {e}};
   RouterResult r;
-  if (router_kind_ == RouterKind::kDeepseekSoftmax) {
-    cpu::RouteGroupSoftmax(nullptr, q, m, h, router, group_, &r);
-  } else if (router_kind_ == RouterKind::kDeepseekSigmoid) {
-    cpu::RouteGroupSigmoid(nullptr, q, m, h, router, bias, group_, &r);
-  } else {
-    cpu::RouteTopKSoftmax(nullptr, q, m, h, router, bias, top_k_, &r);
-  }
+  cpu::FamilyRoute(nullptr, spec_, text_, q, num_rows_, hidden_, w, &r);
   std::vector<double> score(e, 0.0);
   for (size_t i = 0; i < r.experts.size(); ++i) score[r.experts[i]] += r.weights[i];
-  for (double& s : score) s /= static_cast<double>(m);
+  for (double& s : score) s /= static_cast<double>(num_rows_);
   return score;
 }
 

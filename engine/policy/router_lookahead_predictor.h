@@ -29,7 +29,6 @@
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_predictor.h"
-#include "engine/ops/cpu/group_router.h"
 
 namespace vismoe {
 
@@ -59,8 +58,8 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
   RouterLookaheadPredictor() = default;
   // Average top-k-masked router probabilities of `target` over rows_.
   std::vector<double> Scores(int target) const;
-  // The family router's mean routing weight per expert over the normed rows
-  // q [num_rows_, H] (DeepSeek's and GPT-OSS's routers).
+  // The family router's (cpu::FamilyRoute) mean routing weight per expert
+  // over the normed rows q [num_rows_, H] (DeepSeek's and GPT-OSS's routers).
   std::vector<double> FamilyScores(int target, const float* q, const TensorView& router) const;
 
   int num_experts_ = 0;
@@ -68,17 +67,17 @@ class RouterLookaheadPredictor final : public ExpertPredictor {
   int hidden_ = 0;
   float eps_ = 0;
   int window_ = 0;
-  std::vector<int> moe_index_;              // per decoder layer: index among MoE layers, -1
-  std::vector<std::vector<float>> router_;  // per decoder layer: [E, H] (empty if dense)
-  std::vector<std::vector<float>> norm_;    // per decoder layer: [H] (empty if dense)
-  std::vector<std::vector<float>> norm_bias_;  // per decoder layer: [H], LayerNorm families
-  bool layer_norm_ = false;                    // NormKind::kLayerNorm (PhiMoE)
-  RouterKind router_kind_ = RouterKind::kSoftmaxTopK;
-  cpu::GroupRouting group_;                      // DeepSeek's routers
+  std::vector<int> moe_index_;                   // per decoder layer: index among MoE layers, -1
+  std::vector<std::vector<float>> router_;       // per decoder layer: [E, H] (empty if dense)
+  std::vector<std::vector<float>> norm_;         // per decoder layer: [H] (empty if dense)
+  std::vector<std::vector<float>> norm_bias_;    // per decoder layer: [H], LayerNorm families
+  bool layer_norm_ = false;                      // NormKind::kLayerNorm (PhiMoE)
+  ArchSpec spec_;                                // its router kind (FamilyScores)
+  TextConfig text_;                              // the routers' fields (FamilyScores)
   std::vector<std::vector<float>> router_bias_;  // per decoder layer: [E] (kRouterBias)
-  std::vector<float> default_vectors_;      // [num_layers * H] or empty
-  int last_layer_ = -1;                     // last observed MoE layer; -1 = none this request
-  std::vector<float> rows_;                 // [m, H]: r_l + d_l of the subsampled rows
+  std::vector<float> default_vectors_;           // [num_layers * H] or empty
+  int last_layer_ = -1;                          // last observed MoE layer; -1 = none this request
+  std::vector<float> rows_;                      // [m, H]: r_l + d_l of the subsampled rows
   int64_t num_rows_ = 0;
   std::vector<std::vector<double>> cache_;  // per decoder layer: scores from rows_, or empty
 };
