@@ -195,4 +195,46 @@ std::vector<float> DeepseekVl2Vision::Layout(absl::Span<const float> projected,
   return out;
 }
 
+int64_t DeepseekVl2Vision::patch_dim() const {
+  return int64_t{3} * config_.image_size * config_.image_size;
+}
+
+absl::StatusOr<VisionOutput> DeepseekVl2Vision::Forward(absl::Span<const float> tiles,
+                                                        absl::Span<const GridThw> grids) const {
+  int64_t count = 0;
+  for (const GridThw& g : grids) {
+    if (g.t != 1 || g.h < 1 || g.w < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an image's tile grid must be {1, height_tiles, width_tiles}, got {", g.t,
+                       ", ", g.h, ", ", g.w, "}"));
+    }
+    count += 1 + g.h * g.w;
+  }
+  if (static_cast<int64_t>(tiles.size()) != count * patch_dim()) {
+    return absl::InvalidArgumentError(absl::StrCat("tiles hold ", tiles.size(), " values, the ",
+                                                   grids.size(), " images' ", count, " tiles ",
+                                                   count * patch_dim()));
+  }
+  VisionOutput out;
+  out.out_hidden = config_.n_embed;
+  const int64_t per_tile = int64_t{config_.side()} * config_.side() * config_.n_embed;
+  int64_t first = 0;
+  for (const GridThw& g : grids) {
+    const int64_t n = 1 + g.h * g.w;
+    VISMOE_ASSIGN_OR_RETURN(const std::vector<float> features,
+                            Encode(tiles.subspan(first * patch_dim(), n * patch_dim())));
+    const std::vector<float> projected = Project(features);
+    Vl2Tiling plan;
+    plan.width_tiles = static_cast<int>(g.w);
+    plan.height_tiles = static_cast<int>(g.h);
+    const std::vector<float> rows =
+        Layout(absl::MakeConstSpan(projected).first(n * per_tile), plan);
+    out.embeds.insert(out.embeds.end(), rows.begin(), rows.end());
+    out.tokens_per_image.push_back(static_cast<int64_t>(rows.size()) / config_.n_embed);
+    out.num_tokens += out.tokens_per_image.back();
+    first += n;
+  }
+  return out;
+}
+
 }  // namespace vismoe

@@ -6,9 +6,13 @@
 // and the 2-D layout of an image's tokens (the global view with a newline
 // after each row, the view separator, the local tiles stitched into one grid
 // with a newline after each grid row).
+// As the engine's VisionTower, an image is its tiles and its grid is the local
+// tile grid {1, height_tiles, width_tiles} (the global view is the first
+// tile); the output rows are the image's <image> rows, layout rows included,
+// with no saliency (token compression is refused for this family).
 // Written over the CPU ops directly: VisionOps (engine/backend/vision_ops.h)
 // is Qwen3-VL's tower (rotary, mergers); this tower moves onto backend ops
-// when the family is served.
+// when the family runs on CUDA.
 // Thread safety: immutable after Create(); Encode/Project/Layout may run
 // concurrently (the pool serialises nothing they share).
 // Ownership: views into the Checkpoint, which must outlive it; the pool is
@@ -22,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/arch/vision_tower.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -30,7 +35,7 @@
 
 namespace vismoe {
 
-class DeepseekVl2Vision {
+class DeepseekVl2Vision final : public VisionTower {
  public:
   // NotFound / InvalidArgument naming the tensor when a weight is missing or
   // mis-shaped (vision.*, projector.layers.*, image_newline, view_seperator).
@@ -39,6 +44,13 @@ class DeepseekVl2Vision {
                                                                    ThreadPool* pool);
 
   const Vl2VisionConfig& config() const { return config_; }
+
+  // VisionTower: one "patch" is a tile, 3 x image_size^2 values.
+  int64_t patch_dim() const override;
+  // InvalidArgument unless the tiles are the grids' (1 + h * w each, t == 1).
+  absl::StatusOr<VisionOutput> Forward(absl::Span<const float> tiles,
+                                       absl::Span<const GridThw> grids) const override;
+  const char* backend() const override { return "cpu"; }
 
   // tiles [T, 3, S, S] (the processor's, Vl2Tiles) -> the tower's output [T,
   // grid^2, width]. InvalidArgument unless the size is a whole number of tiles.

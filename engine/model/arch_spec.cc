@@ -300,7 +300,8 @@ absl::StatusOr<ArchSpec> ArchSpec::For(const ModelConfig& config) {
     ArchSpec s;
     s.family = f.family;
     s.text_prefix = std::string(f.text_prefix);
-    s.vision_prefix = config.has_vision ? std::string(f.vision_prefix) : "";
+    s.vision_prefix =
+        config.has_vision && !config.vl2_vision.has_value() ? std::string(f.vision_prefix) : "";
     s.expert_storage = f.expert_storage;
     s.renormalize_topk = f.always_renormalize || config.text.norm_topk_prob;
     s.qk_norm = f.qk_norm;
@@ -337,7 +338,8 @@ absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& confi
   VISMOE_RETURN_IF_ERROR(CheckText(config.text));
   SpecList list;
   AddText(spec, config.text, &list);
-  if (config.has_vision) {
+  // DeepSeek-VL2's tower reads its own tensors (arch/deepseek_vl2_vision.h).
+  if (config.has_vision && !config.vl2_vision.has_value()) {
     VISMOE_RETURN_IF_ERROR(CheckVision(config.vision));
     AddVision(spec.vision_prefix, config.vision, &list);
   }

@@ -465,6 +465,14 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(std::string_view json_text) {
     VISMOE_RETURN_IF_ERROR(config_internal::ParseGptOss(root, &c.text));
   } else if (c.model_type == "deepseek_vl_v2") {
     VISMOE_RETURN_IF_ERROR(config_internal::ParseDeepseekVl2(root, &c.text));
+    // Its image token is the tokenizer's "<image>" (the engine reads it).
+    VISMOE_ASSIGN_OR_RETURN(c.vl2_vision, Vl2VisionConfig::Parse(std::string(json_text)));
+    c.has_vision = true;
+    if (c.vl2_vision->n_embed != c.text.hidden_size) {
+      return Inconsistent(absl::StrCat("projector_config.n_embed (", c.vl2_vision->n_embed,
+                                       ") != language_config.hidden_size (", c.text.hidden_size,
+                                       ")"));
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: model_type '", c.model_type,

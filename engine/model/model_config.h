@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
+#include "engine/model/vl2_vision_config.h"
 
 namespace vismoe {
 
@@ -200,8 +201,11 @@ struct ModelConfig {
   std::string
       model_type;  // "qwen3_vl_moe", or a text MoE: "qwen3_moe", "olmoe", "deepseek_v2", ...
   TextConfig text;
-  bool has_vision = false;
+  bool has_vision =
+      false;  // takes images: Qwen3-VL's tower (vision) or DeepSeek-VL2's (vl2_vision)
   VisionConfig vision;
+  // DeepSeek-VL2's tiling, SigLIP tower and projector (deepseek_vl_v2 only).
+  std::optional<Vl2VisionConfig> vl2_vision;
   int image_token_id = -1;
   int video_token_id = -1;
   int vision_start_token_id = -1;

@@ -38,9 +38,15 @@ absl::StatusOr<RgbImage> ToRgb(const uint8_t* pixels, size_t size, int width, in
   out.width = width;
   out.height = height;
   out.pixels.resize(n * 3);
+  const bool alpha = channels == 2 || channels == 4;
+  if (alpha) out.alpha_dropped.resize(n * 3);
   uint8_t* dst = out.pixels.data();
+  uint8_t* dropped = out.alpha_dropped.data();
   for (size_t i = 0; i < n; ++i, dst += 3) {
     const uint8_t* p = pixels + i * channels;
+    if (alpha) {
+      for (int c = 0; c < 3; ++c) *dropped++ = p[channels == 2 ? 0 : c];
+    }
     switch (channels) {
       case 1:
         dst[0] = dst[1] = dst[2] = p[0];

@@ -1,6 +1,8 @@
 // Conversion of decoded 8-bit images (gray, gray+alpha, RGB, RGBA) into the
 // RGB the preprocessor takes, matching transformers' convert_to_rgb: alpha is
 // composited onto opaque white with Pillow's integer arithmetic, bit for bit.
+// An image with alpha also keeps its colour with alpha dropped
+// (RgbImage::alpha_dropped, PIL's convert("RGB")).
 #ifndef VISMOE_ENGINE_MODEL_RGB_CONVERT_H_
 #define VISMOE_ENGINE_MODEL_RGB_CONVERT_H_
 

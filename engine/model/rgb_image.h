@@ -8,11 +8,16 @@
 
 namespace vismoe {
 
-// A decoded image: 8-bit RGB, row-major, height * width * 3 bytes.
+// A decoded image: 8-bit RGB, row-major, height * width * 3 bytes; an alpha
+// channel composited onto white (transformers' convert_to_rgb, what Qwen's
+// processor sees).
 struct RgbImage {
   int width = 0;
   int height = 0;
   std::vector<uint8_t> pixels;
+  // Only for an image that had alpha: its colour as stored, alpha dropped
+  // (PIL's convert("RGB"), what DeepSeek-VL2's loader sees); same layout.
+  std::vector<uint8_t> alpha_dropped;
 };
 
 }  // namespace vismoe

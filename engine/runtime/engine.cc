@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/arch/deepseek_vl2_vision.h"
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
 #include "engine/arch/text_decoder.h"
@@ -119,6 +120,18 @@ absl::StatusOr<std::optional<CalibrationProfile>> LoadProfile(const EngineOption
   return profile;
 }
 
+// An end token outside the vocabulary can never be sampled: the model would
+// never stop at its real end.
+absl::Status CheckEosIds(const std::vector<int>& ids, int vocab_size, const std::string& where) {
+  for (int id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions& options) {
@@ -184,14 +197,9 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
 absl::Status LocalEngine::LoadFiles() {
   const std::string& dir = options_.model_path;
   VISMOE_ASSIGN_OR_RETURN(config_, ModelConfig::Load(dir));
-  if (config_.model_type == "deepseek_vl_v2") {
-    // Its language model, vision path and tiling match the published code
-    // (tests/engine/arch/deepseek_vl2_parity_test.cc), but the engine has
-    // neither its image path nor its conversation format: served text-only
-    // through another template it would answer wrongly.
+  if (config_.vl2_vision.has_value() && options_.synthetic_weights) {
     return absl::UnimplementedError(absl::StrCat(
-        dir, ": deepseek_vl_v2 checkpoints are not served yet (the DeepSeek-VL2 image path and "
-             "conversation format are not in the engine; issue #33)"));
+        dir, ": synthetic weights do not cover DeepSeek-VL2's vision tower; serve a checkpoint"));
   }
   const int max_positions = config_.text.max_position_embeddings;
   if (max_positions > 0 && options_.max_context_tokens > max_positions) {
@@ -201,15 +209,8 @@ absl::Status LocalEngine::LoadFiles() {
                      "/config.json)"));
   }
   VISMOE_ASSIGN_OR_RETURN(eos_ids_, LoadEosIds(dir));
-  for (int id : eos_ids_) {
-    // An end token outside the vocabulary can never be sampled: the model
-    // would never stop at its real end.
-    if (id < 0 || id >= config_.text.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, "/generation_config.json: eos_token_id ",
-                                                     id, " is outside the vocabulary [0, ",
-                                                     config_.text.vocab_size, ")"));
-    }
-  }
+  VISMOE_RETURN_IF_ERROR(CheckEosIds(eos_ids_, config_.text.vocab_size,
+                                     dir + "/generation_config.json: eos_token_id"));
   pool_ = std::make_unique<ThreadPool>(options_.num_threads);
   if (options_.synthetic_weights) {
     VISMOE_ASSIGN_OR_RETURN(const SyntheticRouting routing,
@@ -221,6 +222,7 @@ absl::Status LocalEngine::LoadFiles() {
     VISMOE_ASSIGN_OR_RETURN(checkpoint_, Checkpoint::Open(dir));
   }
   VISMOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
+  if (config_.vl2_vision.has_value()) return LoadVl2Prompting();
   VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Load(dir, *tokenizer_, config_));
   spdlog::info("engine: chat template from {}", tmpl.source());
   template_ = std::make_unique<ChatTemplate>(std::move(tmpl));
@@ -230,6 +232,26 @@ absl::Status LocalEngine::LoadFiles() {
   }
   prompts_ = std::make_unique<PromptBuilder>(config_, tokenizer_.get(), template_.get(),
                                              preprocessor_.get(), options_.max_context_tokens);
+  return absl::OkStatus();
+}
+
+// DeepSeek-VL2 ships no chat template and (often) no generation_config: its
+// conversation format and end token are the published processor's.
+absl::Status LocalEngine::LoadVl2Prompting() {
+  const std::string& dir = options_.model_path;
+  absl::StatusOr<Vl2SpecialIds> ids = Vl2SpecialIds::From(*tokenizer_);
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/tokenizer.json: ", ids.status().message(), " (DeepSeek-VL2 needs it)"));
+  }
+  config_.image_token_id = ids->image;
+  if (eos_ids_.empty()) eos_ids_ = {ids->eos};
+  VISMOE_RETURN_IF_ERROR(CheckEosIds({ids->eos, ids->image, ids->bos}, config_.text.vocab_size,
+                                     dir + "/tokenizer.json: the end, <image> or BOS token"));
+  spdlog::info("engine: DeepSeek-VL2 conversation format (image token {}, end token {})",
+               ids->image, eos_ids_.front());
+  prompts_ = std::make_unique<PromptBuilder>(config_, tokenizer_.get(), nullptr, nullptr,
+                                             options_.max_context_tokens, *ids);
   return absl::OkStatus();
 }
 
@@ -246,7 +268,11 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   // weights are already in the plan's resident bytes (every non-expert tensor).
   int64_t activation_bytes =
       options_.offload.activation_bytes + backend.DecoderActivationBytes(config_, bo);
-  if (config_.has_vision) {
+  if (config_.vl2_vision.has_value()) {
+    // Its tower runs on the host's ops (the family runs on the cpu backend).
+    VISMOE_ASSIGN_OR_RETURN(
+        vision_, DeepseekVl2Vision::Create(*config_.vl2_vision, *checkpoint_, pool_.get()));
+  } else if (config_.has_vision) {
     VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<VisionOps> vision_ops,
                             backend.CreateVisionOps(config_, *checkpoint_, bo));
     VISMOE_ASSIGN_OR_RETURN(vision_, Qwen3VlVisionModel::Create(config_, std::move(vision_ops)));
@@ -352,6 +378,12 @@ absl::Status LocalEngine::SetUpCompression() {
 absl::Status LocalEngine::CheckCompressionRouting(const TokenCompressorOptions& co,
                                                   absl::string_view setting) const {
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
+  if (config_.vl2_vision.has_value() && std::string_view(compressor->name()) != "none") {
+    // Its tower records no saliency, and its newline / view-separator rows
+    // would need a rule of their own.
+    return absl::FailedPreconditionError(absl::StrCat(
+        setting, " \"", co.kind, "\": token compression is not supported for DeepSeek-VL2 yet"));
+  }
   if (!compressor->needs_routing()) return absl::OkStatus();
   for (int l = 0; l < compress_layer_; ++l) {
     if (config_.text.IsMoeLayer(l)) return absl::OkStatus();

@@ -61,6 +61,8 @@ class LocalEngine final : public Engine {
   // the device activation bytes); the expert provider (resident, or the offload
   // runtime with its predictor); where token compression runs; ModelInfo.
   absl::Status LoadFiles();
+  // LoadFiles' DeepSeek-VL2 part: its conversation format's ids and end token.
+  absl::Status LoadVl2Prompting();
   absl::StatusOr<int64_t> LoadModel(const Backend& backend);
   absl::Status SetUpExperts(const Backend& backend, int64_t activation_bytes,
                             const CalibrationProfile* profile);

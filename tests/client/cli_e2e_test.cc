@@ -9,6 +9,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/client/client_e2e_util.h"
+#include "tests/testing/golden_cases.h"
+#include "tests/testing/paths.h"
 
 namespace vismoe::testing {
 namespace {
@@ -124,6 +126,33 @@ TEST(CliApiKeyE2eTest, KeyFromFlagOrEnvironment) {
                                       {"VISMOE_API_KEY=k-123", ClientToolPath("vismoe-cli"), addr,
                                        "--prompt=hi", "--max_new_tokens=1"});
   EXPECT_EQ(from_env.exit_code, 0) << from_env.err;
+}
+
+// DeepSeek-VL2 through the CLI: an image file and a prompt come back as the
+// published model's greedy tokens (golden multi_tile: the image, then its text).
+TEST(CliDeepseekVl2E2eTest, AnImageAndAPromptGiveThePublishedTokens) {
+  if (!ServerUnderTest::BinaryExists()) {
+    GTEST_SKIP() << ServerUnderTest::BinaryPath() << " was not built";
+  }
+  ScratchDir scratch("cli_e2e_vl2");
+  const std::string fixtures = FixturesDir();
+  absl::StatusOr<std::unique_ptr<ServerUnderTest>> server = ServerUnderTest::Start(
+      scratch,
+      {"--model=" + fixtures + "/tiny-deepseek-vl2", "--backend=cpu", "--max_context_tokens=512"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ToolResult r = RunClientTool(
+      scratch, "vismoe-cli",
+      {"--server=" + (*server)->address(), "--image=" + fixtures + "/golden/images/odd_301x217.png",
+       "--prompt=\nWhat is in the picture?", "--max_new_tokens=12", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << "\nserver log:\n" << (*server)->Log();
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const nlohmann::json cases = ReadJsonFile(fixtures + "/golden/deepseek_vl2_cases.json");
+  const std::vector<int> greedy = cases[1]["greedy_ids"].get<std::vector<int>>();
+  ASSERT_EQ(cases[1]["name"], "multi_tile");
+  EXPECT_EQ(j["token_ids"].get<std::vector<int>>(),
+            std::vector<int>(greedy.begin(), greedy.begin() + 12));
+  EXPECT_EQ(j["usage"]["visual_tokens_before"].get<int>(), 49);
 }
 
 }  // namespace

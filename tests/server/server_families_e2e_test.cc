@@ -2,9 +2,11 @@
 // Mixtral, PhiMoE, DeepSeek-V2/V3, GPT-OSS) served by the real server on the CPU
 // backend, under an offload budget: a golden chat sent as a GenerateRequest
 // streams back transformers' greedy tokens, and GetModelInfo names the family.
+// DeepSeek-VL2 likewise with its golden images sent as PNG files.
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/server.h"
@@ -73,6 +75,61 @@ TEST(ServerFamiliesE2eTest, EachFamilyStreamsTransformersGreedyTokens) {
     ASSERT_TRUE(got.status.ok()) << got.status.error_message();
     const std::vector<int> greedy = cases[0]["greedy_ids"].get<std::vector<int>>();
     EXPECT_EQ(got.token_ids, std::vector<int>(greedy.begin(), greedy.begin() + kTokens));
+    EXPECT_GT(got.final.offload().bytes_h2d(), 0u);
+  }
+}
+
+TEST(ServerFamiliesE2eTest, DeepseekVl2AnswersImageRequestsWithThePublishedTokens) {
+  constexpr int kTokens = 12;
+  const std::string fixtures = vismoe::testing::FixturesDir();
+  const nlohmann::json cases =
+      vismoe::testing::ReadJsonFile(fixtures + "/golden/deepseek_vl2_mla_cases.json");
+  ServerOptions o = vismoe::testing::LoopbackOptions(fixtures + "/tiny-deepseek-vl2-mla");
+  o.backend = "cpu";
+  o.max_context_tokens = 256;
+  EngineOptions sizes;
+  sizes.model_path = o.model;
+  sizes.max_context_tokens = o.max_context_tokens;
+  o.gpu_memory_budget = vismoe::testing::OffloadBudget(sizes, 1, 3);
+  o.pinned_layers = 1;
+  auto server = VismoeServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::Status loaded = (*server)->LoadModel();
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto stub = vismoe::testing::MakeStub((*server)->port());
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model_type(), "deepseek_vl_v2");
+  EXPECT_TRUE(info.has_vision());
+  for (const char* name : {"multi_tile", "two_images"}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* c = nullptr;
+    for (const nlohmann::json& k : cases) {
+      if (k["name"] == name) c = &k;
+    }
+    ASSERT_NE(c, nullptr);
+    // The user turn: its images as PNG parts where "<image>" stands.
+    v1::GenerateRequest r;
+    v1::ChatMessage* msg = r.add_messages();
+    msg->set_role("user");
+    const std::vector<std::string> pieces =
+        absl::StrSplit((*c)["messages"][0]["content"].get<std::string>(), "<image>");
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      if (!pieces[p].empty()) msg->add_parts()->set_text(pieces[p]);
+      if (p + 1 == pieces.size()) break;
+      const std::string file = (*c)["image_names"][p].get<std::string>();
+      msg->add_parts()->mutable_image()->set_data(
+          vismoe::testing::ReadTextFile(fixtures + "/golden/images/" + file));
+    }
+    r.mutable_sampling()->set_max_new_tokens(kTokens);
+    const vismoe::testing::StreamResult got = vismoe::testing::RunGenerate(*stub, r);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    const std::vector<int> greedy = (*c)["greedy_ids"].get<std::vector<int>>();
+    EXPECT_EQ(got.token_ids, std::vector<int>(greedy.begin(), greedy.begin() + kTokens));
+    int visual = 0;
+    for (const nlohmann::json& n : (*c)["num_image_tokens"]) visual += n.get<int>();
+    EXPECT_EQ(got.final.usage().visual_tokens_before(), visual);
     EXPECT_GT(got.final.offload().bytes_h2d(), 0u);
   }
 }

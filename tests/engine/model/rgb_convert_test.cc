@@ -22,11 +22,13 @@ TEST(RgbConvertTest, AllLayouts) {
   auto g = ToRgb(gray.data(), gray.size(), 2, 1, 1);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(g->pixels, (std::vector<uint8_t>{7, 7, 7, 9, 9, 9}));
+  EXPECT_TRUE(g->alpha_dropped.empty());
 
   const std::vector<uint8_t> la = {0, 128};
   auto l = ToRgb(la.data(), la.size(), 1, 1, 2);
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->pixels, (std::vector<uint8_t>{127, 127, 127}));
+  EXPECT_EQ(l->alpha_dropped, (std::vector<uint8_t>{0, 0, 0}));  // PIL's LA -> RGB
 
   const std::vector<uint8_t> rgba = {10, 20, 30, 255, 10, 20, 30, 0};
   auto r = ToRgb(rgba.data(), rgba.size(), 1, 2, 4);
@@ -34,6 +36,9 @@ TEST(RgbConvertTest, AllLayouts) {
   EXPECT_EQ(r->width, 1);
   EXPECT_EQ(r->height, 2);
   EXPECT_EQ(r->pixels, (std::vector<uint8_t>{10, 20, 30, 255, 255, 255}));
+  EXPECT_EQ(r->alpha_dropped, (std::vector<uint8_t>{10, 20, 30, 10, 20, 30}));
+  const std::vector<uint8_t> rgb = {1, 2, 3};
+  EXPECT_TRUE(ToRgb(rgb.data(), rgb.size(), 1, 1, 3)->alpha_dropped.empty());
 }
 
 TEST(RgbConvertTest, RejectsBadLayouts) {

@@ -172,22 +172,6 @@ void CheckEveryOffloadPolicy(const std::string& fixture, const std::string& gold
   }
 }
 
-// A DeepSeek-VL2 checkpoint parses and its model runs in the parity tests,
-// but the engine refuses to serve it until its image path and conversation
-// format are in: anything else would answer through the wrong prompt.
-TEST(EngineTextFamiliesTest, DeepseekVl2IsRefusedByName) {
-  EngineOptions o;
-  o.model_path = testing::FixturesDir() + "/tiny-deepseek-vl2";
-  o.backend = "cpu";
-  o.num_threads = 1;
-  o.max_context_tokens = 256;
-  auto engine = Engine::Create(o);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(std::string(engine.status().message()).find("deepseek_vl_v2"), std::string::npos)
-      << engine.status();
-}
-
 // DeepSeek (#33) and GPT-OSS with MXFP4 experts (#34) under every offload
 // policy: the exact ones (LFU / guarded eviction with a lookahead predictor,
 // host computation of misses, the MELINOE preload, a static host layer)
