@@ -37,8 +37,8 @@ std::vector<uint8_t> Vl2Canvas(const RgbImage& image, Vl2Size canvas, const Vl2P
   const std::vector<uint8_t> resized =
       (p.resized.width == image.width && p.resized.height == image.height)
           ? image.pixels
-          : ResizeBicubicAntialias(image.pixels.data(), image.height, image.width, 3,
-                                   p.resized.height, p.resized.width);
+          : ResizeBicubicPillow(image.pixels.data(), image.height, image.width, 3, p.resized.height,
+                                p.resized.width);
   const size_t row_bytes = static_cast<size_t>(p.resized.width) * 3;
   for (int y = 0; y < p.resized.height; ++y) {
     std::memcpy(out.data() + (static_cast<size_t>(p.y + y) * canvas.width + p.x) * 3,

@@ -2,7 +2,7 @@
 // (engine/model/deepseek_vl2.md): the global view (the image padded to one
 // tile) then the local canvas (padded to the planned resolution) cut into
 // tiles row by row; each canvas is filled with grey 127 and the image is
-// resized onto it with Pillow's bicubic (ResizeBicubicAntialias) at the
+// resized onto it with Pillow's bicubic (ResizeBicubicPillow) at the
 // placement the plan gives (engine/model/image/vl2_tiling.h).
 // Thread safety: pure functions.
 #ifndef VISMOE_ENGINE_MODEL_IMAGE_VL2_TILES_H_

@@ -1,7 +1,8 @@
 // Parity of the image preprocessor with the transformers processor the
 // fixtures were made with (golden/images.json names its class): each golden
 // image file is decoded, converted to RGB as transformers' convert_to_rgb does, and
-// its patches compared with golden/pixel_values.safetensors (stored F16).
+// its patches compared with golden/pixel_values.safetensors (stored F16):
+// equal but for the F16 rounding.
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -66,8 +67,11 @@ TEST(ImagePreprocessorParityTest, MatchesTransformersPixelValues) {
       max_diff = std::max(max_diff, d);
     }
     const double mean = sum / static_cast<double>(want.size());
-    EXPECT_LE(mean, 1e-3);
-    EXPECT_LE(max_diff, 0.02);
+    // Equal up to the goldens' F16 rounding (half a step is 4.9e-4 below
+    // 2.0): torch's fixed-point resize is reproduced bit for bit, and one
+    // pixel level would be ~0.015 here.
+    EXPECT_LE(mean, 2e-4);
+    EXPECT_LE(max_diff, 4.9e-4);
     std::printf("%s: %zu values, mean |diff| %.3g, max |diff| %.3g\n", name.c_str(), want.size(),
                 mean, max_diff);
   }

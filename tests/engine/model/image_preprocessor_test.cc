@@ -203,5 +203,35 @@ TEST(ImageResizeTest, MatchesTorchOnSmallImages) {
                                   122, 142, 152, 255, 233, 162, 164, 190, 210, 220}));
 }
 
+// Images on which the fixed point decides a level: an fp64 filter gives 126
+// where torch's int16 weights give 125 (7th value), and 175 where Pillow's
+// 22-bit weights give 176 (6th value); and one where Pillow (>= 13.0) runs
+// the vertical pass first because the height shrinks by more than twice as
+// many pixels as the width. Expected values from torchvision 0.29 /
+// Pillow 13.0 on these very arrays.
+TEST(ImageResizeTest, FixedPointAndPassOrderAsTorchAndPillow) {
+  const std::vector<uint8_t> torch_in = {144, 184, 24,  38, 129, 1,   202, 255, 85,  54, 228,
+                                         48,  127, 169, 1,  167, 109, 247, 16,  192, 78};
+  EXPECT_EQ(ResizeBicubicAntialias(torch_in.data(), 3, 7, 1, 5, 4),
+            (std::vector<uint8_t>{162, 52,  69,  112, 171, 71,  87, 125, 172, 106,
+                                  116, 144, 107, 148, 119, 131, 63, 173, 118, 120}));
+  const std::vector<uint8_t> pillow_in = {223, 185, 254, 13, 119, 192, 72, 127, 226, 132, 183,
+                                          8,   85,  224, 4,  49,  7,   65, 140, 216, 177};
+  const std::vector<uint8_t> pillow_out = {217, 168, 101, 129, 205, 176, 83, 138, 170, 171,
+                                           64,  156, 72,  78,  109, 184, 11, 16,  140, 201};
+  EXPECT_EQ(ResizeBicubicPillow(pillow_in.data(), 3, 7, 1, 5, 4), pillow_out);
+  std::vector<uint8_t> torch_out = pillow_out;
+  torch_out[5] = 175;
+  EXPECT_EQ(ResizeBicubicAntialias(pillow_in.data(), 3, 7, 1, 5, 4), torch_out);
+  const std::vector<uint8_t> tall = {78,  204, 64,  34,  16,  250, 233, 32,  103, 122, 13,  204,
+                                     138, 172, 208, 127, 124, 100, 12,  151, 222, 203, 251, 153,
+                                     211, 235, 80,  182, 176, 41,  88,  7,   141, 241, 73,  124};
+  EXPECT_EQ(ResizeBicubicPillow(tall.data(), 9, 4, 1, 2, 3),
+            (std::vector<uint8_t>{119, 153, 114, 181, 136, 119}));
+  // The same weights horizontal first (as torch orders its passes) differ.
+  EXPECT_NE(ResizeBicubicAntialias(tall.data(), 9, 4, 1, 2, 3),
+            (std::vector<uint8_t>{119, 153, 114, 181, 136, 119}));
+}
+
 }  // namespace
 }  // namespace vismoe
