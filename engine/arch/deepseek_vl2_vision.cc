@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<DeepseekVl2Vision>> DeepseekVl2Vision::Create(
   return v;
 }
 
-void DeepseekVl2Vision::RunBlock(const Block& b, float* x, int64_t n) const {
+void DeepseekVl2Vision::RunBlock(const Block& b, float* x, int64_t n, float* key_saliency) const {
   const int64_t w = config_.width, f = config_.mlp_dim;
   const int hd = static_cast<int>(w / config_.heads);
   std::vector<float> h(n * w), qkv(n * 3 * w), attn(n * w), mid(n * f);
@@ -79,7 +79,7 @@ void DeepseekVl2Vision::RunBlock(const Block& b, float* x, int64_t n) const {
   shape.head_dim = hd;
   shape.q_row_stride = shape.kv_row_stride = 3 * w;  // rows of qkv: q, k, v thirds
   cpu::Attention(pool_, shape, qkv.data(), n, qkv.data() + w, qkv.data() + 2 * w, n,
-                 /*causal=*/false, 0, attn.data());
+                 /*causal=*/false, 0, attn.data(), key_saliency);
   cpu::Linear(pool_, attn.data(), n, w, b.proj_w, &b.proj_b, h.data());
   for (int64_t i = 0; i < n * w; ++i) x[i] += h[i];
   cpu::LayerNorm(pool_, x, n, w, b.norm2_w, b.norm2_b, config_.eps, h.data());
@@ -89,7 +89,8 @@ void DeepseekVl2Vision::RunBlock(const Block& b, float* x, int64_t n) const {
   for (int64_t i = 0; i < n * w; ++i) x[i] += h[i];
 }
 
-absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const float> tiles) const {
+absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(
+    absl::Span<const float> tiles, std::vector<float>* patch_saliency) const {
   const int64_t s = config_.image_size, p = config_.patch_size, g = config_.grid();
   const int64_t w = config_.width, n = g * g, pd = 3 * p * p;
   const int64_t tile_floats = 3 * s * s;
@@ -99,6 +100,7 @@ absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const fl
   }
   const int64_t count = static_cast<int64_t>(tiles.size()) / tile_floats;
   std::vector<float> out(count * n * w), patches(n * pd), x(n * w);
+  if (patch_saliency != nullptr) patch_saliency->assign(count * n, 0.0f);
   for (int64_t t = 0; t < count; ++t) {
     const float* tile = tiles.data() + t * tile_floats;
     // Patch (py, px) flattened as the convolution's weight: channel, row, column.
@@ -115,7 +117,10 @@ absl::StatusOr<std::vector<float>> DeepseekVl2Vision::Encode(absl::Span<const fl
     }
     cpu::Linear(pool_, patches.data(), n, pd, patch_w_, &patch_b_, x.data());
     for (int64_t i = 0; i < n * w; ++i) x[i] += pos_[i];
-    for (const Block& b : blocks_) RunBlock(b, x.data(), n);
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      const bool last = l + 1 == blocks_.size() && patch_saliency != nullptr;
+      RunBlock(blocks_[l], x.data(), n, last ? patch_saliency->data() + t * n : nullptr);
+    }
     cpu::LayerNorm(pool_, x.data(), n, w, norm_w_, norm_b_, config_.eps, out.data() + t * n * w);
   }
   return out;
@@ -160,38 +165,57 @@ std::vector<float> DeepseekVl2Vision::Project(absl::Span<const float> features) 
   return out;
 }
 
-std::vector<float> DeepseekVl2Vision::Layout(absl::Span<const float> projected,
-                                             const Vl2Tiling& plan) const {
-  const int64_t d = config_.n_embed, s = config_.side();
-  std::vector<float> out;
-  auto push = [&](const float* row) { out.insert(out.end(), row, row + d); };
-  auto token = [&](int64_t tile, int64_t r, int64_t c) {
-    return projected.data() + ((tile * s + r) * s + c) * d;
-  };
+std::vector<int64_t> DeepseekVl2Vision::LayoutOrder(const Vl2Tiling& plan) const {
+  const int64_t s = config_.side();
+  std::vector<int64_t> order;
+  auto token = [&](int64_t tile, int64_t r, int64_t c) { return (tile * s + r) * s + c; };
   auto global = [&] {
     for (int64_t r = 0; r < s; ++r) {
-      for (int64_t c = 0; c < s; ++c) push(token(0, r, c));
-      push(newline_.data());
+      for (int64_t c = 0; c < s; ++c) order.push_back(token(0, r, c));
+      order.push_back(kNewline);
     }
   };
   auto local = [&] {
     const int64_t nw = plan.width_tiles;
     for (int64_t row = 0; row < plan.height_tiles * s; ++row) {
       for (int64_t col = 0; col < nw * s; ++col) {
-        push(token(1 + (row / s) * nw + col / s, row % s, col % s));
+        order.push_back(token(1 + (row / s) * nw + col / s, row % s, col % s));
       }
-      push(newline_.data());
+      order.push_back(kNewline);
     }
   };
   if (config_.global_view_head) {
     global();
-    push(separator_.data());
+    order.push_back(kSeparator);
     local();
   } else {
     local();
-    push(separator_.data());
+    order.push_back(kSeparator);
     global();
   }
+  return order;
+}
+
+std::vector<float> DeepseekVl2Vision::Layout(absl::Span<const float> projected,
+                                             const Vl2Tiling& plan) const {
+  const int64_t d = config_.n_embed;
+  std::vector<float> out;
+  for (const int64_t t : LayoutOrder(plan)) {
+    const float* row = t == kNewline     ? newline_.data()
+                       : t == kSeparator ? separator_.data()
+                                         : projected.data() + t * d;
+    out.insert(out.end(), row, row + d);
+  }
+  return out;
+}
+
+std::vector<float> DeepseekVl2Vision::TokenSaliency(const float* patch_saliency) const {
+  const int64_t g = config_.grid(), r = config_.downsample, side = config_.side();
+  std::vector<float> out(side * side, 0.0f);
+  for (int64_t y = 0; y < g; ++y) {
+    for (int64_t x = 0; x < g; ++x) out[(y / r) * side + x / r] += patch_saliency[y * g + x];
+  }
+  for (float& v : out) v /= static_cast<float>(r * r);
   return out;
 }
 
@@ -221,8 +245,10 @@ absl::StatusOr<VisionOutput> DeepseekVl2Vision::Forward(absl::Span<const float> 
   int64_t first = 0;
   for (const GridThw& g : grids) {
     const int64_t n = 1 + g.h * g.w;
-    VISMOE_ASSIGN_OR_RETURN(const std::vector<float> features,
-                            Encode(tiles.subspan(first * patch_dim(), n * patch_dim())));
+    std::vector<float> patch_saliency;
+    VISMOE_ASSIGN_OR_RETURN(
+        const std::vector<float> features,
+        Encode(tiles.subspan(first * patch_dim(), n * patch_dim()), &patch_saliency));
     const std::vector<float> projected = Project(features);
     Vl2Tiling plan;
     plan.width_tiles = static_cast<int>(g.w);
@@ -230,6 +256,16 @@ absl::StatusOr<VisionOutput> DeepseekVl2Vision::Forward(absl::Span<const float> 
     const std::vector<float> rows =
         Layout(absl::MakeConstSpan(projected).first(n * per_tile), plan);
     out.embeds.insert(out.embeds.end(), rows.begin(), rows.end());
+    std::vector<float> token_saliency;  // [n, side^2]
+    const int64_t patches = int64_t{config_.grid()} * config_.grid();
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<float> s = TokenSaliency(patch_saliency.data() + t * patches);
+      token_saliency.insert(token_saliency.end(), s.begin(), s.end());
+    }
+    for (const int64_t t : LayoutOrder(plan)) {
+      out.saliency.push_back(t < 0 ? 0.0f : token_saliency[t]);
+      out.layout.push_back(t < 0 ? 1 : 0);
+    }
     out.tokens_per_image.push_back(static_cast<int64_t>(rows.size()) / config_.n_embed);
     out.num_tokens += out.tokens_per_image.back();
     first += n;

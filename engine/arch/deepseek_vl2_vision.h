@@ -8,8 +8,11 @@
 // with a newline after each grid row).
 // As the engine's VisionTower, an image is its tiles and its grid is the local
 // tile grid {1, height_tiles, width_tiles} (the global view is the first
-// tile); the output rows are the image's <image> rows, layout rows included,
-// with no saliency (token compression is refused for this family).
+// tile); the output rows are the image's <image> rows, layout rows included
+// and marked (VisionOutput::layout). A token's saliency is, as Qwen3-VL's,
+// the mean over its 2 x 2 patches of the attention they receive in the last
+// block (averaged over heads and the tile's queries; a padded patch counts as
+// 0), so each tile's tokens sum to 1/4; layout rows have 0.
 // Written over the CPU ops directly: VisionOps (engine/backend/vision_ops.h)
 // is Qwen3-VL's tower (rotary, mergers); this tower moves onto backend ops
 // when the family runs on CUDA.
@@ -53,13 +56,21 @@ class DeepseekVl2Vision final : public VisionTower {
   const char* backend() const override { return "cpu"; }
 
   // tiles [T, 3, S, S] (the processor's, Vl2Tiles) -> the tower's output [T,
-  // grid^2, width]. InvalidArgument unless the size is a whole number of tiles.
-  absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles) const;
+  // grid^2, width]; with `patch_saliency`, also the attention each patch
+  // receives in the last block [T, grid^2] (each tile's sums to 1).
+  // InvalidArgument unless the size is a whole number of tiles.
+  absl::StatusOr<std::vector<float>> Encode(absl::Span<const float> tiles,
+                                            std::vector<float>* patch_saliency = nullptr) const;
   // [T, grid^2, width] -> [T, side^2, n_embed].
   std::vector<float> Project(absl::Span<const float> features) const;
   // One image's token rows [Vl2ImageTokens(plan), n_embed] from its projected
   // tiles [1 + width_tiles * height_tiles, side^2, n_embed] (global first).
   std::vector<float> Layout(absl::Span<const float> projected, const Vl2Tiling& plan) const;
+  // The image's rows in Layout's order: the projected token (tile * side^2 +
+  // row * side + column) each row holds, or kNewline / kSeparator.
+  std::vector<int64_t> LayoutOrder(const Vl2Tiling& plan) const;
+  static constexpr int64_t kNewline = -1;
+  static constexpr int64_t kSeparator = -2;
 
  private:
   struct Block {
@@ -67,8 +78,11 @@ class DeepseekVl2Vision final : public VisionTower {
     TensorView norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b;
   };
   DeepseekVl2Vision(const Vl2VisionConfig& c, ThreadPool* pool) : config_(c), pool_(pool) {}
-  // x [N, width] += one block, for one tile.
-  void RunBlock(const Block& b, float* x, int64_t n) const;
+  // x [N, width] += one block, for one tile; with `key_saliency` [N], the
+  // attention each patch receives.
+  void RunBlock(const Block& b, float* x, int64_t n, float* key_saliency = nullptr) const;
+  // A tile's token saliency [side^2] from its patch saliency [grid^2].
+  std::vector<float> TokenSaliency(const float* patch_saliency) const;
 
   Vl2VisionConfig config_;
   ThreadPool* pool_;

@@ -27,6 +27,10 @@ struct VisionOutput {
   // [num_tokens]: mean over the token's patches of the attention they receive;
   // a frame's patches sum to 1, so a frame's tokens sum to 1 / merge^2.
   std::vector<float> saliency;
+  // [num_tokens], or empty when there are none: 1 for a row that only marks
+  // the layout (DeepSeek-VL2's newlines and view separator). Token
+  // compression keeps these rows and ranks the others.
+  std::vector<uint8_t> layout;
 };
 
 class VisionTower {

@@ -3,8 +3,10 @@
 // top-k experts of every visual token in the MoE layers before
 // `compress_before_layer`), then, as DecoderInput::select_kept_rows, runs the
 // compressor once per image on that image's visual tokens and returns the rows
-// to keep: every text row plus the kept visual rows. Every observer hook is
-// passed on to an optional next observer.
+// to keep: every text row plus the kept visual rows. Visual rows marked as
+// layout (VisionOutput::layout: DeepSeek-VL2's newlines and view separator)
+// are always kept; the compressor ranks the others, and its keep ratio is of
+// them. Every observer hook is passed on to an optional next observer.
 //
 // Thread safety: none; used by the one thread running the forward pass.
 // Ownership: borrows the compressor, the token ids and the saliency, which
@@ -31,11 +33,12 @@ int CompressionLayer(const TextConfig& config, int pinned_moe_layers);
 class CompressionSession final : public RouterObserver {
  public:
   // tokens: the prefill ids; visual rows are those equal to image_token_id.
-  // tokens_per_image / saliency: from VisionOutput, in image order.
+  // tokens_per_image / saliency / layout: from VisionOutput, in image order
+  // (layout may be empty: no layout rows).
   CompressionSession(const TokenCompressor* compressor, absl::Span<const int> tokens,
                      int image_token_id, absl::Span<const int64_t> tokens_per_image,
                      absl::Span<const float> saliency, int compress_before_layer,
-                     RouterObserver* next = nullptr);
+                     RouterObserver* next = nullptr, absl::Span<const uint8_t> layout = {});
   CompressionSession(const CompressionSession&) = delete;
   CompressionSession& operator=(const CompressionSession&) = delete;
 
@@ -58,7 +61,8 @@ class CompressionSession final : public RouterObserver {
   }
 
   // Runs the compressor. InvalidArgument when the visual token count does not
-  // match tokens_per_image or the compressor rejects its input.
+  // match tokens_per_image (or saliency, or a non-empty layout) or the
+  // compressor rejects its input.
   absl::StatusOr<std::vector<int64_t>> KeptRows();
 
   int64_t visual_before() const { return static_cast<int64_t>(visual_rows_.size()); }
@@ -72,6 +76,7 @@ class CompressionSession final : public RouterObserver {
   absl::Span<const int> tokens_;
   std::vector<int64_t> tokens_per_image_;
   absl::Span<const float> saliency_;
+  absl::Span<const uint8_t> layout_;
   int compress_before_layer_;
   RouterObserver* next_;
   std::vector<int64_t> visual_rows_;       // prompt row of each visual token
@@ -81,6 +86,11 @@ class CompressionSession final : public RouterObserver {
   int64_t visual_after_ = 0;
   std::vector<int64_t> kept_visual_;
   double seconds_ = 0;
+
+  // The compressor's choice among one image's ranked rows (`first` its first
+  // visual token): their indices within the image, ascending.
+  absl::StatusOr<std::vector<int64_t>> SelectRanked(int64_t first,
+                                                    const std::vector<int64_t>& ranked) const;
 };
 
 }  // namespace vismoe

@@ -378,12 +378,6 @@ absl::Status LocalEngine::SetUpCompression() {
 absl::Status LocalEngine::CheckCompressionRouting(const TokenCompressorOptions& co,
                                                   absl::string_view setting) const {
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<TokenCompressor> compressor, MakeTokenCompressor(co));
-  if (config_.vl2_vision.has_value() && std::string_view(compressor->name()) != "none") {
-    // Its tower records no saliency, and its newline / view-separator rows
-    // would need a rule of their own.
-    return absl::FailedPreconditionError(absl::StrCat(
-        setting, " \"", co.kind, "\": token compression is not supported for DeepSeek-VL2 yet"));
-  }
   if (!compressor->needs_routing()) return absl::OkStatus();
   for (int l = 0; l < compress_layer_; ++l) {
     if (config_.text.IsMoeLayer(l)) return absl::OkStatus();

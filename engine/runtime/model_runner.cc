@@ -96,7 +96,8 @@ absl::Status ModelRunner::SetUpCompression(Sequence* seq) {
   VISMOE_ASSIGN_OR_RETURN(seq->compressor, MakeTokenCompressor(seq->prepared.compression));
   seq->compression = std::make_unique<CompressionSession>(
       seq->compressor.get(), seq->prepared.prompt.ids, p_.image_token_id,
-      seq->vision.tokens_per_image, seq->vision.saliency, p_.compress_layer, seq->observers());
+      seq->vision.tokens_per_image, seq->vision.saliency, p_.compress_layer, seq->observers(),
+      seq->vision.layout);
   return absl::OkStatus();
 }
 

@@ -102,6 +102,59 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
   EXPECT_GE(images, 10);
 }
 
+// As the engine's VisionTower: the golden image rows in order, the newline and
+// view-separator rows marked as layout with saliency 0, and each tile's tokens
+// carrying a quarter of the attention its patches receive.
+TEST(DeepseekVl2VisionParityTest, ForwardMarksLayoutRowsAndCarriesSaliency) {
+  ThreadPool pool(2);
+  const std::string dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
+  absl::StatusOr<Vl2VisionConfig> config =
+      Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto vision = DeepseekVl2Vision::Create(*config, **ckpt, &pool);
+  ASSERT_TRUE(vision.ok()) << vision.status();
+  auto pixels = SafetensorsFile::Open(testing::FixturesDir() +
+                                      "/golden/deepseek_vl2_pixel_values.safetensors");
+  auto golden =
+      SafetensorsFile::Open(testing::FixturesDir() + "/golden/deepseek_vl2_vision.safetensors");
+  ASSERT_TRUE(pixels.ok() && golden.ok());
+  // two_images: one tile (1 x 1) and a 1 x 9 column of tiles.
+  const std::vector<GridThw> grids = {{1, 1, 1}, {1, 9, 1}};
+  absl::StatusOr<VisionOutput> out = (*vision)->Forward(Floats(**pixels, "two_images"), grids);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectClose(out->embeds, Floats(**golden, "two_images.image_embeds"), "Forward");
+  const int64_t side = config->side(), d = config->n_embed;
+  ASSERT_EQ(out->tokens_per_image, (std::vector<int64_t>{13, 61}));
+  ASSERT_EQ(out->saliency.size(), 74u);
+  ASSERT_EQ(out->layout.size(), 74u);
+  int64_t first = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    int64_t layout = 0;
+    double content = 0;
+    for (int64_t t = first; t < first + out->tokens_per_image[i]; ++t) {
+      EXPECT_GE(out->saliency[t], 0.0f);
+      if (out->layout[t] == 0) {
+        content += out->saliency[t];
+        continue;
+      }
+      ++layout;
+      EXPECT_EQ(out->saliency[t], 0.0f);
+      // A layout row is the newline or the view separator itself.
+      const float* row = out->embeds.data() + t * d;
+      EXPECT_TRUE(std::equal(row, row + d, out->embeds.data() + (first + side) * d) ||
+                  std::equal(row, row + d, out->embeds.data() + (first + side * (side + 1)) * d))
+          << t;
+    }
+    EXPECT_EQ(layout, side + 1 + grids[i].h * side);  // newlines of both views + the separator
+    EXPECT_NEAR(content, (1 + grids[i].h * grids[i].w) / 4.0, 1e-5);
+    first += out->tokens_per_image[i];
+  }
+  // A grid that is not the tiles' is refused.
+  EXPECT_FALSE((*vision)->Forward(Floats(**pixels, "two_images"), {{1, 2, 2}}).ok());
+}
+
 TEST(DeepseekVl2VisionTest, ConfigRefusalsNameTheField) {
   const std::string dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
   const nlohmann::json good = nlohmann::json::parse(testing::ReadTextFile(dir + "/config.json"));

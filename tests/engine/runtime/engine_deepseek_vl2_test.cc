@@ -3,7 +3,8 @@
 // SigLIP tower and projector, the published conversation format, the
 // tokenizer's end token) and answer the published model's greedy tokens, all
 // resident and under an offload budget, alone and batched; what the family
-// does not take is refused with a clear error.
+// does not take is refused with a clear error; token compression keeps its
+// layout rows.
 #include <algorithm>
 #include <future>
 #include <string>
@@ -140,10 +141,6 @@ TEST(EngineDeepseekVl2Test, RefusesWhatTheFamilyDoesNotTake) {
     EXPECT_EQ(got.status().code(), code) << got.status();
     EXPECT_NE(std::string(got.status().message()).find(text), std::string::npos) << got.status();
   };
-  GenerateRequest compress = RequestFromCase(cases[0]);
-  compress.policy.token_compressor = "random";
-  compress.policy.keep_ratio = 0.5f;
-  expect(compress, absl::StatusCode::kFailedPrecondition, "not supported for DeepSeek-VL2");
   GenerateRequest assistant_image = RequestFromCase(cases[4]);  // multi_turn
   assistant_image.messages[2].content.push_back({ContentPart::Kind::kImage, "", 0});
   expect(assistant_image, absl::StatusCode::kInvalidArgument, "images in user turns only");
@@ -166,15 +163,44 @@ TEST(EngineDeepseekVl2Test, RefusesWhatTheFamilyDoesNotTake) {
   EXPECT_EQ(r->token_ids, Greedy(cases[0]));
 
   EngineOptions o = Options("tiny-deepseek-vl2");
-  o.compression.kind = "saliency";
+  o.synthetic_weights = true;
   auto refused = Engine::Create(o);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
-  o = Options("tiny-deepseek-vl2");
-  o.synthetic_weights = true;
-  refused = Engine::Create(o);
-  ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented) << refused.status();
+}
+
+// VisMMOE's token compression on VL2's visual tokens: the keep ratio is of
+// the image rows; the newline and view-separator rows stay (the 2-D layout
+// the language model reads). multi_tile's image is 49 rows: 9 of layout
+// (two global newlines, the separator, six local ones) and 40 ranked.
+TEST(EngineDeepseekVl2Test, CompressesImageRowsAndKeepsTheLayoutRows) {
+  const nlohmann::json cases =
+      testing::ReadJsonFile(testing::FixturesDir() + "/golden/deepseek_vl2_cases.json");
+  ASSERT_EQ(cases[1].at("name"), "multi_tile");
+  auto engine = Engine::Create(Options("tiny-deepseek-vl2"));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (const char* kind : {"random", "saliency", "affinity"}) {
+    SCOPED_TRACE(kind);
+    GenerateRequest r = RequestFromCase(cases[1]);
+    r.policy.token_compressor = kind;
+    r.policy.keep_ratio = 0.5f;
+    auto got = (*engine)->Generate(r, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->usage.visual_tokens_before, 49);
+    EXPECT_EQ(got->usage.visual_tokens_after, 9 + 20);
+    EXPECT_EQ(got->token_ids.size(), static_cast<size_t>(kTokens));
+    // The whole prompt's positions stay: the compressed prompt is shorter,
+    // the answer's first position is not.
+    EXPECT_EQ(got->usage.prompt_tokens, static_cast<int>(cases[1].at("input_ids").size()));
+  }
+  // Keeping every row is the uncompressed answer.
+  GenerateRequest all = RequestFromCase(cases[1]);
+  all.policy.token_compressor = "saliency";
+  all.policy.keep_ratio = 1.0f;
+  auto got = (*engine)->Generate(all, {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->usage.visual_tokens_after, 49);
+  EXPECT_EQ(got->token_ids, Greedy(cases[1]));
 }
 
 }  // namespace
