@@ -64,6 +64,7 @@ nlohmann::json OutcomeToJson(const GenerateOutcome& outcome) {
   const vismoe::v1::OffloadStats& o = f.offload();
   return nlohmann::json{
       {"text", outcome.text},
+      {"reasoning", outcome.reasoning},
       {"token_ids", outcome.token_ids},
       {"finish_reason", FinishReasonName(f.finish_reason())},
       {"request_id", f.request_id()},

@@ -30,6 +30,7 @@ GenerateOutcome RunGenerate(vismoe::v1::InferenceService::StubInterface* stub,
       if (out.ttft_seconds < 0 && delta.token_ids_size() > 0)
         out.ttft_seconds = SecondsSince(start);
       out.text += delta.text();
+      out.reasoning += delta.reasoning();
       out.token_ids.insert(out.token_ids.end(), delta.token_ids().begin(), delta.token_ids().end());
       if (out.has_final) extra_after_final = true;
       if (on_delta) on_delta(delta);

@@ -19,6 +19,7 @@ namespace vismoe::client {
 struct GenerateOutcome {
   grpc::Status status;
   std::string text;                // concatenated deltas
+  std::string reasoning;           // concatenated deltas' reasoning (reasoning models)
   std::vector<int32_t> token_ids;  // concatenated deltas
   bool has_final = false;
   vismoe::v1::FinalResult final_result;

@@ -44,6 +44,7 @@ bool ChatCall::OnDelta(const TokenDelta& delta) {
   {
     absl::MutexLock lock(&mu_);
     pending_ += delta.text;
+    pending_reasoning_ += delta.reasoning;
   }
   return !client_gone_.load();
 }
@@ -70,11 +71,12 @@ void ChatCall::OnDone(absl::StatusOr<GenerateResult> result, double queue_second
   }
 }
 
-absl::StatusOr<v1::FinalResult> ChatCall::Wait(std::string* text) {
+absl::StatusOr<v1::FinalResult> ChatCall::Wait(std::string* text, std::string* reasoning) {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
   if (!status_.ok()) return status_;
   *text = std::move(pending_);
+  *reasoning = std::move(pending_reasoning_);
   return final_;
 }
 
@@ -86,12 +88,15 @@ std::string ChatCall::NextEvents(absl::Duration wait, bool* finished) {
     role_sent_ = true;
   }
   absl::MutexLock lock(&mu_);
-  const auto ready = [this]()
-                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || !pending_.empty(); };
+  const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ || !pending_.empty() || !pending_reasoning_.empty();
+  };
   if (out.empty()) mu_.AwaitWithTimeout(absl::Condition(&ready), wait);
-  if (!pending_.empty()) {
-    absl::StrAppend(&out, ChunkEvent(header_, pending_, false, nullptr, parsed_.include_usage));
+  if (!pending_.empty() || !pending_reasoning_.empty()) {
+    absl::StrAppend(&out, ChunkEvent(header_, pending_, false, nullptr, parsed_.include_usage,
+                                     pending_reasoning_));
     pending_.clear();
+    pending_reasoning_.clear();
   }
   *finished = done_;
   if (!done_) return out;

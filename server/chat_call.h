@@ -38,8 +38,8 @@ class ChatCall : public std::enable_shared_from_this<ChatCall> {
   absl::Status Submit(const ServingBackend& backend);
 
   // Blocks until the request ended: its final result (the whole text in
-  // `text`) or its error.
-  absl::StatusOr<v1::FinalResult> Wait(std::string* text);
+  // `text`, the reasoning in `reasoning`) or its error.
+  absl::StatusOr<v1::FinalResult> Wait(std::string* text, std::string* reasoning);
 
   // Streaming: the SSE events accumulated since the last call, waiting up to
   // `wait` for something to send; "" when nothing came. `*finished` is set
@@ -67,7 +67,8 @@ class ChatCall : public std::enable_shared_from_this<ChatCall> {
   std::atomic<bool> client_gone_{false};
 
   absl::Mutex mu_;
-  std::string pending_ ABSL_GUARDED_BY(mu_);  // text not yet taken
+  std::string pending_ ABSL_GUARDED_BY(mu_);            // text not yet taken
+  std::string pending_reasoning_ ABSL_GUARDED_BY(mu_);  // reasoning not yet taken
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   v1::FinalResult final_ ABSL_GUARDED_BY(mu_);

@@ -264,13 +264,13 @@ void HttpApi::HandleChat(const httplib::Request& req, httplib::Response& res,
     return;
   }
   if (!stream) {
-    std::string text;
-    absl::StatusOr<v1::FinalResult> final = call->Wait(&text);
+    std::string text, reasoning;
+    absl::StatusOr<v1::FinalResult> final = call->Wait(&text, &reasoning);
     if (!final.ok()) {
       ReplyError(res, final.status(), ToHttpStatus(final.status().code()), request_id, false);
       return;
     }
-    res.set_content(ChatCompletionJson(header, text, *final), kJson);
+    res.set_content(ChatCompletionJson(header, text, *final, reasoning), kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");

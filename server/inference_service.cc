@@ -167,10 +167,12 @@ class GenerateReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, g
           pending_.back().has_delta()) {
         v1::TokenDelta* last = pending_.back().mutable_delta();
         last->mutable_text()->append(delta.text);
+        last->mutable_reasoning()->append(delta.reasoning);
         for (int id : delta.token_ids) last->add_token_ids(id);
       } else {
         v1::GenerateResponse msg;
         msg.mutable_delta()->set_text(delta.text);
+        msg.mutable_delta()->set_reasoning(delta.reasoning);
         for (int id : delta.token_ids) msg.mutable_delta()->add_token_ids(id);
         pending_.push_back(std::move(msg));
       }

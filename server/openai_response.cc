@@ -41,22 +41,25 @@ const char* OpenAiFinishReason(v1::FinishReason reason) {
 }
 
 std::string ChatCompletionJson(const CompletionHeader& header, absl::string_view text,
-                               const v1::FinalResult& final) {
+                               const v1::FinalResult& final, absl::string_view reasoning) {
   json body = Header(header, "chat.completion");
-  body["choices"] =
-      json::array({{{"index", 0},
-                    {"message", {{"role", "assistant"}, {"content", std::string(text)}}},
-                    {"logprobs", nullptr},
-                    {"finish_reason", OpenAiFinishReason(final.finish_reason())}}});
+  json message = {{"role", "assistant"}, {"content", std::string(text)}};
+  if (!reasoning.empty()) message["reasoning_content"] = std::string(reasoning);
+  body["choices"] = json::array({{{"index", 0},
+                                  {"message", message},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", OpenAiFinishReason(final.finish_reason())}}});
   body["usage"] = Usage(final.usage());
   body["vismoe"] = Extension(final);
   return Dump(body);
 }
 
 std::string ChunkEvent(const CompletionHeader& header, absl::string_view text, bool first,
-                       const v1::FinalResult* final, bool include_usage) {
+                       const v1::FinalResult* final, bool include_usage,
+                       absl::string_view reasoning) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
+  if (!reasoning.empty()) delta["reasoning_content"] = std::string(reasoning);
   if (!text.empty() || first) delta["content"] = std::string(text);
   json chunk = Header(header, "chat.completion.chunk");
   chunk["choices"] = json::array(

@@ -30,16 +30,20 @@ struct CompletionHeader {
 // "length" (max tokens reached).
 const char* OpenAiFinishReason(v1::FinishReason reason);
 
-// POST /v1/chat/completions without streaming.
+// POST /v1/chat/completions without streaming. A reasoning model's reasoning
+// (GPT-OSS's analysis channel) goes in message.reasoning_content, as vLLM and
+// DeepSeek's API put it, when there is any.
 std::string ChatCompletionJson(const CompletionHeader& header, absl::string_view text,
-                               const v1::FinalResult& final);
+                               const v1::FinalResult& final, absl::string_view reasoning = "");
 
 // One SSE event ("data: {...}\n\n") of a streamed completion. The first
 // carries role "assistant" (`first`), the last `final` (its finish reason and
 // the "vismoe" details). With `include_usage` every chunk has "usage": null,
-// as OpenAI sends it, and UsageEvent follows the last.
+// as OpenAI sends it, and UsageEvent follows the last. Reasoning goes in
+// delta.reasoning_content when there is any.
 std::string ChunkEvent(const CompletionHeader& header, absl::string_view text, bool first,
-                       const v1::FinalResult* final, bool include_usage);
+                       const v1::FinalResult* final, bool include_usage,
+                       absl::string_view reasoning = "");
 // The usage chunk of stream_options.include_usage: no choices, the usage.
 std::string UsageEvent(const CompletionHeader& header, const v1::FinalResult& final);
 // The event of an error after the stream started, then OpenAI's end marker.

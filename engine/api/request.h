@@ -72,7 +72,10 @@ struct RequestTimings {
 struct GenerateResult {
   FinishReason finish_reason = FinishReason::kEos;
   std::vector<int> token_ids;  // completion ids (no prompt)
-  std::string text;            // decoded completion, stop string removed
+  std::string text;            // decoded completion (the answer), stop string removed
+  // A reasoning model's reasoning, apart from the answer (GPT-OSS's harmony
+  // "analysis" channel); empty for other models.
+  std::string reasoning;
   RequestUsage usage;
   RequestTimings timings;
   OffloadStats offload;
@@ -86,7 +89,8 @@ struct GenerateResult {
 
 // Streamed piece of output: newly complete UTF-8 text and the ids behind it.
 struct TokenDelta {
-  std::string text;
+  std::string text;       // of the answer
+  std::string reasoning;  // of the reasoning (GenerateResult::reasoning)
   std::vector<int> token_ids;
 };
 

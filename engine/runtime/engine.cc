@@ -222,6 +222,11 @@ absl::Status LocalEngine::LoadFiles() {
     VISMOE_ASSIGN_OR_RETURN(checkpoint_, Checkpoint::Open(dir));
   }
   VISMOE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(dir));
+  if (config_.model_type == "gpt_oss") {
+    // Its replies are harmony messages: reasoning apart from the answer.
+    harmony_ = HarmonyTokens::Find(*tokenizer_);
+    if (harmony_.has_value()) spdlog::info("engine: harmony replies (reasoning apart)");
+  }
   if (config_.vl2_vision.has_value()) return LoadVl2Prompting();
   VISMOE_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Load(dir, *tokenizer_, config_));
   spdlog::info("engine: chat template from {}", tmpl.source());
@@ -524,8 +529,8 @@ absl::StatusOr<GenerateResult> LocalEngine::Generate(const PreparedRequest& prep
   const Clock::time_point start =
       Clock::now() - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(p->prepare_seconds()));
-  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, predictor_, options_.max_context_tokens,
-               kv_pool_.get(), start, MakePreload());
+  Sequence seq(*p, callbacks, tokenizer_.get(), eos_ids_, harmony_ ? &*harmony_ : nullptr,
+               predictor_, options_.max_context_tokens, kv_pool_.get(), start, MakePreload());
   seq.result.usage.prompt_tokens = p->prompt_tokens();
   loop_->Submit(&seq);
   seq.done.WaitForNotification();

@@ -29,6 +29,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/harmony_reply.h"
 #include "engine/model/image_preprocessor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/tokenizer.h"
@@ -108,6 +109,7 @@ class LocalEngine final : public Engine {
   ModelInfo info_;
   ModelConfig config_;
   std::vector<int> eos_ids_;
+  std::optional<HarmonyTokens> harmony_;  // a harmony model's (GPT-OSS), else none
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -49,9 +49,10 @@ struct Sequence {
   // start: when the request's time began (Prepare's time included). Its KV
   // cache takes blocks of `kv_pool` (which must outlive it) as it grows.
   // preload: its per-sequence preload (null = off), observing its steps.
+  // harmony: the model's harmony tokens (TokenOutput), or null.
   Sequence(const LocalPrepared& p, const GenerateCallbacks& cb, const Tokenizer* tokenizer,
-           absl::Span<const int> eos_ids, RouterObserver* predictor, int64_t max_context,
-           KvPool* kv_pool, std::chrono::steady_clock::time_point start,
+           absl::Span<const int> eos_ids, const HarmonyTokens* harmony, RouterObserver* predictor,
+           int64_t max_context, KvPool* kv_pool, std::chrono::steady_clock::time_point start,
            std::unique_ptr<SequencePreload> preload = nullptr)
       : prepared(p),
         callbacks(cb),
@@ -62,7 +63,7 @@ struct Sequence {
         preload(std::move(preload)),
         chain{predictor, this->preload.get(), cb.router_observer},
         decode_chain{predictor, cb.router_observer},
-        output(p.request().sampling, tokenizer, eos_ids, cb.on_delta, &result) {}
+        output(p.request().sampling, tokenizer, eos_ids, harmony, cb.on_delta, &result) {}
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
 

@@ -6,19 +6,24 @@
 namespace vismoe {
 
 TokenOutput::TokenOutput(const SamplingParams& sampling, const Tokenizer* tokenizer,
-                         absl::Span<const int> eos_ids, OnDelta on_delta, GenerateResult* result)
+                         absl::Span<const int> eos_ids, const HarmonyTokens* harmony,
+                         OnDelta on_delta, GenerateResult* result)
     : sampling_(sampling),
       eos_ids_(eos_ids.begin(), eos_ids.end()),
       on_delta_(std::move(on_delta)),
       result_(result),
       sampler_(sampling),
       decoder_(tokenizer, /*skip_special=*/true),
-      stops_(sampling.stop) {}
+      stops_(sampling.stop),
+      reasoning_decoder_(tokenizer, /*skip_special=*/true) {
+  if (harmony != nullptr) harmony_.emplace(*harmony, tokenizer);
+}
 
-bool TokenOutput::Emit(const std::string& text, bool force) {
-  if (text.empty() && !force) return true;
-  if (text.empty() && delta_ids_.empty()) return true;
-  TokenDelta d{text, std::move(delta_ids_)};
+bool TokenOutput::Emit(const std::string& text, const std::string& reasoning, bool force) {
+  result_->reasoning += reasoning;
+  if (text.empty() && reasoning.empty() && !force) return true;
+  if (text.empty() && reasoning.empty() && delta_ids_.empty()) return true;
+  TokenDelta d{text, reasoning, std::move(delta_ids_)};
   delta_ids_.clear();
   return !on_delta_ || on_delta_(d);
 }
@@ -35,13 +40,18 @@ bool TokenOutput::AcceptToken(int tok, bool room) {
   }
   result_->token_ids.push_back(tok);
   delta_ids_.push_back(tok);
-  StopMatcher::Step step = stops_.Push(decoder_.Push(tok));
-  if (!Emit(step.ready, false)) {
+  const HarmonyReply::Part part =
+      harmony_.has_value() ? harmony_->Push(tok) : HarmonyReply::Part::kAnswer;
+  StopMatcher::Step step;
+  std::string reasoning;
+  if (part == HarmonyReply::Part::kAnswer) step = stops_.Push(decoder_.Push(tok));
+  if (part == HarmonyReply::Part::kReasoning) reasoning = reasoning_decoder_.Push(tok);
+  if (!Emit(step.ready, reasoning, false)) {
     Cancel();
     return true;
   }
   if (step.stopped) {
-    Emit("", true);
+    Emit("", "", true);
     Finish(FinishReason::kStopString);
     return true;
   }
@@ -68,7 +78,7 @@ void TokenOutput::Finish(FinishReason reason) {
     StopMatcher::Step step = stops_.Push(decoder_.Flush());
     std::string rest = step.ready + (step.stopped ? "" : stops_.Flush());
     if (step.stopped) result_->finish_reason = FinishReason::kStopString;
-    Emit(rest, true);  // the caller can no longer cancel anything here
+    Emit(rest, reasoning_decoder_.Flush(), true);  // the caller can no longer cancel here
   }
   result_->text = stops_.emitted();
 }

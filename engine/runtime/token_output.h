@@ -1,7 +1,10 @@
 // TokenOutput: what happens to a sequence's logits after a step -- sample the
 // next token, turn it into text, match stop strings, stream deltas, and
 // decide whether the sequence is finished (EOS, stop string, length, or the
-// caller cancelling from its delta callback).
+// caller cancelling from its delta callback). For a harmony model (GPT-OSS)
+// the reply's channels are split (engine/model/harmony_reply.h): the
+// reasoning streams apart from the answer, stop strings match the answer
+// only, and the headers and control tokens are not text.
 //
 // Thread safety: none; used by the thread running the sequence's steps.
 // Ownership: borrows the tokenizer and writes into a GenerateResult the
@@ -11,11 +14,13 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "engine/api/request.h"
+#include "engine/model/harmony_reply.h"
 #include "engine/model/stream_decoder.h"
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/sampler.h"
@@ -27,8 +32,10 @@ class TokenOutput {
  public:
   using OnDelta = std::function<bool(const TokenDelta&)>;
   // REQUIRES: Sampler::Validate(sampling).ok(); tokenizer and result non-null.
+  // harmony: the model's harmony tokens, or null for a plain reply.
   TokenOutput(const SamplingParams& sampling, const Tokenizer* tokenizer,
-              absl::Span<const int> eos_ids, OnDelta on_delta, GenerateResult* result);
+              absl::Span<const int> eos_ids, const HarmonyTokens* harmony, OnDelta on_delta,
+              GenerateResult* result);
 
   // Samples a token from `logits` (the last row of the step) and streams it.
   // `room`: whether the KV cache can take one more token. Returns true when
@@ -48,8 +55,9 @@ class TokenOutput {
   std::chrono::steady_clock::time_point first_token() const { return first_token_; }
 
  private:
-  // Sends text plus the ids produced since the last delta; false = cancel.
-  bool Emit(const std::string& text, bool force);
+  // Sends text (and reasoning) plus the ids produced since the last delta;
+  // false = cancel.
+  bool Emit(const std::string& text, const std::string& reasoning, bool force);
   void Finish(FinishReason reason);
 
   const SamplingParams sampling_;
@@ -59,6 +67,8 @@ class TokenOutput {
   Sampler sampler_;
   StreamDecoder decoder_;
   StopMatcher stops_;
+  std::optional<HarmonyReply> harmony_;
+  StreamDecoder reasoning_decoder_;
   std::vector<int> delta_ids_;
   bool finished_ = false;
   std::chrono::steady_clock::time_point first_token_;

@@ -70,9 +70,10 @@ class FakeEngine : public Engine {
       }
       absl::SleepFor(step_delay);
       TokenDelta d;
-      d.text = absl::StrCat("w", i, " ");
+      (i < reasoning_tokens.load() ? d.reasoning : d.text) = absl::StrCat("w", i, " ");
       d.token_ids = {100 + i};
       result.text += d.text;
+      result.reasoning += d.reasoning;
       result.token_ids.push_back(100 + i);
       if (callbacks.on_delta && !callbacks.on_delta(d)) {
         result.finish_reason = FinishReason::kCancelled;
@@ -105,6 +106,8 @@ class FakeEngine : public Engine {
   int prepares() const { return prepares_.load(); }
 
   absl::Duration step_delay = absl::Milliseconds(1);
+  // The first tokens are reasoning (TokenDelta::reasoning), as a harmony model's.
+  std::atomic<int> reasoning_tokens{0};
 
  private:
   class Prepared final : public PreparedRequest {

@@ -155,6 +155,51 @@ TEST(HttpApiTest, StreamsChunksThenUsageThenDone) {
   EXPECT_EQ(usage["usage"]["prompt_tokens"], 2);
 }
 
+// A reasoning model's reasoning (GPT-OSS's analysis channel) arrives apart from
+// the answer: TokenDelta.reasoning over gRPC, reasoning_content over HTTP
+// (the message's, and the chunks' deltas when streamed).
+TEST(HttpApiTest, ReasoningComesApartFromTheAnswer) {
+  FakeEngine* engine = nullptr;
+  auto server = StartFake(HttpOptions(), &engine);
+  ASSERT_NE(server, nullptr);
+  engine->reasoning_tokens = 3;
+  const std::string reasoning = "w0 w1 w2 ";
+  auto c = Client(server->http_port());
+  httplib::Result r = PostChat(*c, TextBody("hello there", 5).dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json message = json::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], reasoning);
+  EXPECT_EQ(message["content"], "w3 w4 ");
+
+  r = PostChat(*c, TextBody("hello there", 5, /*stream=*/true).dump());
+  ASSERT_TRUE(r);
+  std::string text, streamed_reasoning;
+  for (const std::string& e : SseData(r->body)) {
+    if (e == "[DONE]") break;
+    const json delta = json::parse(e)["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (delta.contains("reasoning_content")) {
+      streamed_reasoning += delta["reasoning_content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, "w3 w4 ");
+  EXPECT_EQ(streamed_reasoning, reasoning);
+
+  auto stub = vismoe::testing::MakeStub(server->port());
+  vismoe::testing::StreamResult g =
+      vismoe::testing::RunGenerate(*stub, vismoe::testing::TextRequest("hello there", 5));
+  ASSERT_TRUE(g.status.ok());
+  EXPECT_EQ(g.reasoning, reasoning);
+  EXPECT_EQ(g.text, "w3 w4 ");
+  EXPECT_EQ(g.token_ids.size(), 5u);
+  // A model without reasoning sends no reasoning_content.
+  engine->reasoning_tokens = 0;
+  r = PostChat(*c, TextBody("hello there", 5).dump());
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(json::parse(r->body)["choices"][0]["message"].contains("reasoning_content"));
+}
+
 TEST(HttpApiTest, ImagePartsReachTheEngine) {
   FakeEngine* engine = nullptr;
   auto server = StartFake(HttpOptions(), &engine);

@@ -43,6 +43,7 @@ inline std::unique_ptr<v1::InferenceService::Stub> MakeStub(int port) {
 struct StreamResult {
   grpc::Status status;
   std::string text;            // concatenated deltas
+  std::string reasoning;       // concatenated deltas' reasoning
   std::vector<int> token_ids;  // concatenated delta ids
   int num_deltas = 0;
   bool has_final = false;
@@ -64,6 +65,7 @@ inline StreamResult RunGenerate(v1::InferenceService::Stub& stub, const v1::Gene
     if (msg.has_delta()) {
       ++out.num_deltas;
       out.text += msg.delta().text();
+      out.reasoning += msg.delta().reasoning();
       for (int id : msg.delta().token_ids()) out.token_ids.push_back(id);
     } else if (msg.has_final()) {
       out.has_final = true;

@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
+#include "engine/model/harmony_reply.h"
+#include "engine/model/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/golden_cases.h"
@@ -274,6 +276,52 @@ TEST(EngineTextFamiliesTest, ServesTheCheckpointsOwnChatTemplate) {
     engine->reset();
     fs::remove_all(dir);
   }
+}
+
+// GPT-OSS served with its published tokenizer and template: the engine splits
+// the reply into reasoning and answer by its harmony channels (the tiny
+// weights reply at random, so the check is that the split is the parser's over
+// the reply's own ids, and differs from the plain decode).
+TEST(EngineTextFamiliesTest, GptOssRepliesSplitByHarmonyChannel) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "vismoe_gpt_oss_harmony";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fx = testing::FixturesDir();
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+    fs::copy_file(absl::StrCat(fx, "/tiny-gpt-oss/", f), dir / f);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(absl::StrCat(fx, "/chat_templates/gpt_oss/", f), dir / f);
+  }
+  EngineOptions o;
+  o.model_path = dir.string();
+  o.backend = "cpu";
+  o.num_threads = 2;
+  o.max_context_tokens = 256;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto tokenizer = Tokenizer::Load(dir.string());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::optional<HarmonyTokens> harmony = HarmonyTokens::Find(**tokenizer);
+  ASSERT_TRUE(harmony.has_value());
+  GenerateRequest r;
+  r.messages.push_back({"user", {{ContentPart::Kind::kText, "What is 2 + 2?", -1}}});
+  r.sampling.max_new_tokens = 48;
+  auto out = (*engine)->Generate(r, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  HarmonyReply reply(*harmony, tokenizer->get());
+  std::vector<int> answer, reasoning;
+  for (int id : out->token_ids) {
+    const HarmonyReply::Part part = reply.Push(id);
+    if (part == HarmonyReply::Part::kAnswer) answer.push_back(id);
+    if (part == HarmonyReply::Part::kReasoning) reasoning.push_back(id);
+  }
+  EXPECT_EQ(out->text, (*tokenizer)->Decode(answer, /*skip_special=*/true));
+  EXPECT_EQ(out->reasoning, (*tokenizer)->Decode(reasoning, /*skip_special=*/true));
+  EXPECT_NE(out->text, (*tokenizer)->Decode(out->token_ids, /*skip_special=*/true));
+  engine->reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ class FailureIsolationTest : public ::testing::Test {
       prepared.push_back(std::make_unique<LocalPrepared>(request, prompt, TokenCompressorOptions{},
                                                          std::nullopt, std::nullopt, 0.0));
       seqs.push_back(std::make_unique<Sequence>(*prepared.back(), callbacks, tokenizer_.get(), eos_,
-                                                nullptr, 256, kv->get(),
+                                                nullptr, nullptr, 256, kv->get(),
                                                 std::chrono::steady_clock::now()));
       if (caches != nullptr) caches->push_back(seqs.back()->cache.get());
     }

@@ -26,7 +26,7 @@ struct TestSeq {
   TestSeq(KvPool* pool, int prompt, int max_new, bool compressed = false, int max_context = 0)
       : prepared(Request(max_new), MakePrompt(prompt), Compression(compressed), std::nullopt,
                  std::nullopt, 0.0),
-        seq(prepared, callbacks, nullptr, {}, nullptr,
+        seq(prepared, callbacks, nullptr, {}, nullptr, nullptr,
             max_context > 0 ? max_context : pool->total_blocks() * pool->block_tokens(), pool, {}) {
   }
   static GenerateRequest Request(int max_new) {
