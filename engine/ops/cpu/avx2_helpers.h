@@ -135,6 +135,42 @@ VISMOE_AVX2 inline void SetScaleMuls(const void* const* srow, int64_t block, __m
   for (int j = 0; j < NB; ++j) mul[j] = ScaleMul<D>(ScaleIn<D>(srow[j], block));
 }
 
+// Weight rows [o0, o1) of a block-scaled dtype D widened to fp32 into dst
+// [o1 - o0, in], each weight the value LoadW8 gives it (a tail shorter than
+// eight zero-padded as the kernels pad it): a kernel over dst does, bit for
+// bit, what it does over the weights, without widening them again for every
+// few rows of x (prefill).
+template <DType D>
+VISMOE_AVX2 inline void WidenRows(const MatMulArgs& a, int64_t o0, int64_t o1, float* dst) {
+  static_assert(kScaled<D>, "only block-scaled weights need widening");
+  const int64_t in = a.in, full = in & ~int64_t{7};
+  for (int64_t o = o0; o < o1; ++o) {
+    const char* w = static_cast<const char*>(a.w) + Bytes<D>(o * in);
+    float* d = dst + (o - o0) * in;
+    const void* srow = a.ScaleRow(o);
+    __m256 mul = _mm256_setzero_ps();
+    int64_t next_block = 0, block = 0;
+    for (int64_t i = 0; i < full; i += 8) {
+      if (i == next_block) {
+        mul = ScaleMul<D>(ScaleIn<D>(srow, block++));
+        next_block += a.scale_cols;
+      }
+      _mm256_storeu_ps(d + i, LoadW8<D>(w, i, mul));
+    }
+    if (full < in) {  // e4m3 only (MXFP4 rows are whole blocks of 32)
+      alignas(32) uint8_t tail[32] = {};
+      alignas(32) float out[8];
+      std::memcpy(tail, w + Bytes<D>(full), Bytes<D>(in - full));
+      _mm256_store_ps(out, LoadW8<D>(tail, 0, ScaleMul<D>(a.ScaleAt(o, full))));
+      std::memcpy(d + full, out, static_cast<size_t>(in - full) * sizeof(float));
+    }
+  }
+}
+
+// The rows of x from which prefill widens block-scaled weights once per block
+// of weight rows (WidenRows) instead of once per four rows of x.
+inline constexpr int64_t kWidenOnceRows = 8;
+
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.
 VISMOE_AVX2 inline float Hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -303,7 +303,8 @@ TEST(LinearTest, E4m3WeightsGiveTheBitsOfTheirDequantisedWeights) {
         for (int64_t in : {1, 16, 40, 100, 256, 300}) {
           for (int64_t out : {1, 5, 13, 67}) {
             const E4m3Weights w = MakeE4m3(out, in, b.rows, b.cols, scale_dtype, in * 31 + out);
-            for (int64_t n : {1, 2, 4, 5}) {
+            // n >= 8 widens the weights once per block of rows (prefill).
+            for (int64_t n : {1, 2, 4, 5, 8, 13}) {
               ASSERT_NO_FATAL_FAILURE(ExpectBitsOfDense(
                   w.view, w.dense, n, in, &pool,
                   absl::StrCat(std::string(KernelPathName(path)), " scale ",
@@ -375,7 +376,7 @@ Mxfp4Weights MakeMxfp4(int64_t out, int64_t in, uint32_t salt) {
 // Decoding MXFP4 as the weights are read computes exactly the products and
 // sums of the decoded fp32 weight: bit-identical outputs on each path (the
 // nibble order, the sign, the scale's block), batch sizes and row counts that
-// exercise every tile of the rows kernels.
+// exercise every tile of the rows kernels and prefill's widened weights.
 TEST(LinearTest, Mxfp4WeightsGiveTheBitsOfTheirDecodedWeights) {
   ThreadPool pool(2);
   for (KernelPath path : AvailableKernelPaths()) {
@@ -383,7 +384,7 @@ TEST(LinearTest, Mxfp4WeightsGiveTheBitsOfTheirDecodedWeights) {
     for (int64_t in : {32, 64, 96, 288}) {
       for (int64_t out : {1, 5, 13, 67}) {
         const Mxfp4Weights w = MakeMxfp4(out, in, static_cast<uint32_t>(in * 31 + out));
-        for (int64_t n : {1, 2, 4, 5}) {
+        for (int64_t n : {1, 2, 4, 5, 8, 13}) {
           ASSERT_NO_FATAL_FAILURE(ExpectBitsOfDense(
               w.view, w.dense, n, in, &pool,
               absl::StrCat(std::string(KernelPathName(path)), " n=", n, " in=", in, " out=", out)));
