@@ -37,8 +37,9 @@ std::string UserText(const vismoe::v1::GenerateRequest& request) {
   return text;
 }
 
-// Answers "Hel" + "lo" (or "A"/"yes" for eval questions); "fail" -> INVALID_ARGUMENT,
-// "nofinal" -> a stream without a final message. Thread-safe.
+// Answers "Hel" + "lo" (or "A"/"yes" for eval questions); "think" -> reasoning
+// "Hmm. " first (as a harmony model's); "fail" -> INVALID_ARGUMENT, "nofinal" ->
+// a stream without a final message. Thread-safe.
 class FakeInferenceService final : public vismoe::v1::InferenceService::Service {
  public:
   grpc::Status Generate(grpc::ServerContext* context, const vismoe::v1::GenerateRequest* request,
@@ -59,6 +60,12 @@ class FakeInferenceService final : public vismoe::v1::InferenceService::Service 
     std::vector<std::pair<std::string, int>> pieces = {{"Hel", 1}, {"lo", 2}};
     if (absl::StrContains(text, "Colour")) pieces = {{"A", 3}};
     if (absl::StrContains(text, "Is it")) pieces = {{"Yes", 4}};
+    if (absl::StrContains(text, "think")) {
+      vismoe::v1::GenerateResponse r;
+      r.mutable_delta()->set_reasoning("Hmm. ");
+      r.mutable_delta()->add_token_ids(9);
+      writer->Write(r);
+    }
     for (const auto& [piece, id] : pieces) {
       vismoe::v1::GenerateResponse r;
       r.mutable_delta()->set_text(piece);
@@ -166,6 +173,23 @@ TEST_F(FakeServerTest, StreamsDeltasAndFinal) {
   EXPECT_EQ(j["finish_reason"], "length");
   EXPECT_EQ(j["offload"]["cache_hits"], 8);
   EXPECT_THAT(FormatStats(out), HasSubstr("cache hits 8/10 (80.0%)"));
+}
+
+// A reasoning model's reasoning stays apart from the text, in the outcome and
+// in --json's "reasoning".
+TEST_F(FakeServerTest, ReasoningIsKeptApartFromTheText) {
+  ASSERT_TRUE(WaitForConnection(channel_.get(), conn_.server, absl::Seconds(10)).ok());
+  PromptSpec spec;
+  spec.prompt = "think first";
+  GenerateOutcome out = RunGenerate(stub_.get(), conn_, BuildGenerateRequest(spec, {}, {}, ""),
+                                    absl::Seconds(10), {});
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.text, "Hello");
+  EXPECT_EQ(out.reasoning, "Hmm. ");
+  EXPECT_THAT(out.token_ids, ::testing::ElementsAre(9, 1, 2));
+  const nlohmann::json j = OutcomeToJson(out);
+  EXPECT_EQ(j["reasoning"], "Hmm. ");
+  EXPECT_EQ(j["text"], "Hello");
 }
 
 TEST_F(FakeServerTest, ServerErrorsAndProtocolViolations) {
