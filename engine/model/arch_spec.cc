@@ -280,6 +280,43 @@ void AddVision(const std::string& p, const VisionConfig& vc, SpecList* out) {
   }
 }
 
+// DeepSeek-VL2's tower as DeepseekVl2Vision reads it (engine/model/deepseek_vl2.md;
+// the unused attention-pool head is left out).
+void AddVl2Vision(const Vl2VisionConfig& c, SpecList* out) {
+  using R = WeightRole;
+  const int64_t w = c.width, f = c.mlp_dim, p = c.patch_size, g = c.grid();
+  out->Add("vision.patch_embed.proj.weight", {w, 3, p, p}, R::kPatchEmbedWeight);
+  out->Zeros("vision.patch_embed.proj.bias", {w}, R::kPatchEmbedBias, -1);
+  out->Add("vision.pos_embed", {1, g * g, w}, R::kPosEmbed);
+  for (int b = 0; b < c.layers; ++b) {
+    const std::string bp = absl::StrCat("vision.blocks.", b, ".");
+    out->Ones(bp + "norm1.weight", {w}, R::kBlockNorm1Weight, b);
+    out->Zeros(bp + "norm1.bias", {w}, R::kBlockNorm1Bias, b);
+    out->Ones(bp + "norm2.weight", {w}, R::kBlockNorm2Weight, b);
+    out->Zeros(bp + "norm2.bias", {w}, R::kBlockNorm2Bias, b);
+    out->Add(bp + "attn.qkv.weight", {3 * w, w}, R::kBlockQkvWeight, b);
+    out->Zeros(bp + "attn.qkv.bias", {3 * w}, R::kBlockQkvBias, b);
+    out->Add(bp + "attn.proj.weight", {w, w}, R::kBlockProjWeight, b);
+    out->Zeros(bp + "attn.proj.bias", {w}, R::kBlockProjBias, b);
+    out->Add(bp + "mlp.fc1.weight", {f, w}, R::kBlockFc1Weight, b);
+    out->Zeros(bp + "mlp.fc1.bias", {f}, R::kBlockFc1Bias, b);
+    out->Add(bp + "mlp.fc2.weight", {w, f}, R::kBlockFc2Weight, b);
+    out->Zeros(bp + "mlp.fc2.bias", {w}, R::kBlockFc2Bias, b);
+  }
+  out->Ones("vision.norm.weight", {w}, R::kMergerNormWeight, -1);
+  out->Zeros("vision.norm.bias", {w}, R::kMergerNormBias, -1);
+  int64_t in = w * c.downsample * c.downsample;
+  for (int i = 0; i < c.projector_depth; ++i) {
+    const std::string name = absl::StrCat("projector.layers.", 2 * i);
+    out->Add(name + ".weight", {c.n_embed, in}, i == 0 ? R::kMergerFc1Weight : R::kMergerFc2Weight,
+             i);
+    out->Zeros(name + ".bias", {c.n_embed}, i == 0 ? R::kMergerFc1Bias : R::kMergerFc2Bias, i);
+    in = c.n_embed;
+  }
+  out->Add("image_newline", {c.n_embed}, R::kImageNewline);
+  out->Add("view_seperator", {c.n_embed}, R::kViewSeparator);
+}
+
 }  // namespace
 
 int64_t TensorSpec::numel() const {
@@ -338,8 +375,9 @@ absl::StatusOr<std::vector<TensorSpec>> ExpectedTensors(const ModelConfig& confi
   VISMOE_RETURN_IF_ERROR(CheckText(config.text));
   SpecList list;
   AddText(spec, config.text, &list);
-  // DeepSeek-VL2's tower reads its own tensors (arch/deepseek_vl2_vision.h).
-  if (config.has_vision && !config.vl2_vision.has_value()) {
+  if (config.vl2_vision.has_value()) {
+    AddVl2Vision(*config.vl2_vision, &list);
+  } else if (config.has_vision) {
     VISMOE_RETURN_IF_ERROR(CheckVision(config.vision));
     AddVision(spec.vision_prefix, config.vision, &list);
   }

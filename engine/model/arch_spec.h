@@ -126,6 +126,10 @@ enum class WeightRole {
   kBlockFc1Weight, kBlockFc1Bias, kBlockFc2Weight, kBlockFc2Bias,
   kMergerNormWeight, kMergerNormBias, kMergerFc1Weight, kMergerFc1Bias,
   kMergerFc2Weight, kMergerFc2Bias,
+  // DeepSeek-VL2's layout rows (its tower's other tensors take the roles above:
+  // the projector's first layer kMergerFc1*, its later ones kMergerFc2* with
+  // TensorSpec::layer their index).
+  kImageNewline, kViewSeparator,
 };
 // clang-format on
 

@@ -197,10 +197,6 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
 absl::Status LocalEngine::LoadFiles() {
   const std::string& dir = options_.model_path;
   VISMOE_ASSIGN_OR_RETURN(config_, ModelConfig::Load(dir));
-  if (config_.vl2_vision.has_value() && options_.synthetic_weights) {
-    return absl::UnimplementedError(absl::StrCat(
-        dir, ": synthetic weights do not cover DeepSeek-VL2's vision tower; serve a checkpoint"));
-  }
   const int max_positions = config_.text.max_position_embeddings;
   if (max_positions > 0 && options_.max_context_tokens > max_positions) {
     return absl::InvalidArgumentError(
