@@ -2,11 +2,16 @@
 // Mixtral, PhiMoE, DeepSeek-V2/V3, GPT-OSS) served by the real server on the CPU
 // backend, under an offload budget: a golden chat sent as a GenerateRequest
 // streams back transformers' greedy tokens, and GetModelInfo names the family.
-// DeepSeek-VL2 likewise with its golden images sent as PNG files.
+// DeepSeek-VL2 likewise with its golden images sent as PNG files, over gRPC
+// and over the OpenAI-compatible HTTP API.
+#include <httplib.h>
+
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
+#include "engine/model/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/server.h"
@@ -132,6 +137,53 @@ TEST(ServerFamiliesE2eTest, DeepseekVl2AnswersImageRequestsWithThePublishedToken
     EXPECT_EQ(got.final.usage().visual_tokens_before(), visual);
     EXPECT_GT(got.final.offload().bytes_h2d(), 0u);
   }
+}
+
+// The OpenAI-compatible HTTP API in front of DeepSeek-VL2: the picture as a
+// data URI and the question as parts answer the published greedy tokens'
+// text (golden multi_tile).
+TEST(ServerFamiliesE2eTest, DeepseekVl2OverTheHttpApi) {
+  constexpr int kTokens = 12;
+  const std::string fixtures = vismoe::testing::FixturesDir();
+  const nlohmann::json cases =
+      vismoe::testing::ReadJsonFile(fixtures + "/golden/deepseek_vl2_cases.json");
+  ASSERT_EQ(cases[1]["name"], "multi_tile");
+  ServerOptions o = vismoe::testing::LoopbackOptions(fixtures + "/tiny-deepseek-vl2");
+  o.backend = "cpu";
+  o.max_context_tokens = 256;
+  o.http_listen = "127.0.0.1:0";
+  o.served_model_name = "vl2";
+  auto server = VismoeServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::Status loaded = (*server)->LoadModel();
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  const std::string png =
+      vismoe::testing::ReadTextFile(fixtures + "/golden/images/odd_301x217.png");
+  const nlohmann::json body = {
+      {"model", "vl2"},
+      {"max_tokens", kTokens},
+      {"temperature", 0},
+      {"messages",
+       {{{"role", "user"},
+         {"content",
+          {{{"type", "image_url"},
+            {"image_url", {{"url", "data:image/png;base64," + absl::Base64Escape(png)}}}},
+           {{"type", "text"}, {"text", "\nWhat is in the picture?"}}}}}}}};
+  httplib::Client c("127.0.0.1", (*server)->http_port());
+  c.set_read_timeout(60, 0);
+  httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const nlohmann::json answer = nlohmann::json::parse(r->body);
+  auto tokenizer = Tokenizer::Load(fixtures + "/tiny-deepseek-vl2");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<int> greedy = cases[1]["greedy_ids"].get<std::vector<int>>();
+  EXPECT_EQ(answer["choices"][0]["message"]["content"],
+            (*tokenizer)
+                ->Decode(std::vector<int>(greedy.begin(), greedy.begin() + kTokens),
+                         /*skip_special=*/true));
+  EXPECT_EQ(answer["usage"]["completion_tokens"], kTokens);
+  EXPECT_EQ(answer["vismoe"]["usage"]["visual_tokens_before"], 49);
 }
 
 }  // namespace
