@@ -198,9 +198,14 @@ std::vector<int64_t> DeepseekVl2Vision::LayoutOrder(const Vl2Tiling& plan) const
 
 std::vector<float> DeepseekVl2Vision::Layout(absl::Span<const float> projected,
                                              const Vl2Tiling& plan) const {
+  return Gather(projected, LayoutOrder(plan));
+}
+
+std::vector<float> DeepseekVl2Vision::Gather(absl::Span<const float> projected,
+                                             absl::Span<const int64_t> order) const {
   const int64_t d = config_.n_embed;
   std::vector<float> out;
-  for (const int64_t t : LayoutOrder(plan)) {
+  for (const int64_t t : order) {
     const float* row = t == kNewline     ? newline_.data()
                        : t == kSeparator ? separator_.data()
                                          : projected.data() + t * d;
@@ -253,8 +258,9 @@ absl::StatusOr<VisionOutput> DeepseekVl2Vision::Forward(absl::Span<const float> 
     Vl2Tiling plan;
     plan.width_tiles = static_cast<int>(g.w);
     plan.height_tiles = static_cast<int>(g.h);
+    const std::vector<int64_t> order = LayoutOrder(plan);
     const std::vector<float> rows =
-        Layout(absl::MakeConstSpan(projected).first(n * per_tile), plan);
+        Gather(absl::MakeConstSpan(projected).first(n * per_tile), order);
     out.embeds.insert(out.embeds.end(), rows.begin(), rows.end());
     std::vector<float> token_saliency;  // [n, side^2]
     const int64_t patches = int64_t{config_.grid()} * config_.grid();
@@ -262,7 +268,7 @@ absl::StatusOr<VisionOutput> DeepseekVl2Vision::Forward(absl::Span<const float> 
       const std::vector<float> s = TokenSaliency(patch_saliency.data() + t * patches);
       token_saliency.insert(token_saliency.end(), s.begin(), s.end());
     }
-    for (const int64_t t : LayoutOrder(plan)) {
+    for (const int64_t t : order) {
       out.saliency.push_back(t < 0 ? 0.0f : token_saliency[t]);
       out.layout.push_back(t < 0 ? 1 : 0);
     }

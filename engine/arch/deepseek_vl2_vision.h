@@ -81,6 +81,9 @@ class DeepseekVl2Vision final : public VisionTower {
   // x [N, width] += one block, for one tile; with `key_saliency` [N], the
   // attention each patch receives.
   void RunBlock(const Block& b, float* x, int64_t n, float* key_saliency = nullptr) const;
+  // The rows `order` (LayoutOrder's) names, from the projected tokens.
+  std::vector<float> Gather(absl::Span<const float> projected,
+                            absl::Span<const int64_t> order) const;
   // A tile's token saliency [side^2] from its patch saliency [grid^2].
   std::vector<float> TokenSaliency(const float* patch_saliency) const;
 

@@ -50,6 +50,30 @@ v1::GenerateRequest ProtoFromCase(const nlohmann::json& c, int max_new_tokens) {
   return r;
 }
 
+// A loaded server of the fixture on the CPU backend; with `offload`, a budget
+// of one pinned MoE layer and three slabs, so experts get copied.
+std::unique_ptr<VismoeServer> StartFamily(const std::string& fixture, bool offload,
+                                          const std::string& http_listen = "") {
+  ServerOptions o =
+      vismoe::testing::LoopbackOptions(vismoe::testing::FixturesDir() + "/" + fixture);
+  o.backend = "cpu";
+  o.max_context_tokens = 256;
+  o.http_listen = http_listen;
+  if (offload) {
+    EngineOptions sizes;
+    sizes.model_path = o.model;
+    sizes.max_context_tokens = o.max_context_tokens;
+    o.gpu_memory_budget = vismoe::testing::OffloadBudget(sizes, 1, 3);
+    o.pinned_layers = 1;
+  }
+  auto server = VismoeServer::Start(o);
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  absl::Status loaded = (*server)->LoadModel();
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  return loaded.ok() ? *std::move(server) : nullptr;
+}
+
 TEST(ServerFamiliesE2eTest, EachFamilyStreamsTransformersGreedyTokens) {
   constexpr int kTokens = 12;
   for (const Family& f : kFamilies) {
@@ -57,20 +81,9 @@ TEST(ServerFamiliesE2eTest, EachFamilyStreamsTransformersGreedyTokens) {
     const nlohmann::json cases = vismoe::testing::ReadJsonFile(
         vismoe::testing::FixturesDir() + "/golden/" + f.golden + "_cases.json");
     ASSERT_TRUE(cases.is_array() && !cases.empty());
-    ServerOptions o =
-        vismoe::testing::LoopbackOptions(vismoe::testing::FixturesDir() + "/" + f.fixture);
-    o.backend = "cpu";
-    o.max_context_tokens = 256;
-    EngineOptions sizes;
-    sizes.model_path = o.model;
-    sizes.max_context_tokens = o.max_context_tokens;
-    o.gpu_memory_budget = vismoe::testing::OffloadBudget(sizes, 1, 3);  // experts get copied
-    o.pinned_layers = 1;
-    auto server = VismoeServer::Start(o);
-    ASSERT_TRUE(server.ok()) << server.status();
-    absl::Status loaded = (*server)->LoadModel();
-    ASSERT_TRUE(loaded.ok()) << loaded;
-    auto stub = vismoe::testing::MakeStub((*server)->port());
+    std::unique_ptr<VismoeServer> server = StartFamily(f.fixture, /*offload=*/true);
+    ASSERT_NE(server, nullptr);
+    auto stub = vismoe::testing::MakeStub(server->port());
     grpc::ClientContext ctx;
     v1::ModelInfo info;
     ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
@@ -89,19 +102,9 @@ TEST(ServerFamiliesE2eTest, DeepseekVl2AnswersImageRequestsWithThePublishedToken
   const std::string fixtures = vismoe::testing::FixturesDir();
   const nlohmann::json cases =
       vismoe::testing::ReadJsonFile(fixtures + "/golden/deepseek_vl2_mla_cases.json");
-  ServerOptions o = vismoe::testing::LoopbackOptions(fixtures + "/tiny-deepseek-vl2-mla");
-  o.backend = "cpu";
-  o.max_context_tokens = 256;
-  EngineOptions sizes;
-  sizes.model_path = o.model;
-  sizes.max_context_tokens = o.max_context_tokens;
-  o.gpu_memory_budget = vismoe::testing::OffloadBudget(sizes, 1, 3);
-  o.pinned_layers = 1;
-  auto server = VismoeServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status();
-  absl::Status loaded = (*server)->LoadModel();
-  ASSERT_TRUE(loaded.ok()) << loaded;
-  auto stub = vismoe::testing::MakeStub((*server)->port());
+  std::unique_ptr<VismoeServer> server = StartFamily("tiny-deepseek-vl2-mla", /*offload=*/true);
+  ASSERT_NE(server, nullptr);
+  auto stub = vismoe::testing::MakeStub(server->port());
   grpc::ClientContext ctx;
   v1::ModelInfo info;
   ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
@@ -148,19 +151,13 @@ TEST(ServerFamiliesE2eTest, DeepseekVl2OverTheHttpApi) {
   const nlohmann::json cases =
       vismoe::testing::ReadJsonFile(fixtures + "/golden/deepseek_vl2_cases.json");
   ASSERT_EQ(cases[1]["name"], "multi_tile");
-  ServerOptions o = vismoe::testing::LoopbackOptions(fixtures + "/tiny-deepseek-vl2");
-  o.backend = "cpu";
-  o.max_context_tokens = 256;
-  o.http_listen = "127.0.0.1:0";
-  o.served_model_name = "vl2";
-  auto server = VismoeServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status();
-  absl::Status loaded = (*server)->LoadModel();
-  ASSERT_TRUE(loaded.ok()) << loaded;
+  std::unique_ptr<VismoeServer> server =
+      StartFamily("tiny-deepseek-vl2", /*offload=*/false, "127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
   const std::string png =
       vismoe::testing::ReadTextFile(fixtures + "/golden/images/odd_301x217.png");
   const nlohmann::json body = {
-      {"model", "vl2"},
+      {"model", "tiny-deepseek-vl2"},
       {"max_tokens", kTokens},
       {"temperature", 0},
       {"messages",
@@ -169,7 +166,7 @@ TEST(ServerFamiliesE2eTest, DeepseekVl2OverTheHttpApi) {
           {{{"type", "image_url"},
             {"image_url", {{"url", "data:image/png;base64," + absl::Base64Escape(png)}}}},
            {{"type", "text"}, {"text", "\nWhat is in the picture?"}}}}}}}};
-  httplib::Client c("127.0.0.1", (*server)->http_port());
+  httplib::Client c("127.0.0.1", server->http_port());
   c.set_read_timeout(60, 0);
   httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);

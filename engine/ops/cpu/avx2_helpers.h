@@ -10,9 +10,11 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "engine/core/dtype.h"
 #include "engine/ops/cpu/matmul_kernels.h"
@@ -170,6 +172,29 @@ VISMOE_AVX2 inline void WidenRows(const MatMulArgs& a, int64_t o0, int64_t o1, f
 // The rows of x from which prefill widens block-scaled weights once per block
 // of weight rows (WidenRows) instead of once per four rows of x.
 inline constexpr int64_t kWidenOnceRows = 8;
+
+// Prefill over block-scaled weights: each block of `block` weight rows is
+// widened once (WidenRows) into this thread's panel and the path's F32 rows
+// kernel `rows_f32` runs over it, the same loads' values in the same order
+// (bit-identical outputs).
+template <DType D>
+VISMOE_AVX2 inline void RowsWidened(const MatMulArgs& a, int64_t o0, int64_t o1, int64_t block,
+                                    void (*rows_f32)(const MatMulArgs&, int64_t, int64_t)) {
+  thread_local std::vector<float> panel;
+  if (panel.size() < static_cast<size_t>(block * a.in)) panel.resize(block * a.in);
+  for (int64_t ob = o0; ob < o1; ob += block) {
+    const int64_t oe = std::min(ob + block, o1);
+    WidenRows<D>(a, ob, oe, panel.data());
+    MatMulArgs f = a;  // rows [ob, oe) as rows [0, oe - ob) of an fp32 matrix
+    f.w = panel.data();
+    f.dtype = DType::kF32;
+    f.scale = nullptr;
+    f.scale_e8m0 = nullptr;
+    f.bias = a.bias == nullptr ? nullptr : a.bias + ob;
+    f.y = a.y + ob;
+    rows_f32(f, 0, oe - ob);
+  }
+}
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), the order matmul_kernels.h fixes.
 VISMOE_AVX2 inline float Hsum(__m256 v) {

@@ -222,17 +222,11 @@ VISMOE_AVX512 void RowStrip(const MatMulArgs& a, int64_t t0, int64_t o0, int64_t
   }
 }
 
-// Prefill over block-scaled weights: each block of `block` weight rows is
-// widened once (WidenRows) into this thread's panel and the F32 kernels run
-// over it, the same loads' values in the same order (bit-identical outputs).
-template <DType D>
-VISMOE_AVX512 void RowsWidened(const MatMulArgs& a, int64_t o0, int64_t o1, int64_t block);
-
 template <DType D>
 VISMOE_AVX512 void Rows(const MatMulArgs& a, int64_t o0, int64_t o1) {
   constexpr int64_t kRowBlock = 12;
   if constexpr (kScaled<D>) {
-    if (a.n >= kWidenOnceRows) return RowsWidened<D>(a, o0, o1, kRowBlock);
+    if (a.n >= kWidenOnceRows) return RowsWidened<D>(a, o0, o1, kRowBlock, &Rows<DType::kF32>);
   }
   for (int64_t ob = o0; ob < o1; ob += kRowBlock) {
     const int64_t oe = std::min(ob + kRowBlock, o1);
@@ -251,24 +245,6 @@ VISMOE_AVX512 void Rows(const MatMulArgs& a, int64_t o0, int64_t o1) {
       default:
         break;
     }
-  }
-}
-
-template <DType D>
-VISMOE_AVX512 void RowsWidened(const MatMulArgs& a, int64_t o0, int64_t o1, int64_t block) {
-  thread_local std::vector<float> panel;
-  if (panel.size() < static_cast<size_t>(block * a.in)) panel.resize(block * a.in);
-  for (int64_t ob = o0; ob < o1; ob += block) {
-    const int64_t oe = std::min(ob + block, o1);
-    WidenRows<D>(a, ob, oe, panel.data());
-    MatMulArgs f = a;  // rows [ob, oe) as rows [0, oe - ob) of an fp32 matrix
-    f.w = panel.data();
-    f.dtype = DType::kF32;
-    f.scale = nullptr;
-    f.scale_e8m0 = nullptr;
-    f.bias = a.bias == nullptr ? nullptr : a.bias + ob;
-    f.y = a.y + ob;
-    Rows<DType::kF32>(f, 0, oe - ob);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,27 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   EXPECT_LE(diff / mag, 1e-4f) << what;
 }
 
+// A fixture's tower and the checkpoint its weights view (null on failure).
+struct Tower {
+  std::unique_ptr<Checkpoint> ckpt;
+  std::unique_ptr<DeepseekVl2Vision> vision;
+};
+
+Tower LoadTower(const std::string& dir, ThreadPool* pool) {
+  Tower t;
+  absl::StatusOr<Vl2VisionConfig> config =
+      Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!config.ok() || !ckpt.ok()) return t;
+  t.ckpt = *std::move(ckpt);
+  auto vision = DeepseekVl2Vision::Create(*config, *t.ckpt, pool);
+  EXPECT_TRUE(vision.ok()) << vision.status();
+  if (vision.ok()) t.vision = *std::move(vision);
+  return t;
+}
+
 TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) {
   ThreadPool pool(2);
   auto pixels = SafetensorsFile::Open(testing::FixturesDir() +
@@ -53,14 +75,10 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
     SCOPED_TRACE(key);
     std::string fixture = std::string("tiny-") + key;
     std::replace(fixture.begin(), fixture.end(), '_', '-');
-    const std::string dir = testing::FixturesDir() + "/" + fixture;
-    absl::StatusOr<Vl2VisionConfig> config =
-        Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto ckpt = Checkpoint::Open(dir);
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-    auto vision = DeepseekVl2Vision::Create(*config, **ckpt, &pool);
-    ASSERT_TRUE(vision.ok()) << vision.status();
+    const Tower tower = LoadTower(testing::FixturesDir() + "/" + fixture, &pool);
+    ASSERT_NE(tower.vision, nullptr);
+    const DeepseekVl2Vision* vision = tower.vision.get();
+    const Vl2VisionConfig* config = &vision->config();
     auto golden =
         SafetensorsFile::Open(testing::FixturesDir() + "/golden/" + key + "_vision.safetensors");
     ASSERT_TRUE(golden.ok()) << golden.status();
@@ -72,10 +90,10 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
       if (imgs.empty()) continue;
       SCOPED_TRACE(name);
       const std::vector<float> tiles = Floats(**pixels, name);
-      absl::StatusOr<std::vector<float>> features = (*vision)->Encode(tiles);
+      absl::StatusOr<std::vector<float>> features = vision->Encode(tiles);
       ASSERT_TRUE(features.ok()) << features.status();
       ExpectClose(*features, Floats(**golden, name + ".vision"), (name + " tower").c_str());
-      const std::vector<float> projected = (*vision)->Project(*features);
+      const std::vector<float> projected = vision->Project(*features);
       ExpectClose(projected, Floats(**golden, name + ".projector"), (name + " projector").c_str());
       const int64_t per_tile = int64_t{config->side()} * config->side() * config->n_embed;
       std::vector<float> embeds;
@@ -86,7 +104,7 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
                           config->image_size, config->candidates, imgs.size() <= 2);
         ASSERT_TRUE(plan.ok()) << plan.status();
         const int64_t n = 1 + int64_t{plan->width_tiles} * plan->height_tiles;
-        const std::vector<float> rows = (*vision)->Layout(
+        const std::vector<float> rows = vision->Layout(
             absl::MakeConstSpan(projected).subspan(tile * per_tile, n * per_tile), *plan);
         EXPECT_EQ(
             static_cast<int64_t>(rows.size()),
@@ -107,14 +125,10 @@ TEST(DeepseekVl2VisionParityTest, TowerProjectorAndLayoutMatchThePublishedCode) 
 // carrying a quarter of the attention its patches receive.
 TEST(DeepseekVl2VisionParityTest, ForwardMarksLayoutRowsAndCarriesSaliency) {
   ThreadPool pool(2);
-  const std::string dir = testing::FixturesDir() + "/tiny-deepseek-vl2";
-  absl::StatusOr<Vl2VisionConfig> config =
-      Vl2VisionConfig::Parse(testing::ReadTextFile(dir + "/config.json"));
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto ckpt = Checkpoint::Open(dir);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto vision = DeepseekVl2Vision::Create(*config, **ckpt, &pool);
-  ASSERT_TRUE(vision.ok()) << vision.status();
+  const Tower tower = LoadTower(testing::FixturesDir() + "/tiny-deepseek-vl2", &pool);
+  ASSERT_NE(tower.vision, nullptr);
+  const DeepseekVl2Vision* vision = tower.vision.get();
+  const Vl2VisionConfig* config = &vision->config();
   auto pixels = SafetensorsFile::Open(testing::FixturesDir() +
                                       "/golden/deepseek_vl2_pixel_values.safetensors");
   auto golden =
@@ -122,7 +136,7 @@ TEST(DeepseekVl2VisionParityTest, ForwardMarksLayoutRowsAndCarriesSaliency) {
   ASSERT_TRUE(pixels.ok() && golden.ok());
   // two_images: one tile (1 x 1) and a 1 x 9 column of tiles.
   const std::vector<GridThw> grids = {{1, 1, 1}, {1, 9, 1}};
-  absl::StatusOr<VisionOutput> out = (*vision)->Forward(Floats(**pixels, "two_images"), grids);
+  absl::StatusOr<VisionOutput> out = vision->Forward(Floats(**pixels, "two_images"), grids);
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectClose(out->embeds, Floats(**golden, "two_images.image_embeds"), "Forward");
   const int64_t side = config->side(), d = config->n_embed;
@@ -152,7 +166,7 @@ TEST(DeepseekVl2VisionParityTest, ForwardMarksLayoutRowsAndCarriesSaliency) {
     first += out->tokens_per_image[i];
   }
   // A grid that is not the tiles' is refused.
-  EXPECT_FALSE((*vision)->Forward(Floats(**pixels, "two_images"), {{1, 2, 2}}).ok());
+  EXPECT_FALSE(vision->Forward(Floats(**pixels, "two_images"), {{1, 2, 2}}).ok());
 }
 
 TEST(DeepseekVl2VisionTest, ConfigRefusalsNameTheField) {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
 #include "engine/api/engine.h"
+#include "engine/model/vl2_conversation.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/golden_cases.h"
@@ -45,17 +45,11 @@ GenerateRequest RequestFromCase(const nlohmann::json& c) {
   }
   int next_image = 0;
   for (const nlohmann::json& m : c.at("messages")) {
-    std::string role = m.at("role").get<std::string>();
-    if (role == "<|User|>") role = "user";
-    if (role == "<|Assistant|>") role = "assistant";
-    const std::string content = m.at("content").get<std::string>();
-    if (role == "assistant" && content.empty()) break;  // the generation prompt
-    ChatMessage msg{role, {}};
-    const std::vector<std::string> pieces = absl::StrSplit(content, "<image>");
-    for (size_t p = 0; p < pieces.size(); ++p) {
-      if (!pieces[p].empty()) msg.content.push_back({ContentPart::Kind::kText, pieces[p], -1});
-      if (p + 1 < pieces.size())
-        msg.content.push_back({ContentPart::Kind::kImage, "", next_image++});
+    ChatMessage msg =
+        Vl2PublishedMessage(m.at("role").get<std::string>(), m.at("content").get<std::string>());
+    if (msg.role == "assistant" && msg.content.empty()) break;  // the generation prompt
+    for (ContentPart& p : msg.content) {
+      if (p.kind == ContentPart::Kind::kImage) p.image_index = next_image++;
     }
     r.messages.push_back(std::move(msg));
   }

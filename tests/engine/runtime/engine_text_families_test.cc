@@ -218,6 +218,35 @@ TEST(EngineTextFamiliesTest, CudaBackendRefusesTheFamiliesByName) {
   }
 }
 
+// A fresh directory `name` under the temp dir with the weights of `fixture`
+// and the published tokenizer and template of `family`
+// (tests/fixtures/chat_templates/<family>).
+std::filesystem::path WithPublishedTemplate(const std::string& fixture, const std::string& family,
+                                            const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fx = testing::FixturesDir();
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+    fs::copy_file(absl::StrCat(fx, "/", fixture, "/", f), dir / f);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(absl::StrCat(fx, "/chat_templates/", family, "/", f), dir / f);
+  }
+  return dir;
+}
+
+// The CPU backend, two threads, 256 tokens of context.
+EngineOptions CpuOptions(const std::string& model_path) {
+  EngineOptions o;
+  o.model_path = model_path;
+  o.backend = "cpu";
+  o.num_threads = 2;
+  o.max_context_tokens = 256;
+  return o;
+}
+
 // A checkpoint served with its own published chat template
 // (tests/fixtures/chat_templates/<family>: the tokenizer with the family's
 // control tokens and the template) over the tiny fixture's weights: the
@@ -229,22 +258,10 @@ TEST(EngineTextFamiliesTest, ServesTheCheckpointsOwnChatTemplate) {
                                                           {"olmoe", "tiny-olmoe"}};
   for (const auto& [family, fixture] : families) {
     SCOPED_TRACE(family);
-    const fs::path dir = fs::temp_directory_path() / absl::StrCat("vismoe_own_template_", family);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const fs::path dir =
+        WithPublishedTemplate(fixture, family, absl::StrCat("vismoe_own_template_", family));
     const std::string fx = testing::FixturesDir();
-    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
-      fs::copy_file(absl::StrCat(fx, "/", fixture, "/", f), dir / f);
-    }
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      fs::copy_file(absl::StrCat(fx, "/chat_templates/", family, "/", f), dir / f);
-    }
-    EngineOptions o;
-    o.model_path = dir.string();
-    o.backend = "cpu";
-    o.num_threads = 2;
-    o.max_context_tokens = 256;
-    auto engine = Engine::Create(o);
+    auto engine = Engine::Create(CpuOptions(dir.string()));
     ASSERT_TRUE(engine.ok()) << engine.status();
     const nlohmann::json cases =
         testing::ReadJsonFile(absl::StrCat(fx, "/chat_templates/", family, "/cases.json"));
@@ -284,22 +301,8 @@ TEST(EngineTextFamiliesTest, ServesTheCheckpointsOwnChatTemplate) {
 // the reply's own ids, and differs from the plain decode).
 TEST(EngineTextFamiliesTest, GptOssRepliesSplitByHarmonyChannel) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "vismoe_gpt_oss_harmony";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string fx = testing::FixturesDir();
-  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
-    fs::copy_file(absl::StrCat(fx, "/tiny-gpt-oss/", f), dir / f);
-  }
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(absl::StrCat(fx, "/chat_templates/gpt_oss/", f), dir / f);
-  }
-  EngineOptions o;
-  o.model_path = dir.string();
-  o.backend = "cpu";
-  o.num_threads = 2;
-  o.max_context_tokens = 256;
-  auto engine = Engine::Create(o);
+  const fs::path dir = WithPublishedTemplate("tiny-gpt-oss", "gpt_oss", "vismoe_gpt_oss_harmony");
+  auto engine = Engine::Create(CpuOptions(dir.string()));
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto tokenizer = Tokenizer::Load(dir.string());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
