@@ -554,12 +554,6 @@ absl::StatusOr<std::unique_ptr<CpuDecoderOps>> CpuDecoderOps::Create(const Model
                                                                      ThreadPool* pool,
                                                                      bool deferred_moe) {
   VISMOE_ASSIGN_OR_RETURN(TextWeights weights, TextWeights::Load(config, checkpoint));
-  for (const DecoderLayerWeights& l : weights.layers) {
-    if (l.kv_b.dtype == DType::kF8E4M3) {  // read in row blocks, without its scales
-      return absl::UnimplementedError(
-          "multi-head latent attention with an FP8 kv_b_proj is not supported yet");
-    }
-  }
   std::unique_ptr<CpuDecoderOps> ops(new CpuDecoderOps(config, std::move(weights), pool));
   ops->deferred_moe_ = deferred_moe;
   return ops;

@@ -70,7 +70,7 @@ Projected Project(ThreadPool* pool, const TextConfig& c, const DecoderLayerWeigh
 
 // One sequence: `rows` queries from step row `row0`, the cache holding
 // `start` earlier rows and now these.
-void AttendSequence(ThreadPool* pool, const TextConfig& c, const DecoderLayerWeights& w,
+void AttendSequence(ThreadPool* pool, const TextConfig& c, const TensorView& kv_b,
                     const Projected& p, int64_t row0, int64_t rows, const KvCache& cache, int layer,
                     int64_t start, float* out) {
   const TextConfig::Mla& m = *c.mla;
@@ -85,7 +85,7 @@ void AttendSequence(ThreadPool* pool, const TextConfig& c, const DecoderLayerWei
     for (int64_t i = 0; i < rows; ++i) {
       std::copy_n(p.q.data() + ((row0 + i) * nh + hh) * dqk, dn, nope.data() + i * dn);
     }
-    LinearTransposed(pool, nope.data(), rows, dn, RowsOf(w.kv_b, hh * (dn + dv), dn), tmp.data());
+    LinearTransposed(pool, nope.data(), rows, dn, RowsOf(kv_b, hh * (dn + dv), dn), tmp.data());
     for (int64_t i = 0; i < rows; ++i) {
       std::copy_n(tmp.data() + i * r, r, absorbed.data() + (i * nh + hh) * r);
     }
@@ -117,7 +117,7 @@ void AttendSequence(ThreadPool* pool, const TextConfig& c, const DecoderLayerWei
     for (int64_t i = 0; i < rows; ++i) {
       std::copy_n(latent_out.data() + (i * nh + hh) * r, r, lat.data() + i * r);
     }
-    Linear(pool, lat.data(), rows, r, RowsOf(w.kv_b, hh * (dn + dv) + dn, dv), nullptr, tmp.data());
+    Linear(pool, lat.data(), rows, r, RowsOf(kv_b, hh * (dn + dv) + dn, dv), nullptr, tmp.data());
     for (int64_t i = 0; i < rows; ++i) {
       std::copy_n(tmp.data() + i * dv, dv, out + ((row0 + i) * nh + hh) * dv);
     }
@@ -130,9 +130,14 @@ absl::Status LatentAttention(ThreadPool* pool, const TextConfig& c, const Decode
                              const RopeTable& rope, const float* x, int64_t n, int layer,
                              absl::Span<KvCache* const> caches, absl::Span<const int64_t> seq_rows,
                              float* out) {
-  if (w.kv_b.dtype == DType::kF8E4M3) {
-    return absl::UnimplementedError(
-        "multi-head latent attention with an FP8 kv_b_proj is not supported yet");
+  // An FP8 kv_b_proj (DeepSeek-V3's release) is read per head and
+  // transposed, off its scale blocks: dequantised for the call, to the values
+  // Linear would read. Its bytes are read once per step either way.
+  std::vector<float> kv_b_f32;
+  TensorView kv_b = w.kv_b;
+  if (kv_b.dtype == DType::kF8E4M3) {
+    kv_b_f32 = DequantizeF8(w.kv_b);
+    kv_b = TensorView{kv_b_f32.data(), DType::kF32, w.kv_b.shape, {}};
   }
   const Projected p = Project(pool, c, w, rope, x, n);
   const int64_t r = c.mla->kv_lora_rank, dr = c.mla->qk_rope_head_dim;
@@ -145,7 +150,7 @@ absl::Status LatentAttention(ThreadPool* pool, const TextConfig& c, const Decode
       std::copy_n(p.latent.data() + (row0 + i) * r, r, row);
       std::copy_n(p.k_pe.data() + (row0 + i) * dr, dr, row + r);
     }
-    AttendSequence(pool, c, w, p, row0, rows, *cache, layer, start, out);
+    AttendSequence(pool, c, kv_b, p, row0, rows, *cache, layer, start, out);
     row0 += rows;
   }
   return absl::OkStatus();

@@ -68,6 +68,20 @@ void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
   });
 }
 
+std::vector<float> DequantizeF8(const TensorView& w) {
+  const int64_t out = w.dim(0), in = w.dim(1);
+  internal::MatMulArgs a;
+  std::vector<float> widened;
+  SetScale(w, &widened, &a);
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  std::vector<float> f(static_cast<size_t>(out * in));
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i)
+      f[o * in + i] = E4m3ToFloat(bytes[o * in + i]) * a.ScaleAt(o, i);
+  }
+  return f;
+}
+
 void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,
                      const TensorView* bias, float* y) {
   const int64_t out = w.dim(0);

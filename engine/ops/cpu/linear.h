@@ -16,6 +16,7 @@
 #define VISMOE_ENGINE_OPS_CPU_LINEAR_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
@@ -36,6 +37,13 @@ void Linear(ThreadPool* pool, const float* x, int64_t n, int64_t in, const Tenso
 // REQUIRES: w_t.rank() == 2, w_t.dim(0) == in, w_t not block-scaled.
 void LinearTransposed(ThreadPool* pool, const float* x, int64_t n, int64_t in,
                       const TensorView& w_t, float* y);
+
+// The fp32 values of a [out, in] block-scaled F8_E4M3 matrix, each weight
+// dequantised exactly as Linear reads it (its e4m3 value times its block's
+// scale, one fp32 rounding): a matrix read through LinearTransposed or
+// sliced off its scale blocks (DeepSeek's kv_b_proj, per head).
+// REQUIRES: w.rank() == 2, w.dtype == kF8E4M3 with its scale.
+std::vector<float> DequantizeF8(const TensorView& w);
 
 // The reference versions of the two above (same contracts).
 void LinearReference(ThreadPool* pool, const float* x, int64_t n, int64_t in, const TensorView& w,

@@ -333,9 +333,13 @@ void CheckNamedFixtures(std::initializer_list<const char*> goldens) {
 // latents and rope keys, shared experts, a dense first layer and YaRN, with
 // V2-Lite's shape (q_proj, greedy softmax routing), V2's (q_a / q_b with
 // their norm, group-limited routing, attention_factor != 1) and V3's
-// (sigmoid routing with its selection bias, interleaved RoPE).
+// (sigmoid routing with its selection bias, interleaved RoPE), and V3 in its
+// FP8 release's layout (every decoder linear F8_E4M3 with block scales, the
+// latent attention's kv_b_proj sliced per head across scale blocks) against
+// transformers on the dequantised weights.
 TEST(Qwen3VlMoeParityTest, DeepseekFamiliesMatchTransformers) {
-  CheckNamedFixtures({"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_plain"});
+  CheckNamedFixtures(
+      {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_plain", "deepseek_v3_fp8"});
 }
 
 // GPT-OSS in its dequantized layout (#34): attention sinks, sliding layers

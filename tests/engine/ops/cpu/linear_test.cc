@@ -318,6 +318,19 @@ TEST(LinearTest, E4m3WeightsGiveTheBitsOfTheirDequantisedWeights) {
   }
 }
 
+// DequantizeF8 gives the dequantised fp32 weight Linear reads, bit for bit,
+// over partial blocks and both scale dtypes (DeepSeek's kv_b_proj is sliced
+// per head off its blocks through it).
+TEST(LinearTest, DequantizeF8GivesTheWeightsLinearReads) {
+  for (DType scale_dtype : {DType::kF32, DType::kBF16}) {
+    const E4m3Weights w = MakeE4m3(67, 40, 32, 16, scale_dtype, 5);
+    const std::vector<float> got = DequantizeF8(w.view);
+    ASSERT_EQ(got.size(), w.dequantised.size());
+    EXPECT_EQ(std::memcmp(got.data(), w.dequantised.data(), got.size() * sizeof(float)), 0)
+        << DTypeName(scale_dtype);
+  }
+}
+
 // x = 1 over a one-column weight with scale 1: y is each e4m3 value exactly,
 // the NaN codes 0x7f / 0xff NaN (so broken expert bytes reach the logits'
 // finiteness check instead of becoming numbers).
