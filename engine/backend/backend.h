@@ -71,6 +71,11 @@ class Backend {
   // OK when this backend runs `config`'s model; Unimplemented naming what it
   // lacks otherwise (the "auto" choice then takes the CPU backend).
   virtual absl::Status Runs(const ModelConfig& config) const = 0;
+  // OK when this backend's path for `config` has run against the reference
+  // on real hardware; FailedPrecondition saying what has not otherwise. The
+  // "auto" choice takes only a verified backend; naming the backend runs an
+  // unverified path with a warning. REQUIRES: Runs(config) is OK.
+  virtual absl::Status Verified(const ModelConfig& /*config*/) const { return absl::OkStatus(); }
 
   virtual absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
       const ModelConfig& config, const Checkpoint& checkpoint,

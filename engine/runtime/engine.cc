@@ -148,6 +148,18 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
         "expert_dtype=fp8: the ", choice.backend->name(),
         " backend computes experts in bf16; FP8 experts run on the cpu backend for now"));
   }
+  if (runs.ok()) {
+    // "auto" takes a path that has run on real hardware; a named backend
+    // runs it anyway, and says so.
+    if (const absl::Status verified = choice.backend->Verified(e->config_); !verified.ok()) {
+      if (options.backend == "auto") {
+        runs = verified;
+      } else {
+        spdlog::warn("engine: {}; running it as --backend={} asks", std::string(verified.message()),
+                     options.backend);
+      }
+    }
+  }
   if (!runs.ok()) {
     if (options.backend != "auto") return runs;
     // "auto" means the best backend that runs the model.

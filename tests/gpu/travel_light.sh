@@ -2,9 +2,11 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the OLMoE, Mixtral, PhiMoE,
-# DeepSeek, GPT-OSS, DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend
-# does not run yet, and the chat-template goldens); `restore` puts them back in
+# trained VQA model, the CPU parity goldens, the PhiMoE, DeepSeek, GPT-OSS,
+# DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not run yet,
+# the first OLMoE and Mixtral shapes, whose second shapes (clip_qkv, a sliding
+# window) cover the same CUDA paths and more, and the chat-template goldens);
+# `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
@@ -18,11 +20,9 @@ paths=(
   tests/fixtures/golden/qwen3_moe_logits.safetensors
   tests/fixtures/golden/vision.safetensors
   tests/fixtures/tiny-olmoe
-  tests/fixtures/tiny-olmoe-clip
   tests/fixtures/golden/olmoe_logits.safetensors
   tests/fixtures/golden/olmoe_clip_logits.safetensors
   tests/fixtures/tiny-mixtral
-  tests/fixtures/tiny-mixtral-swa
   tests/fixtures/golden/mixtral_logits.safetensors
   tests/fixtures/golden/mixtral_swa_logits.safetensors
   tests/fixtures/tiny-qwen3-vl-moe-fp8

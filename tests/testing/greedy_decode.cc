@@ -1,5 +1,7 @@
 #include "tests/testing/greedy_decode.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -60,6 +62,33 @@ bool BitIdentical(const std::vector<std::vector<float>>& a,
     }
   }
   return true;
+}
+
+void ExpectGreedyAgrees(const std::vector<std::vector<float>>& ref,
+                        const std::vector<int>& ref_tokens,
+                        const std::vector<std::vector<float>>& got,
+                        const std::vector<int>& got_tokens, int vocab, float rel_tol) {
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t step = 0; step < ref.size(); ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ASSERT_EQ(ref[step].size(), got[step].size());
+    float largest = 0, worst = 0;
+    for (float v : ref[step]) largest = std::max(largest, std::fabs(v));
+    const float tol = rel_tol * largest;
+    for (size_t i = 0; i < ref[step].size(); ++i) {
+      worst = std::max(worst, std::fabs(ref[step][i] - got[step][i]));
+    }
+    EXPECT_LE(worst, tol) << "max |logit diff| " << worst << " vs tolerance " << tol;
+    if (step >= ref_tokens.size() || step >= got_tokens.size()) break;
+    if (ref_tokens[step] != got_tokens[step]) {
+      // A flipped near-tie: the reference's own margin between the two must be small.
+      const float* last = ref[step].data() + ref[step].size() - vocab;
+      const float margin = last[ref_tokens[step]] - last[got_tokens[step]];
+      EXPECT_LE(margin, tol) << "reference token " << ref_tokens[step] << ", token "
+                             << got_tokens[step] << ": reference margin " << margin;
+      return;  // the sequences differ from here on
+    }
+  }
 }
 
 }  // namespace vismoe::testing

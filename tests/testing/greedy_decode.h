@@ -30,6 +30,16 @@ std::vector<std::vector<float>> GreedyLogits(const TextDecoder& model, ExpertPro
 bool BitIdentical(const std::vector<std::vector<float>>& a,
                   const std::vector<std::vector<float>>& b);
 
+// A bf16 backend's greedy run against the fp32 CPU reference's, step by step
+// up to their first divergence: each step's logits within `rel_tol` of the
+// reference's largest magnitude, and where the tokens differ, the
+// reference's own margin between the two choices within that tolerance (a
+// flipped near-tie). Failures are gtest expectations.
+void ExpectGreedyAgrees(const std::vector<std::vector<float>>& ref,
+                        const std::vector<int>& ref_tokens,
+                        const std::vector<std::vector<float>>& got,
+                        const std::vector<int>& got_tokens, int vocab, float rel_tol);
+
 }  // namespace vismoe::testing
 
 #endif  // VISMOE_TESTS_TESTING_GREEDY_DECODE_H_

@@ -20,6 +20,10 @@ absl::Status CudaBackend::Runs(const ModelConfig& config) const {
   return CudaDecoderOps::Runs(config);
 }
 
+absl::Status CudaBackend::Verified(const ModelConfig& config) const {
+  return CudaDecoderOps::Verified(config);
+}
+
 absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
     const ModelConfig& config, const Checkpoint& checkpoint, const BackendOptions& options) const {
   CudaDecoderOps::Options o;

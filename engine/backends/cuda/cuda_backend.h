@@ -15,6 +15,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::string> Probe() const override;
   bool experts_in_device_memory() const override { return true; }
   absl::Status Runs(const ModelConfig& config) const override;
+  absl::Status Verified(const ModelConfig& config) const override;
   absl::StatusOr<std::unique_ptr<DecoderOps>> CreateDecoderOps(
       const ModelConfig& config, const Checkpoint& checkpoint,
       const BackendOptions& options) const override;

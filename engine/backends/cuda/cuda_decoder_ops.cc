@@ -94,17 +94,13 @@ int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_t
 absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   const TextConfig& c = config.text;
-  if (spec.qk_norm != QkNormScope::kPerHead || c.clip_qkv > 0 || c.sliding_window > 0 ||
-      spec.norm != NormKind::kRms || spec.router != RouterKind::kSoftmaxTopK ||
+  if (spec.norm != NormKind::kRms || spec.router != RouterKind::kSoftmaxTopK ||
       c.longrope.has_value() || c.lm_head_bias || c.mla.has_value() || c.yarn.has_value() ||
-      c.n_shared_experts > 0 || c.attention_sinks || c.clamped_swiglu.has_value()) {
-    // Its fused norm + RoPE kernel normalises per head and does not clamp;
-    // its attention sees every earlier position.
+      c.n_shared_experts > 0 || c.clamped_swiglu.has_value()) {
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend does not run ", config.model_type,
-        " yet (q/k norms other than per head, clip_qkv, sliding window, LayerNorm, sparsemixer, "
-        "LongRoPE, lm_head bias, latent attention, YaRN, shared experts, attention sinks, "
-        "clamped SwiGLU): use --backend=cpu"));
+        " yet (LayerNorm, routers other than softmax top-k, LongRoPE, lm_head bias, latent "
+        "attention, YaRN, shared experts, clamped SwiGLU): use --backend=cpu"));
   }
   if (c.fp8.has_value()) {  // its GEMV/GEMM and MoE kernels read bf16 weights
     return absl::UnimplementedError(
@@ -114,13 +110,31 @@ absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   return absl::OkStatus();
 }
 
+absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
+  VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
+  const TextConfig& c = config.text;
+  std::vector<std::string> unverified;
+  if (spec.qk_norm == QkNormScope::kProjection)
+    unverified.push_back("q/k norms of whole projections");
+  if (spec.qk_norm == QkNormScope::kNone) unverified.push_back("no q/k norms");
+  if (c.clip_qkv > 0) unverified.push_back("clip_qkv");
+  bool window = c.sliding_window > 0;
+  for (int w : c.layer_windows) window = window || w > 0;
+  if (window) unverified.push_back("sliding windows");
+  if (c.attention_sinks) unverified.push_back("attention sinks");
+  if (c.attention_bias) unverified.push_back("attention biases");
+  if (unverified.empty()) return absl::OkStatus();
+  // Compiled and tested against the CPU in the gpu tests, which have not run
+  // on a GPU yet (tests/gpu/README.md).
+  return absl::FailedPreconditionError(
+      absl::StrCat("the CUDA backend's path for ", config.model_type, " (",
+                   absl::StrJoin(unverified, ", "), ") has not run on a GPU yet"));
+}
+
 absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const ModelConfig& config,
                                                                        const Checkpoint& ckpt,
                                                                        const Options& options) {
   const TextConfig& c = config.text;
-  if (c.attention_bias) {
-    return absl::UnimplementedError("the CUDA backend does not run attention_bias checkpoints");
-  }
   if (!c.mrope_section.empty() && c.mrope_section.size() != 3) {
     return absl::InvalidArgumentError(absl::StrCat("mrope_section has ", c.mrope_section.size(),
                                                    " entries; the CUDA rope kernel takes 3"));
@@ -141,6 +155,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   std::unique_ptr<CudaDecoderOps> m(new CudaDecoderOps());
   m->config_ = config;
   m->renormalize_topk_ = spec.renormalize_topk;
+  m->qk_norm_ = spec.qk_norm;
   m->max_tokens_ = options.max_tokens_per_step;
   m->device_ = options.device;
   m->mrope_section_ = c.mrope_section;
@@ -192,7 +207,8 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   const size_t lm_head = w.lm_head.data == w.embed.data ? embed : pack.Add(w.lm_head);
   // Offsets of each layer's tensors, in Layer's field order.
   std::vector<std::vector<size_t>> offs;
-  for (const DecoderLayerWeights& l : w.layers) {
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const DecoderLayerWeights& l = w.layers[i];
     std::vector<size_t> o;
     o.push_back(pack.Add(l.input_norm));
     o.push_back(pack.Add(l.post_norm));
@@ -200,6 +216,22 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
     for (const TensorView* t :
          {&l.o, &l.q_norm, &l.k_norm, &l.router, &l.gate_proj, &l.up_proj, &l.down_proj}) {
       o.push_back(t->empty() ? SIZE_MAX : pack.Add(*t));
+    }
+    // One bias add after the stacked GEMM: all three or none.
+    const int qkv_biases = !l.q_bias.empty() + !l.k_bias.empty() + !l.v_bias.empty();
+    if (qkv_biases != 0 && qkv_biases != 3) {
+      return absl::UnimplementedError(
+          absl::StrCat("layer ", i, " has ", qkv_biases,
+                       " of the q/k/v biases; the CUDA backend takes all or none"));
+    }
+    o.push_back(qkv_biases == 3 ? pack.AddStacked({&l.q_bias, &l.k_bias, &l.v_bias}) : SIZE_MAX);
+    o.push_back(l.o_bias.empty() ? SIZE_MAX : pack.Add(l.o_bias));
+    if (l.sinks.empty()) {
+      o.push_back(SIZE_MAX);
+    } else {
+      std::vector<float> sinks(static_cast<size_t>(l.sinks.numel()));
+      ToFloat(l.sinks.dtype, l.sinks.data, sinks.size(), sinks.data());
+      o.push_back(pack.AddF32(sinks));
     }
     offs.push_back(std::move(o));
   }
@@ -218,7 +250,8 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   inv_freq_ = reinterpret_cast<const float*>(base + inv_freq);
   for (const std::vector<size_t>& o : offs) {
     layers_.push_back(Layer{at(o[0]), at(o[1]), at(o[2]), at(o[3]), at(o[4]), at(o[5]), at(o[6]),
-                            at(o[7]), at(o[8]), at(o[9])});
+                            at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]),
+                            reinterpret_cast<const float*>(at(o[12]))});
   }
   return absl::OkStatus();
 }

@@ -46,7 +46,7 @@
 // then runs as usual.
 // Differences from the CPU reference, by design: bf16 activations and KV cache
 // (transformers on a GPU runs bf16 too), slot-order instead of expert-order
-// summation of the top-k outputs; attention_bias checkpoints are refused.
+// summation of the top-k outputs.
 // Thread safety: immutable after Create(); steps are serialised (one stream,
 // one scratch arena): a DecoderStep holds the ops' lock for its life.
 // Ownership: owns its device weights, scratch, stream, events and cuBLAS
@@ -69,6 +69,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/device/cuda/device.h"
 #include "engine/device/cuda/types.h"
+#include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/ops/cuda/gemm.h"
@@ -96,6 +97,10 @@ class CudaDecoderOps final : public DecoderOps {
   // OK when these ops run `config`'s family; Unimplemented naming what they
   // lack otherwise.
   static absl::Status Runs(const ModelConfig& config);
+  // OK unless `config` takes a path of these ops that no GPU has run yet
+  // (Backend::Verified): q/k norms other than Qwen3's per-head ones,
+  // clip_qkv, sliding windows, attention sinks, attention biases.
+  static absl::Status Verified(const ModelConfig& config);
   // Checks the config, uploads the weights (errors name the tensor), creates
   // the stream, events, cuBLAS handle and scratch. kUnavailable without a
   // device; kResourceExhausted when the device cannot hold them.
@@ -142,6 +147,10 @@ class CudaDecoderOps final : public DecoderOps {
     const Bf16 *q_norm = nullptr, *k_norm = nullptr;
     const Bf16* router = nullptr;
     const Bf16 *gate_proj = nullptr, *up_proj = nullptr, *down_proj = nullptr;
+    // attention_bias: q, k and v's stacked [qd + 2 kvd], and o's [H]; null without.
+    const Bf16* qkv_bias = nullptr;
+    const Bf16* o_bias = nullptr;
+    const float* sinks = nullptr;  // [heads] fp32 sink logits (GPT-OSS), or null
   };
 
   CudaDecoderOps() = default;
@@ -150,6 +159,7 @@ class CudaDecoderOps final : public DecoderOps {
 
   ModelConfig config_;
   bool renormalize_topk_ = true;
+  QkNormScope qk_norm_ = QkNormScope::kPerHead;
   int device_ = 0;
   int64_t max_tokens_ = 0;
   DeviceBuffer weights_;  // every non-expert text tensor, bf16

@@ -222,13 +222,13 @@ absl::Status CudaDecoderStep::AttentionNow(int layer) {
   // q, k and v are stacked in the weights: one GEMM.
   VISMOE_RETURN_IF_ERROR(
       blas.Linear(x_, n, h, w.qkv, WeightLayout::kOutIn, width, qkv_, GemmOut::kBf16));
-  // Per-head RMSNorm, then the rotary embedding, in place in the fused rows.
-  const int* section = ops_.mrope_section_.empty() ? nullptr : ops_.mrope_section_.data();
-  VISMOE_RETURN_IF_ERROR(QkNormRope(qkv_, n, c_.num_attention_heads, c_.num_key_value_heads,
-                                    static_cast<int>(hd), width, w.q_norm, w.k_norm,
-                                    c_.rms_norm_eps, positions_, ops_.inv_freq_, section, st_));
+  if (w.qkv_bias != nullptr) VISMOE_RETURN_IF_ERROR(AddBias(qkv_, n, width, w.qkv_bias, st_));
+  VISMOE_RETURN_IF_ERROR(NormRope(w));
   AttentionShape shape{c_.num_attention_heads, c_.num_key_value_heads, static_cast<int>(hd), width,
                        kvd};
+  shape.window = c_.LayerWindow(layer);
+  shape.sinks = w.sinks;
+  shape.scale = static_cast<float>(c_.AttentionScale());
   int64_t row = 0;  // the sequence's first row
   for (size_t s = 0; s < caches_.size(); ++s) {
     const DeviceKvPool& pool = *pools_[s];
@@ -248,7 +248,39 @@ absl::Status CudaDecoderStep::AttentionNow(int layer) {
     row += rows;
   }
   // hs += o_proj(attn): the residual add is the GEMM's beta = 1.
-  return blas.Linear(attn_, n, qd, w.o, WeightLayout::kOutIn, h, hs_, GemmOut::kBf16, 1.0f);
+  VISMOE_RETURN_IF_ERROR(
+      blas.Linear(attn_, n, qd, w.o, WeightLayout::kOutIn, h, hs_, GemmOut::kBf16, 1.0f));
+  return w.o_bias == nullptr ? absl::OkStatus() : AddBias(hs_, n, h, w.o_bias, st_);
+}
+
+// The family's q/k norms (engine/model/arch_spec.h QkNormScope), OLMoE's
+// clip_qkv after them, then the rotary embedding of q and k, in place in the
+// fused rows -- the CPU op's order.
+absl::Status CudaDecoderStep::NormRope(const CudaDecoderOps::Layer& w) {
+  const int64_t n = n_, hd = c_.head_dim;
+  const int nq = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+  const int64_t qd = nq * hd, kvd = nkv * hd, width = qd + 2 * kvd;
+  const int* section = ops_.mrope_section_.empty() ? nullptr : ops_.mrope_section_.data();
+  const QkNormScope scope = ops_.qk_norm_;
+  if (scope == QkNormScope::kPerHead && c_.clip_qkv <= 0) {  // Qwen3: one fused launch
+    return QkNormRope(qkv_, n, nq, nkv, static_cast<int>(hd), width, w.q_norm, w.k_norm,
+                      c_.rms_norm_eps, positions_, ops_.inv_freq_, section, st_);
+  }
+  if (scope != QkNormScope::kNone) {  // per head, or over the whole projection
+    const bool per_head = scope == QkNormScope::kPerHead;
+    VISMOE_RETURN_IF_ERROR(RmsNorm(qkv_, width, n, per_head ? nq : 1,
+                                   static_cast<int>(per_head ? hd : qd), w.q_norm, c_.rms_norm_eps,
+                                   qkv_, width, st_));
+    VISMOE_RETURN_IF_ERROR(RmsNorm(qkv_ + qd, width, n, per_head ? nkv : 1,
+                                   static_cast<int>(per_head ? hd : kvd), w.k_norm, c_.rms_norm_eps,
+                                   qkv_ + qd, width, st_));
+  }
+  if (c_.clip_qkv > 0) {  // q, k and v: the whole fused rows
+    VISMOE_RETURN_IF_ERROR(Clamp(qkv_, n * width, static_cast<float>(c_.clip_qkv), st_));
+  }
+  // q's heads then k's are adjacent in each row: one rotation over both.
+  return ApplyRope(qkv_, n, nq + nkv, static_cast<int>(hd), width, positions_, ops_.inv_freq_,
+                   section, st_);
 }
 
 absl::Status CudaDecoderStep::DenseMlp(int layer) {

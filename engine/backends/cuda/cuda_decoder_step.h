@@ -75,6 +75,7 @@ class CudaDecoderStep final : public DecoderStep {
   absl::Status BeginNow();
   absl::Status NormNow(int layer, NormSite site);
   absl::Status AttentionNow(int layer);
+  absl::Status NormRope(const CudaDecoderOps::Layer& w);
   absl::Status DenseMlpNow(int layer);
   absl::Status DeviceMoeNow(int layer, ExpertProvider* experts, bool observed);
   // ---- CUDA graphs of decode steps (cuda_decoder_step_graph.cc) ----

@@ -1,4 +1,6 @@
 #include "engine/ops/cuda/activations.h"
+
+#include "absl/strings/str_cat.h"
 #include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
 
@@ -59,6 +61,15 @@ __global__ void AddBiasKernel(Bf16* y, int64_t rows, int64_t cols, const Bf16* b
   }
 }
 
+__global__ void ClampKernel(Bf16* x, int64_t n, float limit) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = LoadBf16(x, i);
+    // Comparisons, not fminf/fmaxf: those would turn NaN into the limit.
+    StoreBf16(x, i, v < -limit ? -limit : (v > limit ? limit : v));
+  }
+}
+
 __global__ void AddKernel(const Bf16* a, const Bf16* b, int64_t n, Bf16* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -102,6 +113,16 @@ absl::Status AddBias(Bf16* y, int64_t rows, int64_t cols, const Bf16* bias, Stre
   if (rows <= 0 || cols <= 0) return absl::OkStatus();
   AddBiasKernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(y, rows, cols, bias);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("AddBiasKernel");
+  return absl::OkStatus();
+}
+
+absl::Status Clamp(Bf16* x, int64_t n, float limit, StreamHandle stream) {
+  if (!(limit > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::Clamp: limit ", limit, " <= 0"));
+  }
+  if (n <= 0) return absl::OkStatus();
+  ClampKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(x, n, limit);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ClampKernel");
   return absl::OkStatus();
 }
 

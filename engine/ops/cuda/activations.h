@@ -1,6 +1,6 @@
 // Element-wise bf16 ops of the CUDA backend, computed in fp32 and rounded to
 // bf16 once: SwiGLU combine, GELU (tanh and exact erf, as
-// engine/ops/cpu/activations.h), bias and residual adds.
+// engine/ops/cpu/activations.h), bias and residual adds, clamping.
 #ifndef VISMOE_ENGINE_OPS_CUDA_ACTIVATIONS_H_
 #define VISMOE_ENGINE_OPS_CUDA_ACTIVATIONS_H_
 
@@ -25,6 +25,10 @@ absl::Status GeluErf(Bf16* x, int64_t n, StreamHandle stream);
 
 // y[r, c] += bias[c] for r < rows, c < cols.
 absl::Status AddBias(Bf16* y, int64_t rows, int64_t cols, const Bf16* bias, StreamHandle stream);
+
+// x[i] = clamp(x[i], -limit, limit) in place, i < n; NaN stays NaN (as
+// std::clamp on the CPU: OLMoE's clip_qkv). REQUIRES: limit > 0.
+absl::Status Clamp(Bf16* x, int64_t n, float limit, StreamHandle stream);
 
 // out[i] = a[i] + b[i] (residual add); out may alias a or b.
 absl::Status Add(const Bf16* a, const Bf16* b, int64_t n, Bf16* out, StreamHandle stream);

@@ -35,10 +35,17 @@ __device__ __forceinline__ int64_t RowOffset(const KvRows& r, int64_t j) {
   }
 }
 
+// What a row sees beyond q/k/v: the window and the heads' sink logits.
+struct Mask {
+  int64_t window = 0;
+  const float* sinks = nullptr;
+};
+
 template <int kPerLane, bool kPaged>
 __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, const Bf16* v,
                                 KvRows rows, int64_t nk, int group, int head_dim, bool causal,
-                                int64_t q_pos0, float scale, Bf16* out, int64_t out_stride) {
+                                int64_t q_pos0, Mask mask, float scale, Bf16* out,
+                                int64_t out_stride) {
   extern __shared__ float smem[];  // [nwarps][head_dim] acc, then [nwarps] m, [nwarps] l
   const int64_t i = blockIdx.x;
   const int h = blockIdx.y;
@@ -60,6 +67,9 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   }
   int64_t visible = nk;
   if (causal && q_pos0 + i + 1 < nk) visible = q_pos0 + i + 1;
+  // The window's first key (the CPU op's: keys j <= q_pos0 + i - window are out).
+  int64_t first = 0;
+  if (causal && mask.window > 0 && q_pos0 + i + 1 > mask.window) first = q_pos0 + i + 1 - mask.window;
 
   float m = -INFINITY;
   float l = 0.0f;
@@ -68,7 +78,7 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   for (int c = 0; c < kPerLane; ++c) acc[c] = 0.0f;
 
   const int64_t kv_off = static_cast<int64_t>(g) * head_dim;
-  for (int64_t j = warp; j < visible; j += nwarps) {
+  for (int64_t j = first + warp; j < visible; j += nwarps) {
     const int64_t row = RowOffset<kPaged>(rows, j);
     const Bf16* kj = k + row + kv_off;
     float dot = 0.0f;
@@ -111,9 +121,12 @@ __global__ void AttentionKernel(const Bf16* q, int64_t q_stride, const Bf16* k, 
   __syncthreads();
   float gm = -INFINITY;
   for (int w = 0; w < nwarps; ++w) gm = fmaxf(gm, s_m[w]);
+  // The sink joins the max and the mass, never the values.
+  const float sink = mask.sinks != nullptr ? mask.sinks[h] : -INFINITY;
+  gm = fmaxf(gm, sink);
   // A warp with no visible key has l = 0 and is skipped; NaN (!= 0) is kept
   // so it reaches the output.
-  float gl = 0.0f;
+  float gl = mask.sinks != nullptr && gm != -INFINITY ? expf(sink - gm) : 0.0f;
   for (int w = 0; w < nwarps; ++w) {
     if (s_l[w] != 0.0f) gl += s_l[w] * expf(s_m[w] - gm);
   }
@@ -133,8 +146,8 @@ void Launch(dim3 grid, int warps, const AttentionShape& s, int64_t qs, const KvR
             float scale, Bf16* out, StreamHandle stream) {
   const size_t shmem = static_cast<size_t>(warps) * (s.head_dim + 2) * sizeof(float);
   AttentionKernel<kPerLane, kPaged><<<grid, warps * kWarp, shmem, stream>>>(
-      q, qs, k, v, rows, nk, s.num_heads / s.num_kv_heads, s.head_dim, causal, q_pos0, scale, out,
-      static_cast<int64_t>(s.num_heads) * s.head_dim);
+      q, qs, k, v, rows, nk, s.num_heads / s.num_kv_heads, s.head_dim, causal, q_pos0,
+      Mask{s.window, s.sinks}, scale, out, static_cast<int64_t>(s.num_heads) * s.head_dim);
 }
 
 int64_t KvStride(const AttentionShape& shape) {
@@ -142,13 +155,15 @@ int64_t KvStride(const AttentionShape& shape) {
                                  : static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
 }
 
-absl::Status CheckShape(const AttentionShape& shape, int64_t nq, int64_t q_pos0) {
+absl::Status CheckShape(const AttentionShape& shape, int64_t nq, bool causal, int64_t q_pos0) {
   if (shape.num_heads <= 0 || shape.num_kv_heads <= 0 ||
       shape.num_heads % shape.num_kv_heads != 0 || shape.head_dim <= 0 || shape.head_dim > 256 ||
-      q_pos0 < 0 || nq > 0x7fffffffLL || shape.num_heads > 65535) {
+      q_pos0 < 0 || nq > 0x7fffffffLL || shape.num_heads > 65535 || shape.window < 0 ||
+      (shape.window > 0 && !causal) || !(shape.scale >= 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuda::Attention: bad shape heads=", shape.num_heads, " kv_heads=", shape.num_kv_heads,
-        " head_dim=", shape.head_dim, " nq=", nq, " q_pos0=", q_pos0));
+        " head_dim=", shape.head_dim, " nq=", nq, " q_pos0=", q_pos0, " window=", shape.window,
+        causal ? "" : " (not causal)", " scale=", shape.scale));
   }
   return absl::OkStatus();
 }
@@ -161,7 +176,8 @@ absl::Status Run(const AttentionShape& shape, const Bf16* q, int64_t nq, const B
   const int64_t qs = shape.q_row_stride > 0
                          ? shape.q_row_stride
                          : static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-  const float scale = 1.0f / sqrtf(static_cast<float>(shape.head_dim));
+  const float scale =
+      shape.scale > 0.0f ? shape.scale : 1.0f / sqrtf(static_cast<float>(shape.head_dim));
   // Decode (few query blocks): more warps per block to spread the keys.
   const int warps = nq * shape.num_heads < 1024 ? 16 : 4;
   const dim3 grid(static_cast<unsigned>(nq), static_cast<unsigned>(shape.num_heads));
@@ -205,7 +221,7 @@ __global__ void PagedKvWrite2Kernel(const Bf16* k_src, const Bf16* v_src, int64_
 absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
                        const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
                        StreamHandle stream) {
-  if (absl::Status st = CheckShape(shape, nq, q_pos0); !st.ok()) return st;
+  if (absl::Status st = CheckShape(shape, nq, causal, q_pos0); !st.ok()) return st;
   KvRows rows;
   rows.stride = KvStride(shape);
   return Run<false>(shape, q, nq, k, v, rows, nk, causal, q_pos0, out, stream);
@@ -214,7 +230,7 @@ absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, c
 absl::Status PagedAttention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
                             const Bf16* v, const PagedKv& paged, int64_t nk, bool causal,
                             int64_t q_pos0, Bf16* out, StreamHandle stream) {
-  if (absl::Status st = CheckShape(shape, nq, q_pos0); !st.ok()) return st;
+  if (absl::Status st = CheckShape(shape, nq, causal, q_pos0); !st.ok()) return st;
   const KvRows rows{KvStride(shape), paged.blocks, paged.block_rows, paged.block_stride,
                     paged.start};
   if (paged.blocks == nullptr || paged.block_rows <= 0 ||

@@ -3,9 +3,10 @@
 // head h -> kv head h / (num_heads / num_kv_heads), scale head_dim^-0.5).
 // One kernel serves prefill (nq query rows over nk keys, causal) and decode
 // (nq = 1 against the KV cache); the vision tower calls it per image with
-// causal = false. The CPU op's optional key_saliency output is not provided.
-// PagedAttention reads the keys and values of the decoder's KV cache through
-// its block table, and PagedKvWrite stores a step's new rows there.
+// causal = false. The families' variants: a sliding window (Mixtral, GPT-OSS)
+// and per-head sink logits in the softmax denominator (GPT-OSS), as the CPU op. The CPU op's
+// optional key_saliency output is not provided. PagedAttention reads the keys and values of the
+// decoder's KV cache through its block table, and PagedKvWrite stores a step's new rows there.
 #ifndef VISMOE_ENGINE_OPS_CUDA_ATTENTION_H_
 #define VISMOE_ENGINE_OPS_CUDA_ATTENTION_H_
 
@@ -22,13 +23,20 @@ struct AttentionShape {
   int head_dim = 0;
   int64_t q_row_stride = 0;   // elements; 0 = num_heads * head_dim
   int64_t kv_row_stride = 0;  // elements; 0 = num_kv_heads * head_dim
+  // Causal only: query row i sees the last `window` keys up to its own
+  // (keys j > q_pos0 + i - window); 0 = every earlier key.
+  int64_t window = 0;
+  // Device fp32 [num_heads]: p_j = exp(s_j) / (exp(sinks[h]) + sum exp(s_j')),
+  // the sink logit unscaled; null = none.
+  const float* sinks = nullptr;
+  float scale = 0.0f;  // softmax scale; 0 = head_dim^-0.5
 };
 
 // q [nq, ...], k/v [nk, ...] (row strides from `shape`), out [nq, num_heads *
 // head_dim] dense, not aliasing q/k/v. Query row i sees keys j < nk, and when
-// causal only j <= q_pos0 + i.
+// causal only j <= q_pos0 + i (and j > q_pos0 + i - window with a window).
 // REQUIRES (else InvalidArgument): num_heads % num_kv_heads == 0,
-// 0 < head_dim <= 256, q_pos0 >= 0.
+// 0 < head_dim <= 256, q_pos0 >= 0, window >= 0 (and 0 unless causal).
 absl::Status Attention(const AttentionShape& shape, const Bf16* q, int64_t nq, const Bf16* k,
                        const Bf16* v, int64_t nk, bool causal, int64_t q_pos0, Bf16* out,
                        StreamHandle stream);

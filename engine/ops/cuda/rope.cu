@@ -20,7 +20,8 @@ __device__ __forceinline__ void Rotate(Bf16* v, int j, int half, float c, float 
 
 // One block per token; threads stride over (head, j < half).
 __global__ void RopeKernel(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
-                           const int64_t* positions, const float* inv_freq, int sec1, int sec2) {
+                           const int64_t* positions, const float* inv_freq, int sec1, int sec2,
+                           float scale) {
   const int64_t i = blockIdx.x;
   const int half = head_dim / 2;
   for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
@@ -30,7 +31,8 @@ __global__ void RopeKernel(Bf16* x, int64_t n, int num_heads, int head_dim, int6
     if (j % 3 == 1 && j < 3 * sec1) axis = 1;
     if (j % 3 == 2 && j < 3 * sec2) axis = 2;
     const float f = static_cast<float>(positions[axis * n + i]) * inv_freq[j];
-    Rotate(x + i * row_stride + static_cast<int64_t>(h) * head_dim, j, half, cosf(f), sinf(f));
+    Rotate(x + i * row_stride + static_cast<int64_t>(h) * head_dim, j, half, cosf(f) * scale,
+           sinf(f) * scale);
   }
 }
 
@@ -109,7 +111,7 @@ std::vector<float> RopeInvFreq(int head_dim, double theta) {
 
 absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
                        const int64_t* positions, const float* inv_freq, const int* mrope_section,
-                       StreamHandle stream) {
+                       StreamHandle stream, float scale) {
   if (n <= 0) return absl::OkStatus();
   absl::Status st = CheckShape(n, num_heads, head_dim, row_stride);
   if (!st.ok()) return st;
@@ -124,7 +126,7 @@ absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t 
     sec2 = mrope_section[2];
   }
   RopeKernel<<<static_cast<unsigned>(n), ThreadsFor(num_heads * head_dim / 2), 0, stream>>>(
-      x, n, num_heads, head_dim, row_stride, positions, inv_freq, sec1, sec2);
+      x, n, num_heads, head_dim, row_stride, positions, inv_freq, sec1, sec2, scale);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("RopeKernel");
   return absl::OkStatus();
 }

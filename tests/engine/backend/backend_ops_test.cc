@@ -56,12 +56,16 @@ ModelConfig Load(const std::string& dir) {
   return c.ok() ? *c : ModelConfig{};
 }
 
-// The two fixtures as published (VL: M-RoPE, fused bf16 experts, DeepStack;
-// text: plain RoPE, per-expert f16) and a synthetic variant with the branches
-// no fixture has (a dense layer, attention biases, tied embeddings).
+// The fixtures as published (VL: M-RoPE, fused bf16 experts, DeepStack;
+// text: plain RoPE, per-expert f16; OLMoE: q/k norms over the whole
+// projection and clip_qkv; Mixtral: no q/k norms, an 8-token sliding window)
+// and synthetic variants with the branches no fixture of a family the
+// backends share has (a dense layer, attention biases, tied embeddings;
+// attention sinks with a window).
 std::vector<Model> Models() {
   std::vector<Model> out;
-  for (const char* name : {"tiny-qwen3-vl-moe", "tiny-qwen3-moe"}) {
+  for (const char* name :
+       {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-olmoe-clip", "tiny-mixtral-swa"}) {
     const std::string dir = testing::FixturesDir() + "/" + name;
     auto ckpt = Checkpoint::Open(dir);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
@@ -74,6 +78,12 @@ std::vector<Model> Models() {
   auto ckpt = SynthesizeCheckpoint(dense, 7, nullptr, "synthetic:dense");
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   if (ckpt.ok()) out.push_back({"synthetic-dense-bias-tied", dense, *std::move(ckpt)});
+  ModelConfig sinks = Load(testing::FixturesDir() + "/tiny-qwen3-moe");
+  sinks.text.attention_sinks = true;
+  sinks.text.sliding_window = 4;
+  auto sinks_ckpt = SynthesizeCheckpoint(sinks, 11, nullptr, "synthetic:sinks");
+  EXPECT_TRUE(sinks_ckpt.ok()) << sinks_ckpt.status();
+  if (sinks_ckpt.ok()) out.push_back({"synthetic-sinks-window", sinks, *std::move(sinks_ckpt)});
   return out;
 }
 
@@ -99,7 +109,12 @@ class ReferenceStep {
   ReferenceStep(const ModelConfig& config, const TextWeights& w,
                 std::vector<std::vector<double>>* k_cache,
                 std::vector<std::vector<double>>* v_cache, int64_t cache_len)
-      : c_(config.text), w_(w), k_(k_cache), v_(v_cache), start_(cache_len) {}
+      : c_(config.text),
+        w_(w),
+        qk_norm_(ArchSpec::For(config)->qk_norm),
+        k_(k_cache),
+        v_(v_cache),
+        start_(cache_len) {}
 
   void Begin(const std::vector<int>& ids, const std::vector<int64_t>& positions) {
     n_ = static_cast<int64_t>(ids.size());
@@ -178,6 +193,7 @@ class ReferenceStep {
 
   const TextConfig& c_;
   const TextWeights& w_;
+  const QkNormScope qk_norm_;
   std::vector<std::vector<double>>* k_;  // per layer, [tokens, kv_heads * head_dim]
   std::vector<std::vector<double>>* v_;
   int64_t start_ = 0;
@@ -219,9 +235,24 @@ void ReferenceStep::Attention(int layer) {
   const int64_t qd = nh * hd, kvd = nkv * hd;
   std::vector<double> q = MatMulT(x_, n_, h, l.q, l.q_bias);
   std::vector<double> k = MatMulT(x_, n_, h, l.k, l.k_bias);
-  const std::vector<double> v = MatMulT(x_, n_, h, l.v, l.v_bias);
-  RmsNormRows(q, n_ * nh, hd, l.q_norm, c_.rms_norm_eps, hd, 0);
-  RmsNormRows(k, n_ * nkv, hd, l.k_norm, c_.rms_norm_eps, hd, 0);
+  std::vector<double> v = MatMulT(x_, n_, h, l.v, l.v_bias);
+  switch (qk_norm_) {
+    case QkNormScope::kPerHead:
+      RmsNormRows(q, n_ * nh, hd, l.q_norm, c_.rms_norm_eps, hd, 0);
+      RmsNormRows(k, n_ * nkv, hd, l.k_norm, c_.rms_norm_eps, hd, 0);
+      break;
+    case QkNormScope::kProjection:  // OLMoE
+      RmsNormRows(q, n_, qd, l.q_norm, c_.rms_norm_eps, qd, 0);
+      RmsNormRows(k, n_, kvd, l.k_norm, c_.rms_norm_eps, kvd, 0);
+      break;
+    case QkNormScope::kNone:
+      break;
+  }
+  if (c_.clip_qkv > 0) {
+    for (std::vector<double>* t : {&q, &k, &v}) {
+      for (double& e : *t) e = std::clamp<double>(e, -c_.clip_qkv, c_.clip_qkv);
+    }
+  }
   Rope(q, nh, qd);
   Rope(k, nkv, kvd);
   std::vector<double>& kc = (*k_)[layer];
@@ -229,22 +260,27 @@ void ReferenceStep::Attention(int layer) {
   kc.insert(kc.end(), k.begin(), k.end());
   vc.insert(vc.end(), v.begin(), v.end());
   std::vector<double> attn(n_ * qd, 0.0);
+  const int64_t window = c_.LayerWindow(layer);
   for (int64_t t = 0; t < n_; ++t) {
     const int64_t keys = start_ + t + 1;  // causal
+    // A sliding window sees the last `window` keys, its own included.
+    const int64_t first = window > 0 ? std::max<int64_t>(0, keys - window) : 0;
     for (int hh = 0; hh < nh; ++hh) {
       const int kvh = hh / (nh / nkv);
-      std::vector<double> s(keys);
-      for (int64_t j = 0; j < keys; ++j) {
+      std::vector<double> s(keys - first);
+      for (int64_t j = first; j < keys; ++j) {
         double d = 0;
         for (int64_t e = 0; e < hd; ++e) d += q[t * qd + hh * hd + e] * kc[j * kvd + kvh * hd + e];
-        s[j] = d / std::sqrt(static_cast<double>(hd));
+        s[j - first] = d / std::sqrt(static_cast<double>(hd));
       }
-      const double mx = *std::max_element(s.begin(), s.end());
-      double z = 0;
+      // A sink logit joins the softmax's denominator only.
+      const double sink = l.sinks.empty() ? -INFINITY : AsDouble(l.sinks)[hh];
+      const double mx = std::max(sink, *std::max_element(s.begin(), s.end()));
+      double z = l.sinks.empty() ? 0.0 : std::exp(sink - mx);
       for (double& e : s) z += (e = std::exp(e - mx));
-      for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t j = first; j < keys; ++j) {
         for (int64_t e = 0; e < hd; ++e) {
-          attn[t * qd + hh * hd + e] += s[j] / z * vc[j * kvd + kvh * hd + e];
+          attn[t * qd + hh * hd + e] += s[j - first] / z * vc[j * kvd + kvh * hd + e];
         }
       }
     }
@@ -396,14 +432,14 @@ struct Experts {
 
 Experts MakeExperts(const Backend& backend, const Model& m, bool pinned) {
   Experts x;
-  const std::string prefix = ArchSpec::For(m.config)->text_prefix;
-  auto resident = ResidentExpertProvider::Create(*m.ckpt, m.config.text, prefix);
+  const ExpertNaming naming = ArchSpec::For(m.config)->experts;
+  auto resident = ResidentExpertProvider::Create(*m.ckpt, m.config.text, naming);
   EXPECT_TRUE(resident.ok()) << resident.status();
   if (!resident.ok()) return x;
   x.resident = *std::move(resident);
   if (!backend.experts_in_device_memory() && !pinned) return x;
   auto parts = backend.CreateOffloadDevice(BackendOptions{});
-  auto sizes = MeasureModelSizes(*m.ckpt, m.config.text, prefix);
+  auto sizes = MeasureModelSizes(*m.ckpt, m.config.text, naming);
   EXPECT_TRUE(parts.ok() && sizes.ok());
   if (!parts.ok() || !sizes.ok()) return x;
   x.parts = *std::move(parts);
@@ -621,10 +657,6 @@ void BackendOpsTest::RunTable(bool device_moe) {
     bo.max_tokens_per_step = 64;
     bo.cpu_deferred_moe = device_moe;
     auto ops = backend->CreateDecoderOps(m.config, *m.ckpt, bo);
-    if (!cpu && m.config.text.attention_bias) {
-      EXPECT_FALSE(ops.ok()) << "attention_bias is refused off the CPU";
-      continue;
-    }
     ASSERT_TRUE(ops.ok()) << ops.status();
     Experts experts = MakeExperts(*backend, m, /*pinned=*/device_moe);
     ASSERT_NE(experts.get(), nullptr);

@@ -51,31 +51,11 @@ constexpr int kDecodeSteps = 8;
 // model stay within a few percent of the logit range.
 constexpr float kRelTol = 0.04f;
 
-// Compares two greedy runs step by step up to their first divergence.
 void ExpectGreedyAgrees(const std::vector<std::vector<float> >& cpu,
                         const std::vector<int>& cpu_tokens,
                         const std::vector<std::vector<float> >& gpu,
                         const std::vector<int>& gpu_tokens, int vocab) {
-  ASSERT_EQ(cpu.size(), gpu.size());
-  for (size_t step = 0; step < cpu.size(); ++step) {
-    SCOPED_TRACE(::testing::Message() << "step " << step);
-    ASSERT_EQ(cpu[step].size(), gpu[step].size());
-    const float tol = kRelTol * testing::MaxAbs(cpu[step]);
-    float worst = 0;
-    for (size_t i = 0; i < cpu[step].size(); ++i) {
-      worst = std::max(worst, std::fabs(cpu[step][i] - gpu[step][i]));
-    }
-    EXPECT_LE(worst, tol) << "max |logit diff| " << worst << " vs tolerance " << tol;
-    if (step >= cpu_tokens.size()) break;
-    if (cpu_tokens[step] != gpu_tokens[step]) {
-      // A flipped near-tie: the CPU's own margin between the two must be small.
-      const float* last = cpu[step].data() + cpu[step].size() - vocab;
-      const float margin = last[cpu_tokens[step]] - last[gpu_tokens[step]];
-      EXPECT_LE(margin, tol) << "cpu token " << cpu_tokens[step] << ", cuda token "
-                             << gpu_tokens[step] << ": cpu margin " << margin;
-      return;  // the sequences differ from here on
-    }
-  }
+  vismoe::testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, vocab, kRelTol);
 }
 
 class CudaDecoderTest : public ::testing::Test {

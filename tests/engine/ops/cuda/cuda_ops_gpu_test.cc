@@ -17,6 +17,7 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -251,6 +252,14 @@ TEST(CudaOpsArgsTest, RejectBadShapesBeforeLaunching) {
   gqa.head_dim = 512;  // above the kernel's 256 limit
   EXPECT_EQ(Attention(gqa, nullptr, 1, nullptr, nullptr, 1, true, 0, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  gqa.head_dim = 128;
+  gqa.window = 8;  // a window needs a causal mask
+  EXPECT_EQ(Attention(gqa, nullptr, 1, nullptr, nullptr, 1, false, 0, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  gqa.window = -1;
+  EXPECT_EQ(Attention(gqa, nullptr, 1, nullptr, nullptr, 1, true, 0, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Clamp(nullptr, 1, 0.0f, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MoeRouterTopK(nullptr, 1, 128, 0, true, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MoeRouterTopK(nullptr, 1, 4, 8, true, nullptr, nullptr, nullptr).code(),
@@ -277,26 +286,36 @@ AttentionInputs RandomAttentionInputs(int64_t nq, int64_t nk, int64_t qw, int64_
           RandomBf16(nk * kvw, seed + 2, 2.0f)};
 }
 
+// The families' variants of a row's softmax: a sliding window and per-head
+// sink logits (null: none).
+struct AttentionMask {
+  int64_t window = 0;
+  const std::vector<float>* sinks = nullptr;
+};
+
 // cpu::Attention on the dense fp32 equivalents.
 std::vector<float> CpuAttention(int heads, int kv_heads, int head_dim, const AttentionInputs& in,
-                                int64_t nq, int64_t nk, bool causal, int64_t q_pos0) {
+                                int64_t nq, int64_t nk, bool causal, int64_t q_pos0,
+                                const AttentionMask& mask = {}) {
   const std::vector<float> qf = ToF32(in.q), kf = ToF32(in.k), vf = ToF32(in.v);
   std::vector<float> ref(nq * heads * head_dim);
   cpu::AttentionShape cs;
   cs.num_heads = heads;
   cs.num_kv_heads = kv_heads;
   cs.head_dim = head_dim;
+  cs.window = mask.window;
+  cs.sinks = mask.sinks == nullptr ? nullptr : mask.sinks->data();
   cpu::Attention(nullptr, cs, qf.data(), nq, kf.data(), vf.data(), nk, causal, q_pos0, ref.data());
   return ref;
 }
 
 void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t nk, bool causal,
-                    int64_t q_pos0) {
+                    int64_t q_pos0, const AttentionMask& mask = {}) {
   const int64_t qw = static_cast<int64_t>(heads) * head_dim;
   const int64_t kvw = static_cast<int64_t>(kv_heads) * head_dim;
   const AttentionInputs in = RandomAttentionInputs(nq, nk, qw, kvw, 10);
   const std::vector<float> ref =
-      CpuAttention(heads, kv_heads, head_dim, in, nq, nk, causal, q_pos0);
+      CpuAttention(heads, kv_heads, head_dim, in, nq, nk, causal, q_pos0, mask);
   auto dq = Upload(in.q);
   auto dk = Upload(in.k);
   auto dv = Upload(in.v);
@@ -306,6 +325,13 @@ void CheckAttention(int heads, int kv_heads, int head_dim, int64_t nq, int64_t n
   gs.num_heads = heads;
   gs.num_kv_heads = kv_heads;
   gs.head_dim = head_dim;
+  gs.window = mask.window;
+  absl::StatusOr<DeviceBuffer> dsinks;
+  if (mask.sinks != nullptr) {
+    dsinks = Upload(*mask.sinks);
+    ASSERT_TRUE(dsinks.ok()) << dsinks.status();
+    gs.sinks = dsinks->as<float>();
+  }
   ASSERT_OK(Attention(gs, dq->as<Bf16>(), nq, dk->as<Bf16>(), dv->as<Bf16>(), nk, causal, q_pos0,
                       dout->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dout, nq * qw), ref, kBf16Tol, kBf16Tol, "attention");
@@ -373,6 +399,23 @@ TEST(CudaOpsGpuTest, CausalMaskHidesKeysAfterTheLastQuery) {
 TEST(CudaOpsGpuTest, DecodeOneQueryAgainstCacheMatchesCpu) {
   VISMOE_SKIP_WITHOUT_GPU();
   CheckAttention(32, 4, 128, 1, 300, true, 299);
+}
+
+// Mixtral's and GPT-OSS's sliding window (shorter than the chunk and than
+// the cached prefix) and GPT-OSS's sink logits, alone and together, in
+// prefill and decode. Sinks of +-4 take a visible share of the mass.
+TEST(CudaOpsGpuTest, SlidingWindowAndSinksMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  std::vector<float> sinks(32);
+  for (size_t h = 0; h < sinks.size(); ++h) sinks[h] = -4.0f + 0.25f * static_cast<float>(h);
+  for (const AttentionMask& m :
+       {AttentionMask{8, nullptr}, AttentionMask{0, &sinks}, AttentionMask{8, &sinks}}) {
+    SCOPED_TRACE(::testing::Message() << "window " << m.window << (m.sinks ? ", sinks" : ""));
+    CheckAttention(32, 4, 128, 37, 37, true, 0, m);    // prefill from the start
+    CheckAttention(32, 4, 128, 16, 80, true, 64, m);   // a chunk after a cached prefix
+    CheckAttention(32, 4, 128, 1, 300, true, 299, m);  // decode
+    CheckAttention(8, 2, 64, 5, 5, true, 0, m);        // rows that see fewer keys than the window
+  }
 }
 
 TEST(CudaOpsGpuTest, BidirectionalVisionHeadDim72MatchesCpu) {
@@ -585,6 +628,28 @@ TEST(CudaOpsGpuTest, BiasAndResidualAdds) {
   ExpectClose(DownloadBf16(*dsum, kRows * kCols), ref_add, kBf16Tol, kBf16Tol, "add");
   ASSERT_OK(AddBias(dy->as<Bf16>(), kRows, kCols, db->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dy, kRows * kCols), ref_bias, kBf16Tol, kBf16Tol, "add_bias");
+}
+
+// OLMoE's clip_qkv: bf16 values clamped exactly (no arithmetic), NaN kept
+// as std::clamp keeps it, infinities clamped.
+TEST(CudaOpsGpuTest, ClampMatchesStdClamp) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 1000;
+  auto x = RandomBf16(kN, 19, 6.0f);
+  x[3] = FloatToBf16(std::numeric_limits<float>::quiet_NaN());
+  x[4] = FloatToBf16(std::numeric_limits<float>::infinity());
+  x[5] = FloatToBf16(-std::numeric_limits<float>::infinity());
+  auto dx = Upload(x);
+  ASSERT_TRUE(dx.ok());
+  ASSERT_OK(Clamp(dx->as<Bf16>(), kN, 2.5f, nullptr));
+  const std::vector<float> got = DownloadBf16(*dx, kN);
+  const std::vector<float> in = ToF32(x);
+  ASSERT_EQ(got.size(), in.size());
+  EXPECT_TRUE(std::isnan(got[3]));
+  for (int64_t i = 0; i < kN; ++i) {
+    if (i == 3) continue;
+    EXPECT_EQ(got[i], std::clamp(in[i], -2.5f, 2.5f)) << "element " << i;
+  }
 }
 
 TEST(CudaOpsGpuTest, EmbeddingGatherScatterAndDeepStackAdd) {

@@ -1,0 +1,188 @@
+// Label gpu: the text families the CUDA backend runs beside Qwen3 -- OLMoE
+// (q/k norms over the whole projection, clip_qkv) and Mixtral (no q/k norms,
+// an 8-token sliding window shorter than every prompt) --
+// through the one decoder over the CUDA ops, against the same decoder over
+// the CPU ops (which matches transformers' goldens: qwen3_vl_moe_parity_test).
+// Each golden case's prompt logits and greedy steps agree within the bf16
+// tolerance of cuda_decoder_ops_gpu_test, all pinned (the device hit path and
+// graph-captured decode steps) and with one pinned layer and three slabs
+// (host-driven offloaded layers, slabs reused). Also an engine on
+// --backend=cuda serves each. Skips without a device.
+#include "gtest/gtest.h"
+
+#ifndef VISMOE_HAVE_CUDA
+
+TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#else
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/api/engine.h"
+#include "engine/arch/qwen3_vl_moe.h"
+#include "engine/backends/registry.h"
+#include "engine/core/thread_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "engine/offload/memory_plan.h"
+#include "engine/offload/offload_expert_provider.h"
+#include "engine/offload/resident_expert_provider.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/ops/cuda/gpu_test_util.h"
+#include "tests/testing/golden_cases.h"
+#include "tests/testing/greedy_decode.h"
+#include "tests/testing/paths.h"
+
+namespace vismoe {
+namespace {
+
+constexpr int kDecodeSteps = 8;
+constexpr float kRelTol = 0.04f;  // as cuda_decoder_ops_gpu_test
+
+struct Family {
+  const char* fixture;
+  const char* golden;
+};
+// The second shape of each: its paths are a superset of the first's (and
+// the GPU bundle carries only these, tests/gpu/travel_light.sh).
+constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
+                                {"tiny-mixtral-swa", "mixtral_swa"}};
+
+const Backend& Cuda() {
+  for (const Backend* b : RegisteredBackends()) {
+    if (std::string_view(b->name()) == "cuda") return *b;
+  }
+  ADD_FAILURE() << "the cuda backend is not registered";
+  return *RegisteredBackends().front();
+}
+
+// One fixture on both backends, and device providers for the CUDA one.
+class Loaded {
+ public:
+  void Load(const std::string& dir) {
+    auto config = ModelConfig::Load(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    auto ckpt = Checkpoint::Open(dir);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = *std::move(ckpt);
+    naming_ = Qwen3VlMoeModel::Experts(config_);
+    auto resident = ResidentExpertProvider::Create(*ckpt_, config_.text, naming_);
+    ASSERT_TRUE(resident.ok()) << resident.status();
+    resident_ = *std::move(resident);
+    auto cpu = Qwen3VlMoeModel::Create(config_, *ckpt_, &pool_);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    cpu_ = *std::move(cpu);
+    ASSERT_TRUE(Cuda().Runs(config_).ok()) << Cuda().Runs(config_);
+    BackendOptions bo;
+    bo.max_tokens_per_step = 256;
+    auto ops = Cuda().CreateDecoderOps(config_, *ckpt_, bo);
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    auto gpu = Qwen3VlMoeModel::Create(config_, *std::move(ops));
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = *std::move(gpu);
+    auto parts = Cuda().CreateOffloadDevice(bo);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    parts_ = *std::move(parts);
+  }
+
+  // `pinned` MoE layers and `slabs` slabs (-1: every other expert).
+  std::unique_ptr<OffloadExpertProvider> Provider(int pinned, int slabs) {
+    auto sizes = MeasureModelSizes(*ckpt_, config_.text, naming_);
+    EXPECT_TRUE(sizes.ok()) << sizes.status();
+    if (!sizes.ok()) return nullptr;
+    const int64_t layers = static_cast<int64_t>(sizes->moe_layers.size());
+    if (slabs < 0) slabs = static_cast<int>((layers - pinned) * sizes->num_experts);
+    MemoryPlanOptions po;
+    po.pinned_layers = pinned;
+    po.budget_bytes = sizes->resident_bytes +
+                      (int64_t{pinned} * sizes->num_experts + slabs) * sizes->expert_bytes;
+    auto plan = MakeMemoryPlan(*sizes, po);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return nullptr;
+    OffloadDevice d{parts_.host_allocator.get(), parts_.device_allocator.get(), parts_.copy.get(),
+                    parts_.expert_dtype};
+    auto p = OffloadExpertProvider::Create(*resident_, config_.text, *plan, OffloadOptions(),
+                                           nullptr, nullptr, d);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  }
+
+  const ModelConfig& config() const { return config_; }
+  const Qwen3VlMoeModel& cpu() const { return *cpu_; }
+  const Qwen3VlMoeModel& gpu() const { return *gpu_; }
+  ResidentExpertProvider* resident() { return resident_.get(); }
+
+ private:
+  ModelConfig config_;
+  ExpertNaming naming_{""};
+  ThreadPool pool_{2};
+  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<ResidentExpertProvider> resident_;
+  std::unique_ptr<Qwen3VlMoeModel> cpu_, gpu_;
+  OffloadDeviceParts parts_;
+};
+
+TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.fixture);
+    Loaded m;
+    ASSERT_NO_FATAL_FAILURE(m.Load(absl::StrCat(testing::FixturesDir(), "/", f.fixture)));
+    const nlohmann::json cases = testing::ReadJsonFile(
+        absl::StrCat(testing::FixturesDir(), "/golden/", f.golden, "_cases.json"));
+    ASSERT_TRUE(cases.is_array() && !cases.empty());
+    int moe_layers = 0;
+    for (int l = 0; l < m.config().text.num_hidden_layers; ++l) {
+      moe_layers += m.config().text.IsMoeLayer(l);
+    }
+    for (const auto& [pinned, slabs] : {std::pair{moe_layers, 0}, std::pair{1, 3}}) {
+      SCOPED_TRACE(::testing::Message() << "pinned " << pinned << ", slabs " << slabs);
+      auto device = m.Provider(pinned, slabs);
+      ASSERT_NE(device, nullptr);
+      for (const auto& c : cases) {
+        const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+        std::vector<int> cpu_tokens, gpu_tokens;
+        const auto cpu =
+            testing::GreedyLogits(m.cpu(), m.resident(), ids, kDecodeSteps, nullptr, &cpu_tokens);
+        const auto gpu =
+            testing::GreedyLogits(m.gpu(), device.get(), ids, kDecodeSteps, nullptr, &gpu_tokens);
+        testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, m.config().text.vocab_size,
+                                    kRelTol);
+      }
+      std::string why;
+      EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+    }
+  }
+}
+
+// Named, the backend serves them (with a warning until this test has run on
+// a GPU); "auto" keeps them on the CPU until then.
+TEST(CudaFamiliesTest, TheEngineServesThemWhenCudaIsNamed) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.fixture);
+    EngineOptions o;
+    o.model_path = absl::StrCat(testing::FixturesDir(), "/", f.fixture);
+    o.backend = "cuda";
+    o.max_context_tokens = 256;
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->info().backend, "cuda");
+    const nlohmann::json cases = testing::ReadJsonFile(
+        absl::StrCat(testing::FixturesDir(), "/golden/", f.golden, "_cases.json"));
+    ASSERT_TRUE(cases.is_array() && !cases.empty());
+    auto r = (*engine)->Generate(testing::TextRequestFromCase(cases[0], 8), {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->token_ids.empty());
+  }
+}
+
+}  // namespace
+}  // namespace vismoe
+
+#endif  // VISMOE_HAVE_CUDA
