@@ -2,10 +2,12 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the PhiMoE, DeepSeek, GPT-OSS,
-# DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not run yet,
-# the first OLMoE and Mixtral shapes, whose second shapes (clip_qkv, a sliding
-# window) cover the same CUDA paths and more, and the chat-template goldens);
+# trained VQA model, the CPU parity goldens, the PhiMoE, DeepSeek, MXFP4
+# GPT-OSS, DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not
+# run yet,
+# the first OLMoE, Mixtral and GPT-OSS shapes, whose second shapes (clip_qkv,
+# sliding windows) cover the same CUDA paths and more, and the chat-template
+# goldens);
 # `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
@@ -42,8 +44,9 @@ paths=(
   tests/fixtures/golden/deepseek_v2_logits.safetensors
   tests/fixtures/golden/deepseek_v3_logits.safetensors
   tests/fixtures/golden/deepseek_v3_plain_logits.safetensors
+  tests/fixtures/tiny-deepseek-v3-fp8
+  tests/fixtures/golden/deepseek_v3_fp8_logits.safetensors
   tests/fixtures/tiny-gpt-oss
-  tests/fixtures/tiny-gpt-oss-swa
   tests/fixtures/golden/gpt_oss_logits.safetensors
   tests/fixtures/golden/gpt_oss_swa_logits.safetensors
   tests/fixtures/tiny-gpt-oss-mxfp4

@@ -20,6 +20,7 @@
 #include "engine/model/text_weights.h"
 #include "engine/offload/expert_batch_runner.h"
 #include "engine/ops/cpu/moe.h"
+#include "engine/ops/cpu/rope.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/embedding.h"
@@ -94,13 +95,19 @@ int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_t
 absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   const TextConfig& c = config.text;
-  if (spec.norm != NormKind::kRms || spec.router != RouterKind::kSoftmaxTopK ||
-      c.longrope.has_value() || c.lm_head_bias || c.mla.has_value() || c.yarn.has_value() ||
-      c.n_shared_experts > 0 || c.clamped_swiglu.has_value()) {
+  const bool router =
+      spec.router == RouterKind::kSoftmaxTopK || spec.router == RouterKind::kTopKSoftmaxBiased;
+  if (spec.norm != NormKind::kRms || !router || c.longrope.has_value() || c.lm_head_bias ||
+      c.mla.has_value() || c.n_shared_experts > 0) {
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend does not run ", config.model_type,
-        " yet (LayerNorm, routers other than softmax top-k, LongRoPE, lm_head bias, latent "
-        "attention, YaRN, shared experts, clamped SwiGLU): use --backend=cpu"));
+        " yet (LayerNorm, sparsemixer and DeepSeek routers, LongRoPE, lm_head bias, latent "
+        "attention, shared experts): use --backend=cpu"));
+  }
+  if (c.mxfp4.has_value()) {  // its expert kernels read bf16 weights
+    return absl::UnimplementedError(
+        "the CUDA backend does not run MXFP4 experts yet (quantization_config quant_method "
+        "mxfp4): use --backend=cpu");
   }
   if (c.fp8.has_value()) {  // its GEMV/GEMM and MoE kernels read bf16 weights
     return absl::UnimplementedError(
@@ -123,6 +130,9 @@ absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
   if (window) unverified.push_back("sliding windows");
   if (c.attention_sinks) unverified.push_back("attention sinks");
   if (c.attention_bias) unverified.push_back("attention biases");
+  if (c.yarn.has_value()) unverified.push_back("YaRN");
+  if (spec.router == RouterKind::kTopKSoftmaxBiased) unverified.push_back("its router");
+  if (c.clamped_swiglu.has_value()) unverified.push_back("its experts' biases and clamped SwiGLU");
   if (unverified.empty()) return absl::OkStatus();
   // Compiled and tested against the CPU in the gpu tests, which have not run
   // on a GPU yet (tests/gpu/README.md).
@@ -156,6 +166,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   m->config_ = config;
   m->renormalize_topk_ = spec.renormalize_topk;
   m->qk_norm_ = spec.qk_norm;
+  m->router_ = spec.router;
   m->max_tokens_ = options.max_tokens_per_step;
   m->device_ = options.device;
   m->mrope_section_ = c.mrope_section;
@@ -188,7 +199,10 @@ absl::Status CudaDecoderOps::SetUpDeviceMoe(const Options& options) {
   if (options.op_timing) timer_ = std::make_unique<OpTimer>(options.stats);
   const char* graphs = std::getenv("VISMOE_CUDA_GRAPHS");
   graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
-  device_moe_ = MoeDecodeSupports(c.hidden_size, c.moe_intermediate_size, c.num_experts,
+  // Its routing kernel is softmax top-k and its expert kernels SwiGLU; GPT-OSS's
+  // layers take the host-driven path.
+  device_moe_ = router_ == RouterKind::kSoftmaxTopK && !c.clamped_swiglu.has_value() &&
+                MoeDecodeSupports(c.hidden_size, c.moe_intermediate_size, c.num_experts,
                                   c.num_experts_per_tok);
   if (!device_moe_) return absl::OkStatus();
   VISMOE_ASSIGN_OR_RETURN(pinned_tables_,
@@ -197,6 +211,18 @@ absl::Status CudaDecoderOps::SetUpDeviceMoe(const Options& options) {
                           DeferredStaging::Create(c, std::min(max_tokens_, kMaxDecodeRows)));
   return absl::OkStatus();
 }
+
+namespace {
+
+// `t` as fp32 values in the packed block (SIZE_MAX when absent).
+size_t AddF32(WeightPacker& pack, const TensorView& t) {
+  if (t.empty()) return SIZE_MAX;
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  ToFloat(t.dtype, t.data, f.size(), f.data());
+  return pack.AddF32(f);
+}
+
+}  // namespace
 
 // The TextWeights every backend loads, packed to bf16 and uploaded in one copy.
 absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Checkpoint& ckpt) {
@@ -226,16 +252,21 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
     }
     o.push_back(qkv_biases == 3 ? pack.AddStacked({&l.q_bias, &l.k_bias, &l.v_bias}) : SIZE_MAX);
     o.push_back(l.o_bias.empty() ? SIZE_MAX : pack.Add(l.o_bias));
-    if (l.sinks.empty()) {
-      o.push_back(SIZE_MAX);
-    } else {
-      std::vector<float> sinks(static_cast<size_t>(l.sinks.numel()));
-      ToFloat(l.sinks.dtype, l.sinks.data, sinks.size(), sinks.data());
-      o.push_back(pack.AddF32(sinks));
-    }
+    o.push_back(AddF32(pack, l.sinks));
+    o.push_back(AddF32(pack, l.router_bias));
+    o.push_back(l.experts_gate_up_bias.empty() ? SIZE_MAX : pack.Add(l.experts_gate_up_bias));
+    o.push_back(l.experts_down_bias.empty() ? SIZE_MAX : pack.Add(l.experts_down_bias));
     offs.push_back(std::move(o));
   }
-  const size_t inv_freq = pack.AddF32(RopeInvFreq(config.text.head_dim, config.text.rope_theta));
+  const TextConfig& c = config.text;
+  std::vector<float> freqs = RopeInvFreq(c.head_dim, c.rope_theta);
+  if (c.yarn.has_value()) {  // GPT-OSS (latent attention's YaRN is refused by Runs)
+    const TextConfig::Yarn& y = *c.yarn;
+    freqs = cpu::YarnInvFreq(c.head_dim, c.rope_theta, y.factor, y.original_max_position_embeddings,
+                             y.beta_fast, y.beta_slow, y.truncate);
+    rope_scale_ = static_cast<float>(YarnAttentionFactor(y));
+  }
+  const size_t inv_freq = pack.AddF32(freqs);
 
   const std::vector<Bf16>& host = pack.host();
   VISMOE_ASSIGN_OR_RETURN(weights_, DeviceBuffer::Allocate(host.size() * sizeof(Bf16)));
@@ -248,12 +279,39 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   final_norm_ = at(norm);
   lm_head_ = at(lm_head);
   inv_freq_ = reinterpret_cast<const float*>(base + inv_freq);
+  auto at_f32 = [&at](size_t offset) { return reinterpret_cast<const float*>(at(offset)); };
   for (const std::vector<size_t>& o : offs) {
     layers_.push_back(Layer{at(o[0]), at(o[1]), at(o[2]), at(o[3]), at(o[4]), at(o[5]), at(o[6]),
-                            at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]),
-                            reinterpret_cast<const float*>(at(o[12]))});
+                            at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]), at_f32(o[12]),
+                            at_f32(o[13]), at(o[14]), at(o[15])});
   }
+  if (c.clamped_swiglu.has_value()) KeepClampedExperts(w);
   return absl::OkStatus();
+}
+
+// GPT-OSS's expert biases, on the device (uploaded above) and as host fp32
+// copies for experts computed on the host.
+void CudaDecoderOps::KeepClampedExperts(const TextWeights& w) {
+  const TextConfig& c = config_.text;
+  const int64_t e = c.num_experts, inter = c.moe_intermediate_size, h = c.hidden_size;
+  host_expert_biases_.resize(w.layers.size());
+  clamped_experts_.resize(w.layers.size());
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const DecoderLayerWeights& lw = w.layers[l];
+    if (lw.experts_gate_up_bias.empty() || lw.experts_down_bias.empty()) continue;
+    std::vector<float>& host = host_expert_biases_[l];
+    host.resize(static_cast<size_t>(e * (2 * inter + h)));
+    ToFloat(lw.experts_gate_up_bias.dtype, lw.experts_gate_up_bias.data, e * 2 * inter,
+            host.data());
+    ToFloat(lw.experts_down_bias.dtype, lw.experts_down_bias.data, e * h,
+            host.data() + e * 2 * inter);
+    StreamExpertLauncher::ClampedExperts& x = clamped_experts_[l];
+    x.act = ClampedSwigluAct{c.clamped_swiglu->alpha, c.clamped_swiglu->limit};
+    x.gate_up_bias = layers_[l].experts_gate_up_bias;
+    x.down_bias = layers_[l].experts_down_bias;
+    x.host_gate_up_bias = host.data();
+    x.host_down_bias = host.data() + e * 2 * inter;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> CudaDecoderOps::CreateKvPool(int64_t blocks,

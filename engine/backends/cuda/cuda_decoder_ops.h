@@ -65,6 +65,7 @@
 #include "engine/backends/cuda/op_timer.h"
 #include "engine/backends/cuda/pinned_layer_tables.h"
 #include "engine/backends/cuda/step_graphs.h"
+#include "engine/backends/cuda/stream_expert_launcher.h"
 #include "engine/core/stats_sink.h"
 #include "engine/core/thread_pool.h"
 #include "engine/device/cuda/device.h"
@@ -72,6 +73,7 @@
 #include "engine/model/arch_spec.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/text_weights.h"
 #include "engine/ops/cuda/gemm.h"
 
 namespace vismoe::cuda {
@@ -150,16 +152,28 @@ class CudaDecoderOps final : public DecoderOps {
     // attention_bias: q, k and v's stacked [qd + 2 kvd], and o's [H]; null without.
     const Bf16* qkv_bias = nullptr;
     const Bf16* o_bias = nullptr;
-    const float* sinks = nullptr;  // [heads] fp32 sink logits (GPT-OSS), or null
+    const float* sinks = nullptr;        // [heads] fp32 sink logits (GPT-OSS), or null
+    const float* router_bias = nullptr;  // [E] fp32 (GPT-OSS), or null
+    // GPT-OSS's experts: their biases (clamped_experts_[layer] points here).
+    const Bf16* experts_gate_up_bias = nullptr;  // [E, 2I]
+    const Bf16* experts_down_bias = nullptr;     // [E, H]
   };
 
   CudaDecoderOps() = default;
   absl::Status UploadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+  void KeepClampedExperts(const TextWeights& w);
   absl::Status SetUpDeviceMoe(const Options& options);
 
   ModelConfig config_;
   bool renormalize_topk_ = true;
   QkNormScope qk_norm_ = QkNormScope::kPerHead;
+  RouterKind router_ = RouterKind::kSoftmaxTopK;
+  float rope_scale_ = 1.0f;  // YaRN's attention factor on cos / sin
+  // GPT-OSS (TextConfig::clamped_swiglu): per layer, the experts' biases
+  // (device, and host fp32 for experts computed on the host) and activation;
+  // empty otherwise.
+  std::vector<StreamExpertLauncher::ClampedExperts> clamped_experts_;
+  std::vector<std::vector<float>> host_expert_biases_;  // per layer: [E, 2I] then [E, H]
   int device_ = 0;
   int64_t max_tokens_ = 0;
   DeviceBuffer weights_;  // every non-expert text tensor, bf16

@@ -280,7 +280,7 @@ absl::Status CudaDecoderStep::NormRope(const CudaDecoderOps::Layer& w) {
   }
   // q's heads then k's are adjacent in each row: one rotation over both.
   return ApplyRope(qkv_, n, nq + nkv, static_cast<int>(hd), width, positions_, ops_.inv_freq_,
-                   section, st_);
+                   section, st_, ops_.rope_scale_);
 }
 
 absl::Status CudaDecoderStep::DenseMlp(int layer) {
@@ -308,8 +308,14 @@ absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r
   const int k = c_.num_experts_per_tok, e_count = c_.num_experts;
   VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(x_, n, h_, w.router, WeightLayout::kOutIn, e_count,
                                             router_logits_, GemmOut::kF32));
-  VISMOE_RETURN_IF_ERROR(MoeRouterTopK(router_logits_, n, e_count, k, ops_.renormalize_topk_,
-                                       top_experts_, top_weights_, st_));
+  if (w.router_bias != nullptr) {
+    VISMOE_RETURN_IF_ERROR(AddBiasF32(router_logits_, n, e_count, w.router_bias, st_));
+  }
+  VISMOE_RETURN_IF_ERROR(
+      ops_.router_ == RouterKind::kTopKSoftmaxBiased
+          ? MoeRouterTopKSoftmax(router_logits_, n, e_count, k, top_experts_, top_weights_, st_)
+          : MoeRouterTopK(router_logits_, n, e_count, k, ops_.renormalize_topk_, top_experts_,
+                          top_weights_, st_));
   VISMOE_RETURN_IF_ERROR(BuildMoePermutation(top_experts_, n, k, e_count, counts_, offsets_,
                                              row_token_, slot_row_, st_));
   // The routing goes to the host: the provider and the observers live there.
@@ -364,6 +370,10 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
   launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
+  if (layer < static_cast<int>(ops_.clamped_experts_.size()) &&
+      ops_.clamped_experts_[layer].gate_up_bias != nullptr) {
+    launcher.SetClamped(&ops_.clamped_experts_[layer]);
+  }
   VISMOE_RETURN_IF_ERROR(
       RunExpertBatches(*experts, phase, layer, active, tokens, launcher, &held_));
   return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),

@@ -1,5 +1,6 @@
 #include "engine/backends/cuda/stream_expert_launcher.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -38,9 +39,14 @@ absl::Status StreamExpertLauncher::Launch(absl::Span<const AcquiredExpert> batch
   rows.reserve(batch.size());
   for (const AcquiredExpert& a : batch) {
     VISMOE_ASSIGN_OR_RETURN(DeviceExpert w, ToDeviceExpert(a.weights, layer_, a.expert));
+    if (clamped_ != nullptr) {
+      w.gate_up_bias = clamped_->gate_up_bias + int64_t{a.expert} * 2 * inter_;
+      w.down_bias = clamped_->down_bias + int64_t{a.expert} * hidden_;
+    }
     rows.push_back({w, offsets_[a.expert], offsets_[a.expert + 1] - offsets_[a.expert]});
   }
-  VISMOE_RETURN_IF_ERROR(blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_));
+  VISMOE_RETURN_IF_ERROR(blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_,
+                                                 clamped_ != nullptr ? &clamped_->act : nullptr));
   return events_[ticket].Record(stream_.get());
 }
 
@@ -81,7 +87,16 @@ absl::Status StreamExpertLauncher::ComputeOnHost(int expert, const ExpertWeights
   host_->xf.resize(count);
   host_->yf.resize(count);
   ToFloat(DType::kBF16, host_->x.data() + at, count, host_->xf.data());
-  cpu::ExpertForward(pool_, weights, host_->xf.data(), m, hidden_, inter_, host_->yf.data());
+  std::optional<cpu::ClampedSwigluExpert> oss;
+  if (clamped_ != nullptr) {
+    oss = cpu::ClampedSwigluExpert{
+        TensorView{
+            clamped_->host_gate_up_bias + int64_t{expert} * 2 * inter_, DType::kF32, {2 * inter_}},
+        TensorView{clamped_->host_down_bias + int64_t{expert} * hidden_, DType::kF32, {hidden_}},
+        clamped_->act.alpha, clamped_->act.limit};
+  }
+  cpu::ExpertForward(pool_, weights, host_->xf.data(), m, hidden_, inter_, host_->yf.data(),
+                     oss.has_value() ? &*oss : nullptr);
   for (size_t i = 0; i < count; ++i) host_->y[at + i] = FloatToBf16(host_->yf[i]);
   // Behind the batches already launched, ahead of the weighted sum.
   return CopyToDeviceAsync(yp_ + int64_t{offsets_[expert]} * hidden_, host_->y.data() + at,

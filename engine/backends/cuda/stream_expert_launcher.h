@@ -56,6 +56,17 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
     rows_ready_ = rows_ready;
     host_ = buffers;
   }
+  // GPT-OSS's experts: the layer's biases, device bf16 [E, 2I] and [E, H] and
+  // the same in host fp32 (for experts computed on the host), and the
+  // clamped SwiGLU. All borrowed.
+  struct ClampedExperts {
+    ClampedSwigluAct act;
+    const Bf16* gate_up_bias = nullptr;
+    const Bf16* down_bias = nullptr;
+    const float* host_gate_up_bias = nullptr;
+    const float* host_down_bias = nullptr;
+  };
+  void SetClamped(const ClampedExperts* clamped) { clamped_ = clamped; }
   absl::Status PrepareHost(absl::Span<const int> experts) override;
   absl::Status ComputeOnHost(int expert, const ExpertWeights& weights) override;
 
@@ -76,6 +87,7 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
   ThreadPool* pool_ = nullptr;
   const Event* rows_ready_ = nullptr;
   HostExpertBuffers* host_ = nullptr;
+  const ClampedExperts* clamped_ = nullptr;
   std::vector<int64_t> host_row_;  // per expert: its first row in host_->x / y, or -1
   bool rows_on_host_ = false;      // rows_ready_ has been waited for
 };

@@ -61,6 +61,29 @@ __global__ void AddBiasKernel(Bf16* y, int64_t rows, int64_t cols, const Bf16* b
   }
 }
 
+__global__ void ClampedSwigluKernel(const Bf16* gate_up, int64_t rows, int64_t inter, float alpha,
+                                    float limit, Bf16* out) {
+  const int64_t total = rows * inter;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / inter, c = i % inter;
+    const Bf16* row = gate_up + r * 2 * inter;
+    // std::min / std::clamp's comparisons, so NaN stays NaN as on the CPU.
+    const float g = LoadBf16(row, 2 * c), u = LoadBf16(row, 2 * c + 1);
+    const float gate = limit < g ? limit : g;
+    const float up = u < -limit ? -limit : (limit < u ? limit : u);
+    StoreBf16(out, i, (up + 1.0f) * (gate / (1.0f + expf(-alpha * gate))));
+  }
+}
+
+__global__ void AddBiasF32Kernel(float* y, int64_t rows, int64_t cols, const float* bias) {
+  const int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bias[i % cols];
+  }
+}
+
 __global__ void ClampKernel(Bf16* x, int64_t n, float limit) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -113,6 +136,23 @@ absl::Status AddBias(Bf16* y, int64_t rows, int64_t cols, const Bf16* bias, Stre
   if (rows <= 0 || cols <= 0) return absl::OkStatus();
   AddBiasKernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(y, rows, cols, bias);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("AddBiasKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ClampedSwigluInterleaved(const Bf16* gate_up, int64_t rows, int64_t inter, float alpha,
+                                      float limit, Bf16* out, StreamHandle stream) {
+  if (rows <= 0 || inter <= 0) return absl::OkStatus();
+  ClampedSwigluKernel<<<GridFor(rows * inter, kThreads), kThreads, 0, stream>>>(
+      gate_up, rows, inter, alpha, limit, out);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("ClampedSwigluKernel");
+  return absl::OkStatus();
+}
+
+absl::Status AddBiasF32(float* y, int64_t rows, int64_t cols, const float* bias,
+                        StreamHandle stream) {
+  if (rows <= 0 || cols <= 0) return absl::OkStatus();
+  AddBiasF32Kernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(y, rows, cols, bias);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("AddBiasF32Kernel");
   return absl::OkStatus();
 }
 

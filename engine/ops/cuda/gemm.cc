@@ -228,7 +228,7 @@ absl::Status Blas::MoeExperts(const Bf16* xp, absl::Span<const int32_t> host_off
 
 absl::Status Blas::MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertRows> experts,
                                      int64_t hidden, int64_t inter, Bf16* gate_up_scratch,
-                                     Bf16* act_scratch, Bf16* yp) {
+                                     Bf16* act_scratch, Bf16* yp, const ClampedSwigluAct* clamped) {
   if (!FitsInt(hidden) || hidden == 0 || !FitsInt(2 * inter) || inter == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuda::Blas::MoeExpertsGrouped: bad shape hidden=", hidden, " inter=", inter));
@@ -243,7 +243,8 @@ absl::Status Blas::MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertR
     const DeviceExpert& w = x.w;
     const bool fused = w.layout == WeightLayout::kInOut;
     if (x.rows < 0 || !FitsInt(x.rows) || x.row_begin < 0 || w.down == nullptr ||
-        (fused ? w.gate_up == nullptr : (w.gate == nullptr || w.up == nullptr))) {
+        (fused ? w.gate_up == nullptr : (w.gate == nullptr || w.up == nullptr)) ||
+        (clamped != nullptr && !fused)) {
       return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::MoeExpertsGrouped: expert ", e,
                                                      " has ", x.rows, " rows at ", x.row_begin,
                                                      " but no weights or a bad size"));
@@ -282,12 +283,27 @@ absl::Status Blas::MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertR
     }
   }
   VISMOE_RETURN_IF_ERROR(Grouped(std::move(gate_up)));
-  // SwiGLU once per run (once in all when every expert of the layer is here).
-  for (const auto& [begin, end] : runs) {
-    VISMOE_RETURN_IF_ERROR(SiluMulFused(gate_up_scratch + begin * 2 * inter, end - begin, inter,
-                                        act_scratch + begin * inter, stream_));
+  for (const MoeExpertRows* x : live) {
+    if (x->w.gate_up_bias == nullptr) continue;
+    VISMOE_RETURN_IF_ERROR(AddBias(gate_up_scratch + x->row_begin * 2 * inter, x->rows, 2 * inter,
+                                   x->w.gate_up_bias, stream_));
   }
-  return Grouped(std::move(down));
+  // The activation once per run (once in all when every expert of the layer is here).
+  for (const auto& [begin, end] : runs) {
+    const Bf16* gu = gate_up_scratch + begin * 2 * inter;
+    Bf16* act = act_scratch + begin * inter;
+    VISMOE_RETURN_IF_ERROR(clamped != nullptr
+                               ? ClampedSwigluInterleaved(gu, end - begin, inter, clamped->alpha,
+                                                          clamped->limit, act, stream_)
+                               : SiluMulFused(gu, end - begin, inter, act, stream_));
+  }
+  VISMOE_RETURN_IF_ERROR(Grouped(std::move(down)));
+  for (const MoeExpertRows* x : live) {
+    if (x->w.down_bias == nullptr) continue;
+    VISMOE_RETURN_IF_ERROR(
+        AddBias(yp + x->row_begin * hidden, x->rows, hidden, x->w.down_bias, stream_));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vismoe::cuda

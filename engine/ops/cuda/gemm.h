@@ -41,6 +41,16 @@ struct DeviceExpert {
   const Bf16* gate = nullptr;     // kOutIn only
   const Bf16* up = nullptr;       // kOutIn only
   const Bf16* down = nullptr;
+  // GPT-OSS: [2I] added to gate_up's output, [H] to down's; null without.
+  const Bf16* gate_up_bias = nullptr;
+  const Bf16* down_bias = nullptr;
+};
+
+// GPT-OSS's activation: gate / up interleaved in gate_up's columns and the
+// clamped SwiGLU (cuda::ClampedSwigluInterleaved). REQUIRES: kInOut experts.
+struct ClampedSwigluAct {
+  float alpha = 1.702f;
+  float limit = 7.0f;
 };
 
 // One expert's share of a MoE layer: its weights and its block of rows in
@@ -94,11 +104,14 @@ class Blas {
   // contiguous or ordered (the ready subset of a layer, in the provider's
   // order): one grouped GEMM for gate_up (two for separate gate/up weights),
   // one SwiGLU launch per contiguous run of rows, one grouped GEMM for down.
-  // Scratch rows are addressed by row_begin as in MoeExperts.
+  // Scratch rows are addressed by row_begin as in MoeExperts. With `clamped`
+  // (GPT-OSS), the clamped SwiGLU on interleaved columns instead, and each
+  // expert's biases added (one launch per expert and projection).
   // REQUIRES: row blocks do not overlap; every expert with rows has weights.
   absl::Status MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertRows> experts,
                                  int64_t hidden, int64_t inter, Bf16* gate_up_scratch,
-                                 Bf16* act_scratch, Bf16* yp);
+                                 Bf16* act_scratch, Bf16* yp,
+                                 const ClampedSwigluAct* clamped = nullptr);
 
   // Problems per grouped cuBLAS call (the size of the pointer table).
   static constexpr int kMaxGroupedProblems = 256;

@@ -23,16 +23,82 @@ __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, in
                  smem + warp * num_experts, experts + t * top_k, weights + t * top_k);
 }
 
+// One warp per token: the k largest logits by an arg-max per slot over a
+// shared copy of the row (a picked one set to NaN, which no comparison
+// takes), then exp(l - l_max) / sum in slot order, as the CPU sums.
+__global__ void TopKSoftmaxKernel(const float* logits, int64_t n, int num_experts, int top_k,
+                                  int32_t* experts, float* weights) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (t >= n) return;  // whole warp leaves together: no block barrier below
+  const float* row = logits + t * num_experts;
+  float* p = smem + warp * num_experts;
+  for (int e = lane; e < num_experts; e += kWarp) p[e] = row[e];
+  __syncwarp();
+  int my_e = -1;  // lane r keeps slot r
+  float my_l = -INFINITY;
+  for (int r = 0; r < top_k; ++r) {
+    float best = -INFINITY;
+    int best_e = num_experts;
+    for (int e = lane; e < num_experts; e += kWarp) {
+      if (p[e] > best) {  // ascending e: keeps the lowest index among ties
+        best = p[e];
+        best_e = e;
+      }
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if (lane == r) my_e = best_e, my_l = best;
+    if (lane == 0 && best_e < num_experts) p[best_e] = NAN;  // taken
+    __syncwarp();
+  }
+  const float mx = __shfl_sync(0xffffffffu, my_l, 0);  // slot 0 holds the largest
+  const float w = lane < top_k && my_e < num_experts ? expf(my_l - mx) : 0.0f;
+  float sum = 0.0f;
+  for (int r = 0; r < top_k; ++r) sum += __shfl_sync(0xffffffffu, w, r);
+  if (lane < top_k) {
+    experts[t * top_k + lane] = my_e;
+    weights[t * top_k + lane] = w / sum;
+  }
+}
+
+absl::Status CheckRouterShape(const char* op, int num_experts, int top_k) {
+  if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts || top_k > 32) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::", op, ": num_experts=", num_experts,
+                                                   " top_k=", top_k,
+                                                   " (need 0 < top_k <= min(E, 32), E <= 1024)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status MoeRouterTopKSoftmax(const float* logits, int64_t n, int num_experts, int top_k,
+                                  int32_t* experts, float* weights, StreamHandle stream) {
+  if (absl::Status st = CheckRouterShape("MoeRouterTopKSoftmax", num_experts, top_k); !st.ok()) {
+    return st;
+  }
+  if (n <= 0) return absl::OkStatus();
+  const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const size_t shmem = static_cast<size_t>(kWarpsPerBlock) * num_experts * sizeof(float);
+  TopKSoftmaxKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, shmem, stream>>>(
+      logits, n, num_experts, top_k, experts, weights);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("TopKSoftmaxKernel");
+  return absl::OkStatus();
+}
 
 absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int top_k,
                            bool renormalize, int32_t* experts, float* weights,
                            StreamHandle stream) {
-  if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts || top_k > 32) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda::MoeRouterTopK: num_experts=", num_experts,
-                                                   " top_k=", top_k,
-                                                   " (need 0 < top_k <= min(E, 32), E <= 1024)"));
-  }
+  if (absl::Status st = CheckRouterShape("MoeRouterTopK", num_experts, top_k); !st.ok()) return st;
   if (n <= 0) return absl::OkStatus();
   const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const size_t shmem = static_cast<size_t>(kWarpsPerBlock) * num_experts * sizeof(float);

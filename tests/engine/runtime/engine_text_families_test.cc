@@ -2,8 +2,9 @@
 // whole engine on the CPU backend (chat template, tokenizer, sampling): greedy answers equal
 // transformers' goldens all resident and under an offload budget (1 pinned MoE layer + a few slabs,
 // history prefetch), where experts are copied; realistic synthetic routing refuses them by name,
-// and so does the CUDA backend for all but OLMoE and Mixtral, whose CUDA path it runs when named
-// but "auto" does not choose until a GPU has run it. Served with their own published chat
+// and so does the CUDA backend for all but OLMoE, Mixtral and GPT-OSS (dequantized), whose CUDA
+// path it runs when named but "auto" does not choose until a GPU has run it. Served with their own
+// published chat
 // templates, their prompts are apply_chat_template's.
 #include <filesystem>
 #include <fstream>
@@ -209,14 +210,18 @@ TEST(EngineTextFamiliesTest, AutoRunsThemOnTheCpu) {
   EXPECT_EQ((*engine)->info().backend, "cpu");
 }
 
+bool Mxfp4(const Family& f) { return absl::StrContains(f.fixture, "mxfp4"); }
+
 bool CudaRuns(const Family& f) {
-  return std::string_view(f.model_type) == "olmoe" || std::string_view(f.model_type) == "mixtral";
+  const std::string_view type = f.model_type;
+  return type == "olmoe" || type == "mixtral" || (type == "gpt_oss" && !Mxfp4(f));
 }
 
-// What the CUDA backend says of each family, asked without a device: OLMoE
-// and Mixtral run (their q/k norms, clip_qkv, windows), but are not verified,
-// so "auto" leaves them on the CPU; the others are refused by name.
-TEST(EngineTextFamiliesTest, CudaBackendRunsOlmoeAndMixtralUnverified) {
+// What the CUDA backend says of each family, asked without a device: OLMoE,
+// Mixtral and GPT-OSS (dequantized) run, but are not verified, so "auto"
+// leaves them on the CPU; MXFP4 experts and the other families are refused
+// by name.
+TEST(EngineTextFamiliesTest, CudaBackendRunsSomeFamiliesUnverified) {
   const Backend* cuda = nullptr;
   for (const Backend* b : RegisteredBackends()) {
     if (std::string_view(b->name()) == "cuda") cuda = b;
@@ -229,7 +234,9 @@ TEST(EngineTextFamiliesTest, CudaBackendRunsOlmoeAndMixtralUnverified) {
     const absl::Status runs = cuda->Runs(*config);
     if (!CudaRuns(f)) {
       EXPECT_EQ(runs.code(), absl::StatusCode::kUnimplemented) << runs;
-      EXPECT_TRUE(absl::StrContains(runs.message(), absl::StrCat("does not run ", f.model_type)))
+      EXPECT_TRUE(
+          absl::StrContains(runs.message(), Mxfp4(f) ? "does not run MXFP4 experts"
+                                                     : absl::StrCat("does not run ", f.model_type)))
           << runs;
       continue;
     }
@@ -257,8 +264,7 @@ TEST(EngineTextFamiliesTest, CudaBackendRefusesTheOtherFamiliesByName) {
     ASSERT_FALSE(engine.ok());
     // Without CUDA in the build or a device, the backend is refused earlier.
     const std::string message(engine.status().message());
-    EXPECT_TRUE(absl::StrContains(message, absl::StrCat("does not run ", f.model_type)) ||
-                absl::StrContains(message, "cuda"))
+    EXPECT_TRUE(absl::StrContains(message, "does not run ") || absl::StrContains(message, "cuda"))
         << message;
   }
 }

@@ -1,6 +1,9 @@
 // Label gpu: the text families the CUDA backend runs beside Qwen3 -- OLMoE
-// (q/k norms over the whole projection, clip_qkv) and Mixtral (no q/k norms,
-// an 8-token sliding window shorter than every prompt) --
+// (q/k norms over the whole projection, clip_qkv), Mixtral (no q/k norms,
+// an 8-token sliding window shorter than every prompt) and GPT-OSS in its
+// dequantized layout (attention sinks and biases, sliding layers between
+// full ones, YaRN, the biased top-k-then-softmax router, experts with biases
+// and the clamped SwiGLU on the host-driven path) --
 // through the one decoder over the CUDA ops, against the same decoder over
 // the CPU ops (which matches transformers' goldens: qwen3_vl_moe_parity_test).
 // Each golden case's prompt logits and greedy steps agree within the bf16
@@ -50,7 +53,8 @@ struct Family {
 // The second shape of each: its paths are a superset of the first's (and
 // the GPU bundle carries only these, tests/gpu/travel_light.sh).
 constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
-                                {"tiny-mixtral-swa", "mixtral_swa"}};
+                                {"tiny-mixtral-swa", "mixtral_swa"},
+                                {"tiny-gpt-oss-swa", "gpt_oss_swa"}};
 
 const Backend& Cuda() {
   for (const Backend* b : RegisteredBackends()) {

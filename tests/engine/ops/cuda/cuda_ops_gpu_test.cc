@@ -235,6 +235,30 @@ TEST(CudaOpsGpuTest, PlainRopeMatchesCpu) {
   CheckRope(64, 4, 4 * 64, {}, 10000.0);
 }
 
+// GPT-OSS's YaRN: the blended inverse frequencies (cpu::YarnInvFreq, as the
+// CUDA decoder uploads them) and cos / sin scaled by the attention factor.
+TEST(CudaOpsGpuTest, YarnRopeWithAttentionFactorMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = kRopeTokens;
+  constexpr int kHeadDim = 64, kHeads = 6;
+  constexpr float kScale = 1.3466f;  // 0.1 ln(32) + 1
+  std::vector<int64_t> pos(kN);
+  for (int64_t i = 0; i < kN; ++i) pos[i] = 3 * i + 1;
+  const std::vector<float> inv = cpu::YarnInvFreq(kHeadDim, 150000.0, 32.0, 4096, 32.0, 1.0, false);
+  const auto x = RandomBf16(kN * kHeads * kHeadDim, 26, 2.0f);
+  std::vector<float> ref = ToF32(x);
+  cpu::RopeTable table = cpu::BuildRopeTable(pos.data(), kN, kHeadDim, inv);
+  cpu::ScaleRopeRows(&table, 0, kN, kScale);
+  cpu::ApplyRope(nullptr, table, ref.data(), kN, kHeads, kHeadDim, kHeads * kHeadDim);
+  auto dx = Upload(x);
+  auto dpos = Upload(pos);
+  auto dinv = Upload(inv);
+  ASSERT_TRUE(dx.ok() && dpos.ok() && dinv.ok());
+  ASSERT_OK(ApplyRope(dx->as<Bf16>(), kN, kHeads, kHeadDim, kHeads * kHeadDim, dpos->as<int64_t>(),
+                      dinv->as<float>(), nullptr, nullptr, kScale));
+  ExpectClose(DownloadBf16(*dx, kN * kHeads * kHeadDim), ref, kBf16Tol, kBf16Tol, "yarn rope");
+}
+
 // Argument checks happen on the host before any launch: these run anywhere.
 TEST(CudaOpsArgsTest, RejectBadShapesBeforeLaunching) {
   const int section[3] = {10, 10, 10};  // sums to 30, not head_dim / 2 = 64
@@ -566,6 +590,62 @@ TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
     // fp32 softmax with a different summation order: a few ulp.
     ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
   }
+}
+
+// GPT-OSS's router after its bias: cpu::RouteTopKSoftmax with an identity
+// gate and the bias as the Linear's bias, against AddBiasF32 +
+// MoeRouterTopKSoftmax on the same logits.
+TEST(CudaOpsGpuTest, BiasedTopKSoftmaxRouterMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 21;
+  constexpr int kE = 32, kK = 4;  // gpt-oss-20b
+  const std::vector<float> logits = ToF32(RandomBf16(kN * kE, 23, 4.0f));
+  const std::vector<float> bias = ToF32(RandomBf16(kE, 24, 1.0f));
+  std::vector<float> eye(kE * kE, 0.0f);
+  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
+  RouterResult ref;
+  cpu::RouteTopKSoftmax(nullptr, logits.data(), kN, kE,
+                        TensorView{eye.data(), DType::kF32, {kE, kE}},
+                        TensorView{bias.data(), DType::kF32, {kE}}, kK, &ref);
+  auto dl = Upload(logits);
+  auto db = Upload(bias);
+  auto de = DeviceBuffer::Allocate(kN * kK * sizeof(int32_t));
+  auto dw = DeviceBuffer::Allocate(kN * kK * sizeof(float));
+  ASSERT_TRUE(dl.ok() && db.ok() && de.ok() && dw.ok());
+  ASSERT_OK(AddBiasF32(dl->as<float>(), kN, kE, db->as<float>(), nullptr));
+  ASSERT_OK(MoeRouterTopKSoftmax(dl->as<float>(), kN, kE, kK, de->as<int32_t>(), dw->as<float>(),
+                                 nullptr));
+  auto biased = Download<float>(*dl, kN * kE);
+  auto experts = Download<int32_t>(*de, kN * kK);
+  auto weights = Download<float>(*dw, kN * kK);
+  ASSERT_TRUE(biased.ok() && experts.ok() && weights.ok());
+  EXPECT_EQ(*biased, ref.logits);  // one fp32 add each
+  EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
+  ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
+  EXPECT_EQ(MoeRouterTopKSoftmax(nullptr, 1, 4, 8, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// GPT-OSS's clamped SwiGLU on interleaved gate / up columns, values on both
+// sides of the limit, against cpu::ExpertForward's formula.
+TEST(CudaOpsGpuTest, ClampedSwigluInterleavedMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 6, kInter = 96;
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  const auto gu = RandomBf16(kRows * 2 * kInter, 25, 12.0f);
+  const std::vector<float> guf = ToF32(gu);
+  std::vector<float> ref(kRows * kInter);
+  for (int64_t i = 0; i < kRows * kInter; ++i) {
+    const float gate = std::min(guf[2 * i], kLimit);
+    const float up = std::clamp(guf[2 * i + 1], -kLimit, kLimit);
+    ref[i] = (up + 1.0f) * (gate / (1.0f + std::exp(-kAlpha * gate)));
+  }
+  auto dgu = Upload(gu);
+  auto dout = DeviceBuffer::Allocate(kRows * kInter * 2);
+  ASSERT_TRUE(dgu.ok() && dout.ok());
+  ASSERT_OK(ClampedSwigluInterleaved(dgu->as<Bf16>(), kRows, kInter, kAlpha, kLimit,
+                                     dout->as<Bf16>(), nullptr));
+  ExpectClose(DownloadBf16(*dout, kRows * kInter), ref, kBf16Tol, kBf16Tol, "clamped swiglu");
 }
 
 TEST(CudaOpsGpuTest, ActivationsMatchCpu) {

@@ -185,8 +185,10 @@ TEST_F(CudaGemmGpuTest, RejectsBadShapes) {
 // weighted un-permutation on the GPU and compares with the per-token CPU sum
 // of cpu::ExpertForward outputs. `batches` > 1 runs the experts as that many
 // MoeExpertsGrouped calls over scattered subsets in a scrambled order (the
-// ready-subset launches of the CUDA decoder).
-void RunMoe(Blas& blas, bool fused_layout, int batches) {
+// ready-subset launches of the CUDA decoder). `clamped`: GPT-OSS's experts
+// (fused layout): biases and the clamped SwiGLU on interleaved columns, with
+// a limit of 1 so that the clamp bites.
+void RunMoe(Blas& blas, bool fused_layout, int batches, bool clamped = false) {
   constexpr int64_t kN = 19, kH = 256, kI = 128;
   constexpr int kE = 16, kK = 4;
   const auto x = RandomBf16(kN * kH, 40, 1.0f);
@@ -216,11 +218,21 @@ void RunMoe(Blas& blas, bool fused_layout, int batches) {
       cw.down = Bf16View(w2[e], {kH, kI});
     }
   }
+  const ClampedSwigluAct act{1.702f, 1.0f};
+  std::vector<std::vector<uint16_t> > gate_up_bias(kE), down_bias(kE);
+  std::vector<cpu::ClampedSwigluExpert> oss(kE);
+  for (int e = 0; clamped && e < kE; ++e) {
+    gate_up_bias[e] = RandomBf16(2 * kI, 400 + e, 0.5f);
+    down_bias[e] = RandomBf16(kH, 500 + e, 0.5f);
+    oss[e] = {Bf16View(gate_up_bias[e], {2 * kI}), Bf16View(down_bias[e], {kH}), act.alpha,
+              act.limit};
+  }
   std::vector<float> ref(kN * kH, 0.0f), one(kH);
   for (int64_t t = 0; t < kN; ++t) {
     for (int s = 0; s < kK; ++s) {
       const int e = route.experts[t * kK + s];
-      cpu::ExpertForward(nullptr, cpu_w[e], xf.data() + t * kH, 1, kH, kI, one.data());
+      cpu::ExpertForward(nullptr, cpu_w[e], xf.data() + t * kH, 1, kH, kI, one.data(),
+                         clamped ? &oss[e] : nullptr);
       for (int c = 0; c < kH; ++c) ref[t * kH + c] += route.weights[t * kK + s] * one[c];
     }
   }
@@ -261,6 +273,15 @@ void RunMoe(Blas& blas, bool fused_layout, int batches) {
     de.down = b->as<Bf16>();
     dw.push_back(*std::move(a));
     dw.push_back(*std::move(b));
+    if (clamped) {
+      auto gb = Upload(gate_up_bias[e]);
+      auto db = Upload(down_bias[e]);
+      ASSERT_TRUE(gb.ok() && db.ok());
+      de.gate_up_bias = gb->as<Bf16>();
+      de.down_bias = db->as<Bf16>();
+      dw.push_back(*std::move(gb));
+      dw.push_back(*std::move(db));
+    }
   }
 
   ASSERT_OK(BuildMoePermutation(dexp->as<int32_t>(), kN, kK, kE, dcounts->as<int32_t>(),
@@ -290,7 +311,7 @@ void RunMoe(Blas& blas, bool fused_layout, int batches) {
 
   ASSERT_OK(PermuteRows(dx->as<Bf16>(), kH, drow_token->as<int32_t>(), kN * kK, dxp->as<Bf16>(),
                         nullptr));
-  if (batches == 1) {
+  if (batches == 1 && !clamped) {
     ASSERT_OK(blas.MoeExperts(dxp->as<Bf16>(), *offsets, dev_experts, kH, kI, dgu->as<Bf16>(),
                               dact->as<Bf16>(), dyp->as<Bf16>()));
   } else {
@@ -301,7 +322,8 @@ void RunMoe(Blas& blas, bool fused_layout, int batches) {
         subset.push_back({dev_experts[e], (*offsets)[e], (*offsets)[e + 1] - (*offsets)[e]});
       }
       ASSERT_OK(blas.MoeExpertsGrouped(dxp->as<Bf16>(), subset, kH, kI, dgu->as<Bf16>(),
-                                       dact->as<Bf16>(), dyp->as<Bf16>()));
+                                       dact->as<Bf16>(), dyp->as<Bf16>(),
+                                       clamped ? &act : nullptr));
     }
   }
   ASSERT_OK(UnpermuteCombine(dyp->as<Bf16>(), dslot_row->as<int32_t>(), dwts->as<float>(), kN, kK,
@@ -320,6 +342,10 @@ TEST_F(CudaGemmGpuTest, GroupedMoeFusedLayoutMatchesCpu) { RunMoe(*blas_, true, 
 TEST_F(CudaGemmGpuTest, GroupedMoeSeparateLayoutMatchesCpu) { RunMoe(*blas_, false, 1); }
 TEST_F(CudaGemmGpuTest, ScatteredSubsetsFusedLayoutMatchCpu) { RunMoe(*blas_, true, 3); }
 TEST_F(CudaGemmGpuTest, ScatteredSubsetsSeparateLayoutMatchCpu) { RunMoe(*blas_, false, 3); }
+TEST_F(CudaGemmGpuTest, ClampedSwigluExpertsWithBiasesMatchCpu) {
+  RunMoe(*blas_, true, 1, /*clamped=*/true);
+  RunMoe(*blas_, true, 3, /*clamped=*/true);
+}
 // The per-problem fallback (cuBLAS without bf16 grouped GEMMs).
 TEST_F(CudaGemmGpuTest, UngroupedFallbackMatchesCpu) {
   blas_->DisableGroupedGemm();
