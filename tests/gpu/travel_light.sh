@@ -2,12 +2,11 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the PhiMoE, DeepSeek, MXFP4
-# GPT-OSS, DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not
-# run yet,
-# the first OLMoE, Mixtral and GPT-OSS shapes, whose second shapes (clip_qkv,
-# sliding windows) cover the same CUDA paths and more, and the chat-template
-# goldens);
+# trained VQA model, the CPU parity goldens, the DeepSeek, MXFP4 GPT-OSS,
+# DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not run yet,
+# the first OLMoE, Mixtral, GPT-OSS and PhiMoE shapes, whose second shapes
+# (clip_qkv, sliding windows, LongRoPE) cover the same CUDA paths and more,
+# and the chat-template goldens);
 # `restore` puts them back in
 # the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
@@ -32,7 +31,6 @@ paths=(
   tests/fixtures/tiny-qwen3-moe-fp8
   tests/fixtures/golden/fp8_text_logits.safetensors
   tests/fixtures/tiny-phimoe
-  tests/fixtures/tiny-phimoe-longrope
   tests/fixtures/golden/phimoe_logits.safetensors
   tests/fixtures/golden/phimoe_longrope_logits.safetensors
   tests/fixtures/chat_templates

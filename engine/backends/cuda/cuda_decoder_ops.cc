@@ -95,14 +95,13 @@ int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_t
 absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   const TextConfig& c = config.text;
-  const bool router =
-      spec.router == RouterKind::kSoftmaxTopK || spec.router == RouterKind::kTopKSoftmaxBiased;
-  if (spec.norm != NormKind::kRms || !router || c.longrope.has_value() || c.lm_head_bias ||
-      c.mla.has_value() || c.n_shared_experts > 0) {
+  const bool router = spec.router == RouterKind::kSoftmaxTopK ||
+                      spec.router == RouterKind::kTopKSoftmaxBiased ||
+                      (spec.router == RouterKind::kSparseMixer && c.num_experts_per_tok == 2);
+  if (!router || c.mla.has_value() || c.n_shared_experts > 0) {
     return absl::UnimplementedError(absl::StrCat(
         "the CUDA backend does not run ", config.model_type,
-        " yet (LayerNorm, sparsemixer and DeepSeek routers, LongRoPE, lm_head bias, latent "
-        "attention, shared experts): use --backend=cpu"));
+        " yet (DeepSeek routers, latent attention, shared experts): use --backend=cpu"));
   }
   if (c.mxfp4.has_value()) {  // its expert kernels read bf16 weights
     return absl::UnimplementedError(
@@ -133,6 +132,10 @@ absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
   if (c.yarn.has_value()) unverified.push_back("YaRN");
   if (spec.router == RouterKind::kTopKSoftmaxBiased) unverified.push_back("its router");
   if (c.clamped_swiglu.has_value()) unverified.push_back("its experts' biases and clamped SwiGLU");
+  if (spec.norm == NormKind::kLayerNorm) unverified.push_back("LayerNorm");
+  if (spec.router == RouterKind::kSparseMixer) unverified.push_back("the sparsemixer");
+  if (c.longrope.has_value()) unverified.push_back("LongRoPE");
+  if (c.lm_head_bias) unverified.push_back("lm_head bias");
   if (unverified.empty()) return absl::OkStatus();
   // Compiled and tested against the CPU in the gpu tests, which have not run
   // on a GPU yet (tests/gpu/README.md).
@@ -167,6 +170,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   m->renormalize_topk_ = spec.renormalize_topk;
   m->qk_norm_ = spec.qk_norm;
   m->router_ = spec.router;
+  m->norm_ = spec.norm;
   m->max_tokens_ = options.max_tokens_per_step;
   m->device_ = options.device;
   m->mrope_section_ = c.mrope_section;
@@ -230,6 +234,8 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   WeightPacker pack;
   const size_t embed = pack.Add(w.embed);
   const size_t norm = pack.Add(w.final_norm);
+  const size_t norm_bias = w.final_norm_bias.empty() ? SIZE_MAX : pack.Add(w.final_norm_bias);
+  const size_t lm_head_bias = AddF32(pack, w.lm_head_bias);
   const size_t lm_head = w.lm_head.data == w.embed.data ? embed : pack.Add(w.lm_head);
   // Offsets of each layer's tensors, in Layer's field order.
   std::vector<std::vector<size_t>> offs;
@@ -256,6 +262,8 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
     o.push_back(AddF32(pack, l.router_bias));
     o.push_back(l.experts_gate_up_bias.empty() ? SIZE_MAX : pack.Add(l.experts_gate_up_bias));
     o.push_back(l.experts_down_bias.empty() ? SIZE_MAX : pack.Add(l.experts_down_bias));
+    o.push_back(l.input_norm_bias.empty() ? SIZE_MAX : pack.Add(l.input_norm_bias));
+    o.push_back(l.post_norm_bias.empty() ? SIZE_MAX : pack.Add(l.post_norm_bias));
     offs.push_back(std::move(o));
   }
   const TextConfig& c = config.text;
@@ -265,6 +273,9 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
     freqs = cpu::YarnInvFreq(c.head_dim, c.rope_theta, y.factor, y.original_max_position_embeddings,
                              y.beta_fast, y.beta_slow, y.truncate);
     rope_scale_ = static_cast<float>(YarnAttentionFactor(y));
+  }
+  if (c.longrope.has_value()) {  // PhiMoE: the short factors; the mscale per row (the step's)
+    freqs = cpu::LongRopeInvFreq(c.head_dim, c.rope_theta, c.longrope->short_factor);
   }
   const size_t inv_freq = pack.AddF32(freqs);
 
@@ -277,13 +288,15 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   };
   embed_ = at(embed);
   final_norm_ = at(norm);
+  final_norm_bias_ = at(norm_bias);
   lm_head_ = at(lm_head);
   inv_freq_ = reinterpret_cast<const float*>(base + inv_freq);
   auto at_f32 = [&at](size_t offset) { return reinterpret_cast<const float*>(at(offset)); };
+  lm_head_bias_ = at_f32(lm_head_bias);
   for (const std::vector<size_t>& o : offs) {
-    layers_.push_back(Layer{at(o[0]), at(o[1]), at(o[2]), at(o[3]), at(o[4]), at(o[5]), at(o[6]),
-                            at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]), at_f32(o[12]),
-                            at_f32(o[13]), at(o[14]), at(o[15])});
+    layers_.push_back(Layer{at(o[0]), at(o[1]), at(o[16]), at(o[17]), at(o[2]), at(o[3]), at(o[4]),
+                            at(o[5]), at(o[6]), at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]),
+                            at_f32(o[12]), at_f32(o[13]), at(o[14]), at(o[15])});
   }
   if (c.clamped_swiglu.has_value()) KeepClampedExperts(w);
   return absl::OkStatus();

@@ -143,6 +143,9 @@ class CudaDecoderOps final : public DecoderOps {
   struct Layer {
     const Bf16* input_norm = nullptr;
     const Bf16* post_norm = nullptr;
+    // NormKind::kLayerNorm (PhiMoE): the norms' biases; null otherwise.
+    const Bf16* input_norm_bias = nullptr;
+    const Bf16* post_norm_bias = nullptr;
     // q, k and v stacked: one [qd + 2 kvd, H] GEMM gives the fused qkv rows.
     const Bf16* qkv = nullptr;
     const Bf16* o = nullptr;
@@ -168,7 +171,10 @@ class CudaDecoderOps final : public DecoderOps {
   bool renormalize_topk_ = true;
   QkNormScope qk_norm_ = QkNormScope::kPerHead;
   RouterKind router_ = RouterKind::kSoftmaxTopK;
+  NormKind norm_ = NormKind::kRms;
   float rope_scale_ = 1.0f;  // YaRN's attention factor on cos / sin
+  const Bf16* final_norm_bias_ = nullptr;  // LayerNorm only
+  const float* lm_head_bias_ = nullptr;    // [vocab] fp32 (PhiMoE), or null
   // GPT-OSS (TextConfig::clamped_swiglu): per layer, the experts' biases
   // (device, and host fp32 for experts computed on the host) and activation;
   // empty otherwise.

@@ -80,13 +80,37 @@ absl::Status CudaDecoderStep::Allocate(int64_t n) {
 
 absl::Status CudaDecoderStep::UploadPositions(absl::Span<const int64_t> positions) {
   VISMOE_ASSIGN_OR_RETURN(positions_, scratch().AllocateArray<int64_t>(positions.size()));
-  return CopyToDeviceAsync(positions_, positions.data(), positions.size() * sizeof(int64_t), st_);
+  VISMOE_RETURN_IF_ERROR(
+      CopyToDeviceAsync(positions_, positions.data(), positions.size() * sizeof(int64_t), st_));
+  return c_.longrope.has_value() ? UploadRopeScales(positions) : absl::OkStatus();
+}
+
+// LongRoPE's mscale per row, as cpu::FamilyRope picks it: long when the
+// sequence's length (its rope length, or else its last position + 1)
+// exceeds original_max_position_embeddings. (Such steps are never graphs:
+// PhiMoE's sparsemixer keeps DeviceMoe off.)
+absl::Status CudaDecoderStep::UploadRopeScales(absl::Span<const int64_t> positions) {
+  const TextConfig::LongRope& lr = *c_.longrope;
+  rope_scales_host_.assign(static_cast<size_t>(n_), 1.0f);
+  int64_t row = 0;
+  for (size_t s = 0; s < seq_rows_.size(); ++s) {
+    const int64_t rows = std::min(seq_rows_[s], n_ - row);
+    int64_t length = s < rope_lengths_.size() ? rope_lengths_[s] : 0;
+    for (int64_t i = row; i < row + rows; ++i) length = std::max(length, positions[i] + 1);
+    const bool long_context = length > lr.original_max_position_embeddings;
+    std::fill_n(rope_scales_host_.begin() + row, rows,
+                static_cast<float>(long_context ? lr.long_mscale : lr.short_mscale));
+    row += rows;
+  }
+  VISMOE_ASSIGN_OR_RETURN(rope_scales_, scratch().AllocateArray<float>(n_));
+  return CopyToDeviceAsync(rope_scales_, rope_scales_host_.data(), n_ * sizeof(float), st_);
 }
 
 absl::Status CudaDecoderStep::Begin(const StepInput& in) {
   Time(OpTimer::Family::kEmbed);
   n_ = static_cast<int64_t>(in.tokens.size());
   rows_in_ = n_;
+  for (const StepSequence& s : in.sequences) rope_lengths_.push_back(s.rope_length);
   VISMOE_RETURN_IF_ERROR(Allocate(n_));
   if (GraphEligible(in)) {  // a decode step: its launches may be a graph (step_graphs.h)
     VISMOE_RETURN_IF_ERROR(StageInputs(in));
@@ -185,12 +209,11 @@ absl::Status CudaDecoderStep::KeepRows(absl::Span<const int64_t> kept,
   VISMOE_ASSIGN_OR_RETURN(Bf16 * hs, scratch().AllocateArray<Bf16>(m * h_));
   VISMOE_RETURN_IF_ERROR(PermuteRows(hs_, static_cast<int>(h_), rows_dev, m, hs, st_));
   hs_ = hs;  // the old rows stay in the arena until the step ends
-  VISMOE_RETURN_IF_ERROR(UploadPositions(positions));
   // DeepStack goes on adding to the visual rows that survived.
   if (!deepstack_.empty()) VISMOE_RETURN_IF_ERROR(SetVisualRows(visual_rows));
   n_ = m;
   seq_rows_ = RowsAfterKeep(seq_rows_, kept);
-  return absl::OkStatus();
+  return UploadPositions(positions);  // (LongRoPE's scales read the rows kept)
 }
 
 absl::Status CudaDecoderStep::Norm(int layer, NormSite site) {
@@ -200,7 +223,12 @@ absl::Status CudaDecoderStep::Norm(int layer, NormSite site) {
 absl::Status CudaDecoderStep::NormNow(int layer, NormSite site) {
   Time(OpTimer::Family::kNorm);
   const CudaDecoderOps::Layer& w = ops_.layers_[layer];
-  const Bf16* g = site == NormSite::kInput ? w.input_norm : w.post_norm;
+  const bool input = site == NormSite::kInput;
+  const Bf16* g = input ? w.input_norm : w.post_norm;
+  if (ops_.norm_ == NormKind::kLayerNorm) {  // PhiMoE
+    return LayerNorm(hs_, n_, static_cast<int>(h_), g, input ? w.input_norm_bias : w.post_norm_bias,
+                     c_.rms_norm_eps, x_, st_);
+  }
   return RmsNorm(hs_, h_, n_, 1, static_cast<int>(h_), g, c_.rms_norm_eps, x_, h_, st_);
 }
 
@@ -280,7 +308,7 @@ absl::Status CudaDecoderStep::NormRope(const CudaDecoderOps::Layer& w) {
   }
   // q's heads then k's are adjacent in each row: one rotation over both.
   return ApplyRope(qkv_, n, nq + nkv, static_cast<int>(hd), width, positions_, ops_.inv_freq_,
-                   section, st_, ops_.rope_scale_);
+                   section, st_, ops_.rope_scale_, rope_scales_);
 }
 
 absl::Status CudaDecoderStep::DenseMlp(int layer) {
@@ -311,11 +339,19 @@ absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r
   if (w.router_bias != nullptr) {
     VISMOE_RETURN_IF_ERROR(AddBiasF32(router_logits_, n, e_count, w.router_bias, st_));
   }
-  VISMOE_RETURN_IF_ERROR(
-      ops_.router_ == RouterKind::kTopKSoftmaxBiased
-          ? MoeRouterTopKSoftmax(router_logits_, n, e_count, k, top_experts_, top_weights_, st_)
-          : MoeRouterTopK(router_logits_, n, e_count, k, ops_.renormalize_topk_, top_experts_,
-                          top_weights_, st_));
+  switch (ops_.router_) {
+    case RouterKind::kTopKSoftmaxBiased:  // GPT-OSS
+      VISMOE_RETURN_IF_ERROR(
+          MoeRouterTopKSoftmax(router_logits_, n, e_count, k, top_experts_, top_weights_, st_));
+      break;
+    case RouterKind::kSparseMixer:  // PhiMoE (top-2, checked by Runs)
+      VISMOE_RETURN_IF_ERROR(MoeRouterSparseMixer(
+          router_logits_, n, e_count, c_.router_jitter_noise, top_experts_, top_weights_, st_));
+      break;
+    default:
+      VISMOE_RETURN_IF_ERROR(MoeRouterTopK(router_logits_, n, e_count, k, ops_.renormalize_topk_,
+                                           top_experts_, top_weights_, st_));
+  }
   VISMOE_RETURN_IF_ERROR(BuildMoePermutation(top_experts_, n, k, e_count, counts_, offsets_,
                                              row_token_, slot_row_, st_));
   // The routing goes to the host: the provider and the observers live there.
@@ -446,10 +482,15 @@ absl::StatusOr<const Bf16*> CudaDecoderStep::LastRows() {
 
 absl::Status CudaDecoderStep::LmHead(const Bf16* src, int64_t r, int64_t m, Bf16* normed,
                                      float* out) {
-  VISMOE_RETURN_IF_ERROR(RmsNorm(src + r * h_, h_, m, 1, static_cast<int>(h_), ops_.final_norm_,
-                                 c_.rms_norm_eps, normed, h_, st_));
-  return ops_.blas_->Linear(normed, m, h_, ops_.lm_head_, WeightLayout::kOutIn, c_.vocab_size, out,
-                            GemmOut::kF32);
+  VISMOE_RETURN_IF_ERROR(ops_.norm_ == NormKind::kLayerNorm
+                             ? LayerNorm(src + r * h_, m, static_cast<int>(h_), ops_.final_norm_,
+                                         ops_.final_norm_bias_, c_.rms_norm_eps, normed, st_)
+                             : RmsNorm(src + r * h_, h_, m, 1, static_cast<int>(h_),
+                                       ops_.final_norm_, c_.rms_norm_eps, normed, h_, st_));
+  VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(normed, m, h_, ops_.lm_head_, WeightLayout::kOutIn,
+                                            c_.vocab_size, out, GemmOut::kF32));
+  return ops_.lm_head_bias_ == nullptr ? absl::OkStatus()
+                                       : AddBiasF32(out, m, c_.vocab_size, ops_.lm_head_bias_, st_);
 }
 
 absl::Status CudaDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {

@@ -100,6 +100,7 @@ class CudaDecoderStep final : public DecoderStep {
   // Device index lists of the visual rows still in the step (DeepStack).
   absl::Status SetVisualRows(absl::Span<const int64_t> visual_rows);
   absl::Status UploadPositions(absl::Span<const int64_t> positions);
+  absl::Status UploadRopeScales(absl::Span<const int64_t> positions);
   // Each sequence's block table, into its pool's tables() (tables_).
   absl::Status UploadBlockTables();
   // Expert skipping on the device: zeroes the permuted rows and the combine
@@ -136,6 +137,11 @@ class CudaDecoderStep final : public DecoderStep {
   Bf16* qkv_ = nullptr;           // [n, qd + 2 kvd]
   Bf16* attn_ = nullptr;          // [n, qd]
   int64_t* positions_ = nullptr;  // device [3][n]
+  // LongRoPE: each sequence's rope length (StepSequence) and the rows'
+  // mscale, device [n] (null without LongRoPE) and its host source.
+  std::vector<int64_t> rope_lengths_;
+  float* rope_scales_ = nullptr;
+  std::vector<float> rope_scales_host_;
   // Routing and the permuted MoE rows.
   float* router_logits_ = nullptr;  // [n, E]
   int32_t* top_experts_ = nullptr;  // [n, k]

@@ -20,8 +20,8 @@ size_t Aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 bool CudaDecoderStep::GraphEligible(const StepInput& in) const {
   if (!ops_.graphs_enabled_ || ops_.timer_ != nullptr || !ops_.device_moe_ ||
-      decode_act_ == nullptr || n_ > ops_.staging_.max_rows()) {
-    return false;
+      decode_act_ == nullptr || n_ > ops_.staging_.max_rows() || c_.longrope.has_value()) {
+    return false;  // (LongRoPE's per-row scales are not staged)
   }
   if (n_ != static_cast<int64_t>(seq_rows_.size())) return false;  // decode: one row each
   if (in.visual_embeds != nullptr || !in.visual_rows.empty() || !in.deepstack.empty()) {

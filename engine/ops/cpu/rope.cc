@@ -19,6 +19,12 @@ std::vector<float> PosFreqs(int head_dim, double theta) {
 
 }  // namespace
 
+std::vector<float> LongRopeInvFreq(int head_dim, double theta, const std::vector<float>& ext) {
+  std::vector<float> inv_freq = PosFreqs(head_dim, theta);
+  for (int j = 0; j < head_dim / 2; ++j) inv_freq[j] = 1.0f / (ext[j] * inv_freq[j]);
+  return inv_freq;
+}
+
 std::vector<float> YarnInvFreq(int dim, double theta, double factor, int original_max_positions,
                                double beta_fast, double beta_slow, bool truncate) {
   const double pi = 3.14159265358979323846;
@@ -69,9 +75,10 @@ RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim, doub
                          const std::vector<float>* ext_factors) {
   const int half = head_dim / 2;
   std::vector<float> inv_freq = PosFreqs(head_dim, theta);
-  for (int j = 0; j < half; ++j) {
-    inv_freq[j] =
-        ext_factors != nullptr ? 1.0f / ((*ext_factors)[j] * inv_freq[j]) : 1.0f / inv_freq[j];
+  if (ext_factors != nullptr) {
+    inv_freq = LongRopeInvFreq(head_dim, theta, *ext_factors);
+  } else {
+    for (int j = 0; j < half; ++j) inv_freq[j] = 1.0f / inv_freq[j];
   }
   // Which axis feeds frequency j.
   std::vector<int> axis(half, 0);

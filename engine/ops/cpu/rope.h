@@ -49,6 +49,9 @@ RopeTable BuildRopeTable(const int64_t* positions, int64_t n, int head_dim,
 // `truncate`) over original_max_position_embeddings.
 std::vector<float> YarnInvFreq(int dim, double theta, double factor, int original_max_positions,
                                double beta_fast, double beta_slow, bool truncate);
+// LongRoPE's inverse frequencies: 1 / (ext[j] * theta^(2j / head_dim)) in fp32
+// (BuildRopeTable's with ext_factors). REQUIRES: ext has head_dim / 2 values.
+std::vector<float> LongRopeInvFreq(int head_dim, double theta, const std::vector<float>& ext);
 // cos and sin of rows [row0, row0 + rows) times `scale` (LongRoPE's mscale),
 // after they are computed, as transformers scales them.
 void ScaleRopeRows(RopeTable* table, int64_t row0, int64_t rows, float scale);

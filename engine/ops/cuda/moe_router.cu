@@ -70,6 +70,67 @@ __global__ void TopKSoftmaxKernel(const float* logits, int64_t n, int num_expert
   }
 }
 
+// One sparsemixer pick of a warp's token: the arg-max over the logits but
+// `taken`, and its weight exp(l_pick - mx) / sum over the unmasked logits
+// (cpu::SparseMixerPick's comparisons, so NaN (0 / 0) keeps a logit).
+__device__ void SparseMixerPick(const float* l, int num_experts, int taken, float two_eps, int* pick,
+                                float* weight) {
+  const int lane = threadIdx.x % kWarp;
+  float best = -INFINITY;
+  int best_e = num_experts;
+  for (int e = lane; e < num_experts; e += kWarp) {
+    if (e != taken && (best_e == num_experts || l[e] > best)) {
+      best = l[e];
+      best_e = e;
+    }
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+    if (oe != num_experts && (best_e == num_experts || ob > best || (ob == best && oe < best_e))) {
+      best = ob;
+      best_e = oe;
+    }
+  }
+  const float m = best;
+  float mx = -INFINITY;
+  for (int e = lane; e < num_experts; e += kWarp) {
+    const float a = fabsf(l[e]);
+    const float factor = a < m ? m : a;  // std::max(|l|, m)
+    const bool masked = (m - l[e]) / factor > two_eps;
+    if (!masked && e != taken) mx = fmaxf(mx, l[e]);
+  }
+  mx = detail::WarpMax(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < num_experts; e += kWarp) {
+    const float a = fabsf(l[e]);
+    const float factor = a < m ? m : a;
+    const bool masked = (m - l[e]) / factor > two_eps;
+    if (!masked && e != taken) sum += expf(l[e] - mx);
+  }
+  sum = detail::WarpSum(sum);
+  *pick = best_e;
+  *weight = expf(m - mx) / sum;
+}
+
+__global__ void SparseMixerKernel(const float* logits, int64_t n, int num_experts, float two_eps,
+                                  int32_t* experts, float* weights) {
+  const int warp = threadIdx.x / kWarp;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (t >= n) return;  // whole warp leaves together: no block barrier below
+  const float* l = logits + t * num_experts;
+  int first = 0, second = 0;
+  float w0 = 0.0f, w1 = 0.0f;
+  SparseMixerPick(l, num_experts, -1, two_eps, &first, &w0);
+  SparseMixerPick(l, num_experts, first, two_eps, &second, &w1);
+  if (threadIdx.x % kWarp == 0) {
+    experts[t * 2] = first;
+    experts[t * 2 + 1] = second;
+    weights[t * 2] = w0;
+    weights[t * 2 + 1] = w1;
+  }
+}
+
 absl::Status CheckRouterShape(const char* op, int num_experts, int top_k) {
   if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts || top_k > 32) {
     return absl::InvalidArgumentError(absl::StrCat("cuda::", op, ": num_experts=", num_experts,
@@ -92,6 +153,20 @@ absl::Status MoeRouterTopKSoftmax(const float* logits, int64_t n, int num_expert
   TopKSoftmaxKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, shmem, stream>>>(
       logits, n, num_experts, top_k, experts, weights);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("TopKSoftmaxKernel");
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouterSparseMixer(const float* logits, int64_t n, int num_experts,
+                                  float jitter_eps, int32_t* experts, float* weights,
+                                  StreamHandle stream) {
+  if (absl::Status st = CheckRouterShape("MoeRouterSparseMixer", num_experts, 2); !st.ok()) {
+    return st;
+  }
+  if (n <= 0) return absl::OkStatus();
+  const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  SparseMixerKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(
+      logits, n, num_experts, 2 * jitter_eps, experts, weights);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("SparseMixerKernel");
   return absl::OkStatus();
 }
 

@@ -27,6 +27,14 @@ absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int 
 absl::Status MoeRouterTopKSoftmax(const float* logits, int64_t n, int num_experts, int top_k,
                                   int32_t* experts, float* weights, StreamHandle stream);
 
+// PhiMoE's sparsemixer at inference (cpu::RouteSparseMixer after its logits):
+// top-2, each pick the arg-max of the logits not yet taken (ties: lower
+// index) weighted by a softmax over the logits within 2 * jitter_eps
+// (relative) of it, the first pick masked for the second. experts / weights
+// [n, 2]. REQUIRES (else InvalidArgument): 2 <= num_experts <= 1024.
+absl::Status MoeRouterSparseMixer(const float* logits, int64_t n, int num_experts, float jitter_eps,
+                                  int32_t* experts, float* weights, StreamHandle stream);
+
 }  // namespace vismoe::cuda
 
 #endif  // VISMOE_ENGINE_OPS_CUDA_MOE_ROUTER_H_

@@ -21,8 +21,9 @@ __device__ __forceinline__ void Rotate(Bf16* v, int j, int half, float c, float 
 // One block per token; threads stride over (head, j < half).
 __global__ void RopeKernel(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
                            const int64_t* positions, const float* inv_freq, int sec1, int sec2,
-                           float scale) {
+                           float scale, const float* row_scale) {
   const int64_t i = blockIdx.x;
+  if (row_scale != nullptr) scale *= row_scale[i];
   const int half = head_dim / 2;
   for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
     const int h = idx / half;
@@ -111,7 +112,7 @@ std::vector<float> RopeInvFreq(int head_dim, double theta) {
 
 absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
                        const int64_t* positions, const float* inv_freq, const int* mrope_section,
-                       StreamHandle stream, float scale) {
+                       StreamHandle stream, float scale, const float* row_scale) {
   if (n <= 0) return absl::OkStatus();
   absl::Status st = CheckShape(n, num_heads, head_dim, row_stride);
   if (!st.ok()) return st;
@@ -126,7 +127,7 @@ absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t 
     sec2 = mrope_section[2];
   }
   RopeKernel<<<static_cast<unsigned>(n), ThreadsFor(num_heads * head_dim / 2), 0, stream>>>(
-      x, n, num_heads, head_dim, row_stride, positions, inv_freq, sec1, sec2, scale);
+      x, n, num_heads, head_dim, row_stride, positions, inv_freq, sec1, sec2, scale, row_scale);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("RopeKernel");
   return absl::OkStatus();
 }

@@ -23,11 +23,12 @@ std::vector<float> RopeInvFreq(int head_dim, double theta);
 // plain RoPE on positions row 0 (then positions may be [1][n]).
 // inv_freq: device fp32 [head_dim / 2] (RopeInvFreq's, or cpu::YarnInvFreq's).
 // cos and sin are multiplied by `scale` once computed (YaRN's attention
-// factor, as cpu::ScaleRopeRows does).
+// factor, as cpu::ScaleRopeRows does), and by row_scale[i] for row i when
+// given (device fp32 [n]: LongRoPE's mscale, per sequence).
 // REQUIRES: head_dim even.
 absl::Status ApplyRope(Bf16* x, int64_t n, int num_heads, int head_dim, int64_t row_stride,
                        const int64_t* positions, const float* inv_freq, const int* mrope_section,
-                       StreamHandle stream, float scale = 1.0f);
+                       StreamHandle stream, float scale = 1.0f, const float* row_scale = nullptr);
 
 // Qwen3's per-head QK-norm and the rotary embedding of q and k in one launch,
 // in place in fused qkv rows [n, row_stride] (num_heads q heads, then

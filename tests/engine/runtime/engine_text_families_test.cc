@@ -2,8 +2,8 @@
 // whole engine on the CPU backend (chat template, tokenizer, sampling): greedy answers equal
 // transformers' goldens all resident and under an offload budget (1 pinned MoE layer + a few slabs,
 // history prefetch), where experts are copied; realistic synthetic routing refuses them by name,
-// and so does the CUDA backend for all but OLMoE, Mixtral and GPT-OSS (dequantized), whose CUDA
-// path it runs when named but "auto" does not choose until a GPU has run it. Served with their own
+// and so does the CUDA backend for the DeepSeek families and MXFP4 experts; the others' CUDA path
+// it runs when named but "auto" does not choose until a GPU has run it. Served with their own
 // published chat
 // templates, their prompts are apply_chat_template's.
 #include <filesystem>
@@ -214,13 +214,14 @@ bool Mxfp4(const Family& f) { return absl::StrContains(f.fixture, "mxfp4"); }
 
 bool CudaRuns(const Family& f) {
   const std::string_view type = f.model_type;
-  return type == "olmoe" || type == "mixtral" || (type == "gpt_oss" && !Mxfp4(f));
+  return type == "olmoe" || type == "mixtral" || type == "phimoe" ||
+         (type == "gpt_oss" && !Mxfp4(f));
 }
 
 // What the CUDA backend says of each family, asked without a device: OLMoE,
-// Mixtral and GPT-OSS (dequantized) run, but are not verified, so "auto"
-// leaves them on the CPU; MXFP4 experts and the other families are refused
-// by name.
+// Mixtral, PhiMoE and GPT-OSS (dequantized) run, but are not verified, so
+// "auto" leaves them on the CPU; MXFP4 experts and the DeepSeek families are
+// refused by name.
 TEST(EngineTextFamiliesTest, CudaBackendRunsSomeFamiliesUnverified) {
   const Backend* cuda = nullptr;
   for (const Backend* b : RegisteredBackends()) {

@@ -3,7 +3,9 @@
 // an 8-token sliding window shorter than every prompt) and GPT-OSS in its
 // dequantized layout (attention sinks and biases, sliding layers between
 // full ones, YaRN, the biased top-k-then-softmax router, experts with biases
-// and the clamped SwiGLU on the host-driven path) --
+// and the clamped SwiGLU on the host-driven path) and PhiMoE (LayerNorms with
+// biases, attention and lm_head biases, the sparsemixer, LongRoPE whose short
+// case crosses the original context while decoding) --
 // through the one decoder over the CUDA ops, against the same decoder over
 // the CPU ops (which matches transformers' goldens: qwen3_vl_moe_parity_test).
 // Each golden case's prompt logits and greedy steps agree within the bf16
@@ -54,7 +56,8 @@ struct Family {
 // the GPU bundle carries only these, tests/gpu/travel_light.sh).
 constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
                                 {"tiny-mixtral-swa", "mixtral_swa"},
-                                {"tiny-gpt-oss-swa", "gpt_oss_swa"}};
+                                {"tiny-gpt-oss-swa", "gpt_oss_swa"},
+                                {"tiny-phimoe-longrope", "phimoe_longrope"}};
 
 const Backend& Cuda() {
   for (const Backend* b : RegisteredBackends()) {

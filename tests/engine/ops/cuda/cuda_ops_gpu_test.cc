@@ -235,6 +235,35 @@ TEST(CudaOpsGpuTest, PlainRopeMatchesCpu) {
   CheckRope(64, 4, 4 * 64, {}, 10000.0);
 }
 
+// PhiMoE's LongRoPE: the short factors' frequencies (cpu::LongRopeInvFreq,
+// as the CUDA decoder uploads them) and a per-row mscale (two sequences, one
+// past the original context), against cpu::BuildRopeTable + ScaleRopeRows.
+TEST(CudaOpsGpuTest, LongRopeRowScalesMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = kRopeTokens;
+  constexpr int kHeadDim = 32, kHeads = 5;
+  std::vector<int64_t> pos(kN);
+  for (int64_t i = 0; i < kN; ++i) pos[i] = 7 * i;
+  std::vector<float> factors(kHeadDim / 2);
+  for (size_t j = 0; j < factors.size(); ++j) factors[j] = 1.0f + 0.37f * static_cast<float>(j);
+  std::vector<float> row_scale(kN, 1.1f);
+  for (int64_t i = 4; i < kN; ++i) row_scale[i] = 1.3f;  // the second sequence: long
+  const auto x = RandomBf16(kN * kHeads * kHeadDim, 28, 2.0f);
+  std::vector<float> ref = ToF32(x);
+  cpu::RopeTable table = cpu::BuildRopeTable(pos.data(), kN, kHeadDim, 10000.0, {}, &factors);
+  cpu::ScaleRopeRows(&table, 0, 4, 1.1f);
+  cpu::ScaleRopeRows(&table, 4, kN - 4, 1.3f);
+  cpu::ApplyRope(nullptr, table, ref.data(), kN, kHeads, kHeadDim, kHeads * kHeadDim);
+  auto dx = Upload(x);
+  auto dpos = Upload(pos);
+  auto dinv = Upload(cpu::LongRopeInvFreq(kHeadDim, 10000.0, factors));
+  auto dscale = Upload(row_scale);
+  ASSERT_TRUE(dx.ok() && dpos.ok() && dinv.ok() && dscale.ok());
+  ASSERT_OK(ApplyRope(dx->as<Bf16>(), kN, kHeads, kHeadDim, kHeads * kHeadDim, dpos->as<int64_t>(),
+                      dinv->as<float>(), nullptr, nullptr, 1.0f, dscale->as<float>()));
+  ExpectClose(DownloadBf16(*dx, kN * kHeads * kHeadDim), ref, kBf16Tol, kBf16Tol, "longrope");
+}
+
 // GPT-OSS's YaRN: the blended inverse frequencies (cpu::YarnInvFreq, as the
 // CUDA decoder uploads them) and cos / sin scaled by the attention factor.
 TEST(CudaOpsGpuTest, YarnRopeWithAttentionFactorMatchesCpu) {
@@ -623,6 +652,36 @@ TEST(CudaOpsGpuTest, BiasedTopKSoftmaxRouterMatchesCpu) {
   EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
   ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
   EXPECT_EQ(MoeRouterTopKSoftmax(nullptr, 1, 4, 8, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// PhiMoE's sparsemixer: cpu::RouteSparseMixer with an identity gate against
+// MoeRouterSparseMixer on the same logits (a wide jitter, so that picks keep
+// other candidates in their softmax; tiny-phimoe's 0.01 in
+// cuda_families_gpu_test masks most of them).
+TEST(CudaOpsGpuTest, SparseMixerRouterMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 19;
+  constexpr int kE = 16;  // Phi-3.5-MoE
+  constexpr float kJitter = 0.2f;
+  const std::vector<float> logits = ToF32(RandomBf16(kN * kE, 27, 2.0f));
+  std::vector<float> eye(kE * kE, 0.0f);
+  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
+  RouterResult ref;
+  cpu::RouteSparseMixer(nullptr, logits.data(), kN, kE,
+                        TensorView{eye.data(), DType::kF32, {kE, kE}}, kJitter, &ref);
+  auto dl = Upload(logits);
+  auto de = DeviceBuffer::Allocate(kN * 2 * sizeof(int32_t));
+  auto dw = DeviceBuffer::Allocate(kN * 2 * sizeof(float));
+  ASSERT_TRUE(dl.ok() && de.ok() && dw.ok());
+  ASSERT_OK(MoeRouterSparseMixer(dl->as<float>(), kN, kE, kJitter, de->as<int32_t>(),
+                                 dw->as<float>(), nullptr));
+  auto experts = Download<int32_t>(*de, kN * 2);
+  auto weights = Download<float>(*dw, kN * 2);
+  ASSERT_TRUE(experts.ok() && weights.ok());
+  EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
+  ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "sparsemixer weights");
+  EXPECT_EQ(MoeRouterSparseMixer(nullptr, 1, 1, kJitter, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
