@@ -30,6 +30,7 @@
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
+#include "engine/ops/cpu/rope.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/reference_math.h"
@@ -58,14 +59,17 @@ ModelConfig Load(const std::string& dir) {
 
 // The fixtures as published (VL: M-RoPE, fused bf16 experts, DeepStack;
 // text: plain RoPE, per-expert f16; OLMoE: q/k norms over the whole
-// projection and clip_qkv; Mixtral: no q/k norms, an 8-token sliding window)
-// and synthetic variants with the branches no fixture of a family the
-// backends share has (a dense layer, attention biases, tied embeddings;
-// attention sinks with a window).
+// projection and clip_qkv; Mixtral: no q/k norms, an 8-token sliding window;
+// PhiMoE: LayerNorms, attention and lm_head biases, the sparsemixer,
+// LongRoPE over an original context of 24; GPT-OSS: sinks, sliding layers,
+// YaRN, the biased top-k-then-softmax router, experts with biases and the
+// clamped SwiGLU) and synthetic variants with the branches no fixture of a
+// family the backends share has (a dense layer, attention biases, tied
+// embeddings; attention sinks with a window).
 std::vector<Model> Models() {
   std::vector<Model> out;
-  for (const char* name :
-       {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-olmoe-clip", "tiny-mixtral-swa"}) {
+  for (const char* name : {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-olmoe-clip",
+                           "tiny-mixtral-swa", "tiny-phimoe-longrope", "tiny-gpt-oss-swa"}) {
     const std::string dir = testing::FixturesDir() + "/" + name;
     auto ckpt = Checkpoint::Open(dir);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
@@ -101,6 +105,21 @@ void RmsNormRows(std::vector<double>& x, int64_t rows, int64_t dim, const Tensor
   }
 }
 
+// torch.nn.LayerNorm: biased variance, weight and bias.
+void LayerNormRows(std::vector<double>& x, int64_t rows, int64_t dim, const TensorView& g,
+                   const TensorView& b, double eps) {
+  const std::vector<double> gd = AsDouble(g), bd = AsDouble(b);
+  for (int64_t r = 0; r < rows; ++r) {
+    double* v = x.data() + r * dim;
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < dim; ++d) mean += v[d];
+    mean /= dim;
+    for (int64_t d = 0; d < dim; ++d) var += (v[d] - mean) * (v[d] - mean);
+    const double inv = 1.0 / std::sqrt(var / dim + eps);
+    for (int64_t d = 0; d < dim; ++d) v[d] = (v[d] - mean) * inv * gd[d] + bd[d];
+  }
+}
+
 double Silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // The math of one decoder step, in double, over the same TextWeights.
@@ -111,7 +130,8 @@ class ReferenceStep {
                 std::vector<std::vector<double>>* v_cache, int64_t cache_len)
       : c_(config.text),
         w_(w),
-        qk_norm_(ArchSpec::For(config)->qk_norm),
+        spec_(*ArchSpec::For(config)),
+        qk_norm_(spec_.qk_norm),
         k_(k_cache),
         v_(v_cache),
         start_(cache_len) {}
@@ -157,14 +177,21 @@ class ReferenceStep {
   }
   void Norm(int layer, NormSite site) {
     const DecoderLayerWeights& l = w_.layers[layer];
+    const bool input = site == NormSite::kInput;
     x_ = hs_;
-    RmsNormRows(x_, n_, c_.hidden_size, site == NormSite::kInput ? l.input_norm : l.post_norm,
-                c_.rms_norm_eps, c_.hidden_size, 0);
+    if (spec_.norm == NormKind::kLayerNorm) {
+      LayerNormRows(x_, n_, c_.hidden_size, input ? l.input_norm : l.post_norm,
+                    input ? l.input_norm_bias : l.post_norm_bias, c_.rms_norm_eps);
+      return;
+    }
+    RmsNormRows(x_, n_, c_.hidden_size, input ? l.input_norm : l.post_norm, c_.rms_norm_eps,
+                c_.hidden_size, 0);
   }
   void Attention(int layer);
   // y = the MoE of x with the given routing (ids and combine weights).
   void Experts(int layer, const RouterResult& r, ExpertProvider* experts);
-  // Softmax top-k of the router on x: probabilities and ids.
+  // The router's scores on x, whose top-k are the chosen experts: softmax
+  // probabilities, GPT-OSS's biased logits, or the sparsemixer's logits.
   std::vector<double> RouterProbs(int layer) const;
   void AddY() {
     for (size_t i = 0; i < hs_.size(); ++i) hs_[i] += y_[i];
@@ -181,8 +208,12 @@ class ReferenceStep {
   std::vector<double> Logits() const {
     const int64_t h = c_.hidden_size;
     std::vector<double> last(hs_.end() - h, hs_.end());
-    RmsNormRows(last, 1, h, w_.final_norm, c_.rms_norm_eps, h, 0);
-    return MatMulT(last, 1, h, w_.lm_head, {});
+    if (spec_.norm == NormKind::kLayerNorm) {
+      LayerNormRows(last, 1, h, w_.final_norm, w_.final_norm_bias, c_.rms_norm_eps);
+    } else {
+      RmsNormRows(last, 1, h, w_.final_norm, c_.rms_norm_eps, h, 0);
+    }
+    return MatMulT(last, 1, h, w_.lm_head, w_.lm_head_bias);
   }
   const std::vector<double>& hs() const { return hs_; }
   const std::vector<double>& x() const { return x_; }
@@ -193,6 +224,7 @@ class ReferenceStep {
 
   const TextConfig& c_;
   const TextWeights& w_;
+  const ArchSpec spec_;
   const QkNormScope qk_norm_;
   std::vector<std::vector<double>>* k_;  // per layer, [tokens, kv_heads * head_dim]
   std::vector<std::vector<double>>* v_;
@@ -207,6 +239,22 @@ class ReferenceStep {
 // 3 * section[1] and the w axis for j % 3 == 2 below 3 * section[2].
 void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride) const {
   const int hd = c_.head_dim, half = hd / 2;
+  // YaRN's and LongRoPE's frequencies as the CPU op defines them, and their
+  // cos / sin scale: YaRN's attention factor, or LongRoPE's mscale by the
+  // sequence's length (this step's one sequence: start + n).
+  std::vector<float> freqs;
+  double scale = 1.0;
+  if (c_.yarn.has_value()) {
+    const TextConfig::Yarn& y = *c_.yarn;
+    freqs = cpu::YarnInvFreq(hd, c_.rope_theta, y.factor, y.original_max_position_embeddings,
+                             y.beta_fast, y.beta_slow, y.truncate);
+    scale = static_cast<float>(YarnAttentionFactor(y));
+  } else if (c_.longrope.has_value()) {
+    const TextConfig::LongRope& lr = *c_.longrope;
+    freqs = cpu::LongRopeInvFreq(hd, c_.rope_theta, lr.short_factor);
+    scale = static_cast<float>(start_ + n_ > lr.original_max_position_embeddings ? lr.long_mscale
+                                                                                 : lr.short_mscale);
+  }
   for (int64_t t = 0; t < n_; ++t) {
     for (int j = 0; j < half; ++j) {
       int axis = 0;
@@ -214,10 +262,12 @@ void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride) cons
         if (j % 3 == 1 && j < 3 * c_.mrope_section[1]) axis = 1;
         if (j % 3 == 2 && j < 3 * c_.mrope_section[2]) axis = 2;
       }
-      const float inv_freq = static_cast<float>(1.0 / std::pow(c_.rope_theta, 2.0 * j / hd));
+      const float inv_freq = freqs.empty()
+                                 ? static_cast<float>(1.0 / std::pow(c_.rope_theta, 2.0 * j / hd))
+                                 : freqs[j];
       const float angle = static_cast<float>(positions_[axis * n_ + t]) * inv_freq;
-      const double cs = std::cos(static_cast<double>(angle));
-      const double sn = std::sin(static_cast<double>(angle));
+      const double cs = scale * std::cos(static_cast<double>(angle));
+      const double sn = scale * std::sin(static_cast<double>(angle));
       for (int hh = 0; hh < heads; ++hh) {
         double* p = v.data() + t * stride + hh * hd;
         const double a = p[j], b = p[j + half];
@@ -291,7 +341,13 @@ void ReferenceStep::Attention(int layer) {
 
 std::vector<double> ReferenceStep::RouterProbs(int layer) const {
   const int64_t e = c_.num_experts;
-  std::vector<double> p = MatMulT(x_, n_, c_.hidden_size, w_.layers[layer].router, {});
+  const DecoderLayerWeights& l = w_.layers[layer];
+  const bool biased = spec_.router == RouterKind::kTopKSoftmaxBiased;
+  std::vector<double> p =
+      MatMulT(x_, n_, c_.hidden_size, l.router, biased ? l.router_bias : TensorView{});
+  // Both rank the experts by their logits (the sparsemixer's second pick is the
+  // best of the rest).
+  if (biased || spec_.router == RouterKind::kSparseMixer) return p;
   for (int64_t t = 0; t < n_; ++t) {
     double* r = p.data() + t * e;
     const double mx = *std::max_element(r, r + e);
@@ -310,6 +366,19 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
   active.erase(std::unique(active.begin(), active.end()), active.end());
   ASSERT_TRUE(experts->BeginLayer(Phase::kPrefill, layer, active).ok());
   y_.assign(n_ * h, 0.0);
+  // GPT-OSS's experts: biases and the clamped SwiGLU.
+  const bool clamped = c_.clamped_swiglu.has_value();
+  const DecoderLayerWeights& lw = w_.layers[layer];
+  const std::vector<double> gate_up_bias =
+      clamped ? AsDouble(lw.experts_gate_up_bias) : std::vector<double>();
+  const std::vector<double> down_bias =
+      clamped ? AsDouble(lw.experts_down_bias) : std::vector<double>();
+  auto ClampedSwiglu = [this](double gate, double up) {
+    const double limit = c_.clamped_swiglu->limit, alpha = c_.clamped_swiglu->alpha;
+    gate = std::min(gate, limit);
+    up = std::clamp(up, -limit, limit);
+    return (up + 1.0) * gate / (1.0 + std::exp(-alpha * gate));
+  };
   for (int e : active) {
     auto w = experts->Acquire(layer, e);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -324,17 +393,21 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
         if (r.experts[t * r.top_k + j] != e) continue;
         std::vector<double> act(in);
         for (int64_t i = 0; i < in; ++i) {
+          // GPT-OSS: gate / up interleaved (columns 2i, 2i + 1); others: gate first.
+          const int64_t gc = clamped ? 2 * i : i, uc = clamped ? 2 * i + 1 : in + i;
           double a = 0, b = 0;
           for (int64_t k = 0; k < h; ++k) {
             const double xv = x_[t * h + k];
-            a += xv * (fused ? gu[k * 2 * in + i] : g[i * h + k]);
-            b += xv * (fused ? gu[k * 2 * in + in + i] : u[i * h + k]);
+            a += xv * (fused ? gu[k * 2 * in + gc] : g[i * h + k]);
+            b += xv * (fused ? gu[k * 2 * in + uc] : u[i * h + k]);
           }
-          act[i] = Silu(a) * b;
+          act[i] = clamped ? ClampedSwiglu(a + gate_up_bias[e * 2 * in + gc],
+                                           b + gate_up_bias[e * 2 * in + uc])
+                           : Silu(a) * b;
         }
         const double wt = r.weights[t * r.top_k + j];
         for (int64_t o = 0; o < h; ++o) {
-          double s = 0;
+          double s = clamped ? down_bias[e * h + o] : 0.0;
           for (int64_t i = 0; i < in; ++i) s += act[i] * (fused ? d[i * h + o] : d[o * in + i]);
           y_[t * h + o] += wt * s;
         }
@@ -356,7 +429,8 @@ struct Shape {
   // (KeepRows). Models with a vision tower only.
   bool visual = false;
 };
-const Shape kShapes[] = {{0, 1}, {0, 7}, {5, 1}, {3, 19}, {0, 16, true}, {4, 23, true}};
+// {20, 6} ends past tiny-phimoe-longrope's original context of 24 (its long mscale).
+const Shape kShapes[] = {{0, 1}, {0, 7}, {5, 1}, {3, 19}, {20, 6}, {0, 16, true}, {4, 23, true}};
 
 std::vector<int> Tokens(int64_t n, int vocab, int64_t salt) {
   std::vector<int> ids(n);
@@ -557,7 +631,7 @@ void OpRunner::CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterRe
     std::vector<double> sorted = row;
     std::sort(sorted.rbegin(), sorted.rend());
     for (int j = 0; j < r.top_k; ++j) {
-      EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * sorted[0] + rel_)
+      EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * std::fabs(sorted[0]) + rel_)
           << "token " << t << " slot " << j;
     }
   }
@@ -653,6 +727,13 @@ void BackendOpsTest::RunTable(bool device_moe) {
   const double rel = cpu ? 2e-4 : 4e-2;
   for (Model& m : Models()) {
     SCOPED_TRACE(m.name);
+    // DeviceMoe's kernels are softmax top-k routing and SwiGLU experts; the
+    // other families' MoE layers always take Route + Experts.
+    const ArchSpec spec = *ArchSpec::For(m.config);
+    if (device_moe &&
+        (spec.router != RouterKind::kSoftmaxTopK || m.config.text.clamped_swiglu.has_value())) {
+      continue;
+    }
     BackendOptions bo;
     bo.max_tokens_per_step = 64;
     bo.cpu_deferred_moe = device_moe;
