@@ -6,13 +6,13 @@
 # DeepSeek-VL2 and FP8 checkpoints, which the CUDA backend does not run yet,
 # the first OLMoE, Mixtral, GPT-OSS and PhiMoE shapes, whose second shapes
 # (clip_qkv, sliding windows, LongRoPE) cover the same CUDA paths and more,
-# and the chat-template goldens);
-# `restore` puts them back in
-# the index exactly as HEAD has them. The files never leave the disk.
+# the chat-template goldens and the committed GPU reports); `restore` puts
+# them back in the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 paths=(
+  tests/gpu/results
   tests/fixtures/vqa-qwen3-vl-moe
   tests/fixtures/vqa-eval/golden
   tests/fixtures/vqa-eval/direct/golden
