@@ -72,6 +72,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += b(n * 2 * inter, 2) + b(n * inter, 2);    // gate_up, act
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
+  total += 2 * b(n, 4);  // LongRoPE's row scales (again after compression)
   total += b(n * h, 2) + b(n, 4);  // each sequence's last row for the logits, and its index
   total += b(kLogitRowsPerChunk * int64_t{c.vocab_size}, 4);
   total += b(GreedyArgmaxWorkspaceBytes(kLogitRowsPerChunk), 1);  // device argmax partials

@@ -101,7 +101,9 @@ class CudaDecoderOps final : public DecoderOps {
   static absl::Status Runs(const ModelConfig& config);
   // OK unless `config` takes a path of these ops that no GPU has run yet
   // (Backend::Verified): q/k norms other than Qwen3's per-head ones,
-  // clip_qkv, sliding windows, attention sinks, attention biases.
+  // clip_qkv, sliding windows, attention sinks and biases, YaRN, LongRoPE,
+  // LayerNorm, the lm_head bias, and GPT-OSS's and PhiMoE's routers and
+  // GPT-OSS's experts.
   static absl::Status Verified(const ModelConfig& config);
   // Checks the config, uploads the weights (errors name the tensor), creates
   // the stream, events, cuBLAS handle and scratch. kUnavailable without a

@@ -290,7 +290,9 @@ absl::Status CudaDecoderStep::NormRope(const CudaDecoderOps::Layer& w) {
   const int64_t qd = nq * hd, kvd = nkv * hd, width = qd + 2 * kvd;
   const int* section = ops_.mrope_section_.empty() ? nullptr : ops_.mrope_section_.data();
   const QkNormScope scope = ops_.qk_norm_;
-  if (scope == QkNormScope::kPerHead && c_.clip_qkv <= 0) {  // Qwen3: one fused launch
+  // Qwen3: one fused launch (which neither clamps nor scales cos / sin).
+  if (scope == QkNormScope::kPerHead && c_.clip_qkv <= 0 && ops_.rope_scale_ == 1.0f &&
+      rope_scales_ == nullptr) {
     return QkNormRope(qkv_, n, nq, nkv, static_cast<int>(hd), width, w.q_norm, w.k_norm,
                       c_.rms_norm_eps, positions_, ops_.inv_freq_, section, st_);
   }
@@ -406,8 +408,12 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
   launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
-  if (layer < static_cast<int>(ops_.clamped_experts_.size()) &&
-      ops_.clamped_experts_[layer].gate_up_bias != nullptr) {
+  if (c_.clamped_swiglu.has_value()) {  // GPT-OSS (its spec requires the biases)
+    if (layer >= static_cast<int>(ops_.clamped_experts_.size()) ||
+        ops_.clamped_experts_[layer].gate_up_bias == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("layer ", layer, ": the experts' biases are missing"));
+    }
     launcher.SetClamped(&ops_.clamped_experts_[layer]);
   }
   VISMOE_RETURN_IF_ERROR(

@@ -40,18 +40,20 @@ __global__ void TopKSoftmaxKernel(const float* logits, int64_t n, int num_expert
   int my_e = -1;  // lane r keeps slot r
   float my_l = -INFINITY;
   for (int r = 0; r < top_k; ++r) {
+    // -inf logits are ranked (by index) as cpu::TopK ranks them; taken ones
+    // (and NaN logits) never are.
     float best = -INFINITY;
     int best_e = num_experts;
     for (int e = lane; e < num_experts; e += kWarp) {
-      if (p[e] > best) {  // ascending e: keeps the lowest index among ties
-        best = p[e];
+      if (!isnan(p[e]) && (best_e == num_experts || p[e] > best)) {
+        best = p[e];  // ascending e: keeps the lowest index among ties
         best_e = e;
       }
     }
     for (int o = kWarp / 2; o > 0; o >>= 1) {
       const float ob = __shfl_xor_sync(0xffffffffu, best, o);
       const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
+      if (oe != num_experts && (best_e == num_experts || ob > best || (ob == best && oe < best_e))) {
         best = ob;
         best_e = oe;
       }

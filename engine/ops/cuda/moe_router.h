@@ -21,9 +21,9 @@ absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int 
 
 // GPT-OSS's router after its biased logits (cpu::RouteTopKSoftmax): the top_k
 // largest logits (ties: lower index), then a softmax over those k, summed in
-// slot order. A logit that is NaN or -inf is never picked; a token left with
-// fewer than k pickable logits gets id num_experts in the rest (the caller
-// checks ids). Same REQUIRES as MoeRouterTopK.
+// slot order. A NaN logit is never picked; a token left with fewer than k
+// pickable logits gets id num_experts in the rest (the caller checks ids).
+// Same REQUIRES as MoeRouterTopK.
 absl::Status MoeRouterTopKSoftmax(const float* logits, int64_t n, int num_experts, int top_k,
                                   int32_t* experts, float* weights, StreamHandle stream);
 

@@ -502,14 +502,19 @@ TEST(CudaOpsGpuTest, KvReadFromFusedRowsMatchesCpu) {
 // (PagedKvWrite) after q_pos0 cached ones, then attended over through the
 // table (PagedAttention). The written rows must be exact copies and the
 // output that of cpu::Attention on the dense equivalents.
+// With `device_start` the cache length is read from device memory (PagedKv::
+// start, as a replayed decode graph reads it) and the host's q_pos0 / nk
+// arguments are passed as 0, which the kernel must replace.
 void CheckPagedAttention(int heads, int kv_heads, int head_dim, int64_t n, int64_t q_pos0,
-                         int64_t block_rows) {
+                         int64_t block_rows, const AttentionMask& mask = {},
+                         bool device_start = false) {
   const int64_t qd = static_cast<int64_t>(heads) * head_dim;
   const int64_t kvd = static_cast<int64_t>(kv_heads) * head_dim;
   const int64_t width = qd + 2 * kvd;
   const int64_t nk = q_pos0 + n;
   const AttentionInputs in = RandomAttentionInputs(n, nk, qd, kvd, 40);
-  const std::vector<float> ref = CpuAttention(heads, kv_heads, head_dim, in, n, nk, true, q_pos0);
+  const std::vector<float> ref =
+      CpuAttention(heads, kv_heads, head_dim, in, n, nk, true, q_pos0, mask);
   std::vector<uint16_t> fused(n * width);
   for (int64_t i = 0; i < n; ++i) {
     std::copy_n(in.q.begin() + i * qd, qd, fused.begin() + i * width);
@@ -556,8 +561,19 @@ void CheckPagedAttention(int heads, int kv_heads, int head_dim, int64_t n, int64
   gs.head_dim = head_dim;
   gs.q_row_stride = width;
   gs.kv_row_stride = kvd;
-  ASSERT_OK(PagedAttention(gs, q, n, dk->as<Bf16>(), dv->as<Bf16>(), paged, nk, true, q_pos0,
-                           dout->as<Bf16>(), nullptr));
+  gs.window = mask.window;
+  absl::StatusOr<DeviceBuffer> dsinks;
+  if (mask.sinks != nullptr) {
+    dsinks = Upload(*mask.sinks);
+    ASSERT_TRUE(dsinks.ok()) << dsinks.status();
+    gs.sinks = dsinks->as<float>();
+  }
+  PagedKv read = paged;
+  auto dstart = Upload(std::vector<int32_t>{static_cast<int32_t>(q_pos0)});
+  ASSERT_TRUE(dstart.ok());
+  if (device_start) read.start = dstart->as<int32_t>();
+  ASSERT_OK(PagedAttention(gs, q, n, dk->as<Bf16>(), dv->as<Bf16>(), read, device_start ? 0 : nk,
+                           true, device_start ? 0 : q_pos0, dout->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dout, n * qd), ref, kBf16Tol, kBf16Tol, "paged attention");
 }
 
@@ -567,6 +583,17 @@ TEST(CudaOpsGpuTest, PagedKvCachePrefillAndDecodeMatchCpu) {
   CheckPagedAttention(32, 4, 128, 40, 0, 16);   // a prefill from the start
   CheckPagedAttention(32, 4, 128, 1, 300, 16);  // decode
   CheckPagedAttention(8, 2, 64, 7, 13, 4);      // blocks smaller than a chunk
+}
+
+// The sliding window and sinks through the block table, the cache length
+// read from the device as a replayed decode graph reads it: decode rows whose
+// window starts in an earlier block.
+TEST(CudaOpsGpuTest, PagedWindowWithTheCacheLengthOnTheDeviceMatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  std::vector<float> sinks(32, 0.5f);
+  CheckPagedAttention(32, 4, 128, 1, 300, 16, AttentionMask{8, &sinks}, /*device_start=*/true);
+  CheckPagedAttention(8, 2, 64, 1, 13, 4, AttentionMask{6, nullptr}, /*device_start=*/true);
+  CheckPagedAttention(8, 2, 64, 7, 13, 4, AttentionMask{6, nullptr});
 }
 
 TEST(CudaOpsArgsTest, PagedOpsRejectBadBlockTablesBeforeLaunching) {
