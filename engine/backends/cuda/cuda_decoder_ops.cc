@@ -73,6 +73,10 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
   total += 2 * b(n, 4);  // LongRoPE's row scales (again after compression)
+  if (c.fp8.has_value()) {  // FP8 experts widened to bf16, kWidenSlots at a time
+    total +=
+        b(kWidenSlots * StreamExpertLauncher::ExpertScratchElems(h, c.moe_intermediate_size), 2);
+  }
   total += b(n * h, 2) + b(n, 4);  // each sequence's last row for the logits, and its index
   total += b(kLogitRowsPerChunk * int64_t{c.vocab_size}, 4);
   total += b(GreedyArgmaxWorkspaceBytes(kLogitRowsPerChunk), 1);  // device argmax partials
@@ -109,11 +113,6 @@ absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
         "the CUDA backend does not run MXFP4 experts yet (quantization_config quant_method "
         "mxfp4): use --backend=cpu");
   }
-  if (c.fp8.has_value()) {  // its GEMV/GEMM and MoE kernels read bf16 weights
-    return absl::UnimplementedError(
-        "the CUDA backend does not run FP8 checkpoints yet (quantization_config quant_method "
-        "fp8): use --backend=cpu");
-  }
   return absl::OkStatus();
 }
 
@@ -137,6 +136,7 @@ absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
   if (spec.router == RouterKind::kSparseMixer) unverified.push_back("the sparsemixer");
   if (c.longrope.has_value()) unverified.push_back("LongRoPE");
   if (c.lm_head_bias) unverified.push_back("lm_head bias");
+  if (c.fp8.has_value()) unverified.push_back("FP8 weights and experts");
   if (unverified.empty()) return absl::OkStatus();
   // Compiled and tested against the CPU in the gpu tests, which have not run
   // on a GPU yet (tests/gpu/README.md).

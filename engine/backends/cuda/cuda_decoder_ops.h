@@ -95,6 +95,8 @@ class CudaDecoderOps final : public DecoderOps {
   };
   // all_logits: [16, vocab] fp32 at a time.
   static constexpr int64_t kLogitRowsPerChunk = 16;
+  // FP8 experts widened to bf16 at a time (StreamExpertLauncher).
+  static constexpr int kWidenSlots = 2;
 
   // OK when these ops run `config`'s family; Unimplemented naming what they
   // lack otherwise.

@@ -408,6 +408,15 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
   launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
+  if (c_.fp8.has_value()) {  // FP8 experts stay FP8 in their slabs: widened per group
+    if (widen_ == nullptr) {
+      VISMOE_ASSIGN_OR_RETURN(
+          widen_, scratch().AllocateArray<Bf16>(
+                      CudaDecoderOps::kWidenSlots *
+                      StreamExpertLauncher::ExpertScratchElems(h_, c_.moe_intermediate_size)));
+    }
+    launcher.SetWidenScratch(widen_, CudaDecoderOps::kWidenSlots);
+  }
   if (c_.clamped_swiglu.has_value()) {  // GPT-OSS (its spec requires the biases)
     if (layer >= static_cast<int>(ops_.clamped_experts_.size()) ||
         ops_.clamped_experts_[layer].gate_up_bias == nullptr) {

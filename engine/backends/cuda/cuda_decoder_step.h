@@ -165,6 +165,7 @@ class CudaDecoderStep final : public DecoderStep {
   std::vector<int32_t> commit_experts_;  // sources of UploadCommittedRouting's copies
   std::vector<float> commit_weights_;
   HostExpertBuffers host_experts_;  // experts computed on the host
+  Bf16* widen_ = nullptr;           // FP8 experts widened to bf16 (the first MoE layer allocates)
   // Slabs the last host-driven MoE layer still reads: released once the
   // stream is known to be past them (ReleaseHeld), before the provider's
   // next call, instead of a wait at the end of every layer.

@@ -1,5 +1,6 @@
 #include "engine/backends/cuda/stream_expert_launcher.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include "engine/core/dtype.h"
 #include "engine/core/status_macros.h"
 #include "engine/ops/cpu/moe.h"
+#include "engine/ops/cuda/dequantize.h"
 
 namespace vismoe::cuda {
 
@@ -30,23 +32,54 @@ absl::StatusOr<DeviceExpert> ToDeviceExpert(const ExpertWeights& w, int layer, i
   return d;
 }
 
+absl::StatusOr<DeviceExpert> StreamExpertLauncher::DeviceWeights(const AcquiredExpert& a,
+                                                                 int slot) {
+  const ExpertWeights& w = a.weights;
+  if (w.down.dtype != DType::kF8E4M3) return ToDeviceExpert(w, layer_, a.expert);
+  if (widen_ == nullptr || slot >= widen_slots_ || w.layout != ExpertWeights::Layout::kSeparate) {
+    return absl::UnimplementedError(
+        absl::StrCat("layer ", layer_, " expert ", a.expert,
+                     " is F8_E4M3: the CUDA backend widens FP8 experts stored per expert only"));
+  }
+  Bf16* dst = widen_ + slot * ExpertScratchElems(hidden_, inter_);
+  DeviceExpert d;
+  d.layout = WeightLayout::kOutIn;
+  const TensorView* parts[] = {&w.gate, &w.up, &w.down};
+  const Bf16** outs[] = {&d.gate, &d.up, &d.down};
+  for (int i = 0; i < 3; ++i) {
+    const TensorView& t = *parts[i];
+    VISMOE_RETURN_IF_ERROR(DequantizeE4m3(static_cast<const uint8_t*>(t.data), t.dim(0), t.dim(1),
+                                          t.scale.data, t.scale.dtype == DType::kBF16, t.scale.rows,
+                                          t.scale.cols, dst, stream_.get()));
+    *outs[i] = dst;
+    dst += t.numel();
+  }
+  return d;
+}
+
 absl::Status StreamExpertLauncher::Launch(absl::Span<const AcquiredExpert> batch, int ticket) {
   if (ticket < 0 || ticket >= static_cast<int>(events_.size())) {
     return absl::InternalError(
         absl::StrCat("expert batch ticket ", ticket, " of ", events_.size(), " at layer ", layer_));
   }
+  // FP8 experts are widened into the scratch, its slots at a time; one stream
+  // orders each group's GEMMs before the next group's widening.
+  const size_t group = widen_ != nullptr ? static_cast<size_t>(widen_slots_) : batch.size();
   std::vector<MoeExpertRows> rows;
-  rows.reserve(batch.size());
-  for (const AcquiredExpert& a : batch) {
-    VISMOE_ASSIGN_OR_RETURN(DeviceExpert w, ToDeviceExpert(a.weights, layer_, a.expert));
-    if (clamped_ != nullptr) {
-      w.gate_up_bias = clamped_->gate_up_bias + int64_t{a.expert} * 2 * inter_;
-      w.down_bias = clamped_->down_bias + int64_t{a.expert} * hidden_;
+  for (size_t begin = 0; begin < batch.size(); begin += group) {
+    rows.clear();
+    for (size_t i = begin; i < std::min(batch.size(), begin + group); ++i) {
+      const AcquiredExpert& a = batch[i];
+      VISMOE_ASSIGN_OR_RETURN(DeviceExpert w, DeviceWeights(a, static_cast<int>(i - begin)));
+      if (clamped_ != nullptr) {
+        w.gate_up_bias = clamped_->gate_up_bias + int64_t{a.expert} * 2 * inter_;
+        w.down_bias = clamped_->down_bias + int64_t{a.expert} * hidden_;
+      }
+      rows.push_back({w, offsets_[a.expert], offsets_[a.expert + 1] - offsets_[a.expert]});
     }
-    rows.push_back({w, offsets_[a.expert], offsets_[a.expert + 1] - offsets_[a.expert]});
+    VISMOE_RETURN_IF_ERROR(blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_,
+                                                   clamped_ != nullptr ? &clamped_->act : nullptr));
   }
-  VISMOE_RETURN_IF_ERROR(blas_.MoeExpertsGrouped(xp_, rows, hidden_, inter_, gate_up_, act_, yp_,
-                                                 clamped_ != nullptr ? &clamped_->act : nullptr));
   return events_[ticket].Record(stream_.get());
 }
 

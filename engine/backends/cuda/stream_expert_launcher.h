@@ -67,6 +67,13 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
     const float* host_down_bias = nullptr;
   };
   void SetClamped(const ClampedExperts* clamped) { clamped_ = clamped; }
+  // FP8 experts: widened to bf16 into `scratch` (`slots` experts of
+  // ExpertScratchElems each) just before their GEMMs, `slots` at a time.
+  static int64_t ExpertScratchElems(int64_t hidden, int64_t inter) { return 3 * hidden * inter; }
+  void SetWidenScratch(Bf16* scratch, int slots) {
+    widen_ = scratch;
+    widen_slots_ = slots;
+  }
   absl::Status PrepareHost(absl::Span<const int> experts) override;
   absl::Status ComputeOnHost(int expert, const ExpertWeights& weights) override;
 
@@ -88,6 +95,11 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
   const Event* rows_ready_ = nullptr;
   HostExpertBuffers* host_ = nullptr;
   const ClampedExperts* clamped_ = nullptr;
+  Bf16* widen_ = nullptr;
+  int widen_slots_ = 0;
+  // `w` as bf16 device pointers: as they are, or widened into scratch slot
+  // `slot` when block-scaled (FP8, per expert: gate, up, down).
+  absl::StatusOr<DeviceExpert> DeviceWeights(const AcquiredExpert& a, int slot);
   std::vector<int64_t> host_row_;  // per expert: its first row in host_->x / y, or -1
   bool rows_on_host_ = false;      // rows_ready_ has been waited for
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/core/dtype.h"
+#include "engine/ops/cpu/linear.h"
 
 namespace vismoe::cuda {
 namespace {
@@ -24,6 +25,9 @@ size_t WeightPacker::AddStacked(std::initializer_list<const TensorView*> tensors
     Bf16* dst = host_.data() + at;
     if (t->dtype == DType::kBF16) {
       std::copy_n(static_cast<const Bf16*>(t->data), t->numel(), dst);
+    } else if (t->dtype == DType::kF8E4M3) {  // an FP8 checkpoint's linear weights
+      const std::vector<float> f = cpu::DequantizeF8(*t);
+      for (size_t i = 0; i < f.size(); ++i) dst[i] = FloatToBf16(f[i]);
     } else {
       std::vector<float> f(static_cast<size_t>(t->numel()));
       ToFloat(t->dtype, t->data, f.size(), f.data());

@@ -1,5 +1,6 @@
 // WeightPacker: host-side staging of a CUDA model's resident weights. Each
-// tensor is converted to bf16 (any float dtype in) at an aligned offset of
+// tensor is converted to bf16 (any float dtype in, and block-scaled FP8
+// dequantised as cpu::DequantizeF8 reads it) at an aligned offset of
 // one host buffer, which the model uploads in one copy and then addresses by
 // the offsets Add() returned.
 // Thread safety: none (used during a model's Create). Ownership: owns the buffer.

@@ -246,11 +246,16 @@ TEST(EngineTextFamiliesTest, CudaBackendRunsSomeFamiliesUnverified) {
     EXPECT_EQ(verified.code(), absl::StatusCode::kFailedPrecondition) << verified;
     EXPECT_TRUE(absl::StrContains(verified.message(), "has not run on a GPU yet")) << verified;
   }
-  // Qwen3's own path has.
+  // Qwen3's own path has; in an FP8 checkpoint, not yet.
   auto qwen = ModelConfig::Load(testing::FixturesDir() + "/tiny-qwen3-moe");
   ASSERT_TRUE(qwen.ok()) << qwen.status();
   EXPECT_TRUE(cuda->Runs(*qwen).ok());
   EXPECT_TRUE(cuda->Verified(*qwen).ok());
+  auto fp8 = ModelConfig::Load(testing::FixturesDir() + "/tiny-qwen3-moe-fp8");
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_TRUE(cuda->Runs(*fp8).ok());
+  EXPECT_TRUE(absl::StrContains(cuda->Verified(*fp8).message(), "FP8 weights and experts"))
+      << cuda->Verified(*fp8);
 }
 
 TEST(EngineTextFamiliesTest, CudaBackendRefusesTheOtherFamiliesByName) {

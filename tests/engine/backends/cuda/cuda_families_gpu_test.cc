@@ -5,7 +5,9 @@
 // full ones, YaRN, the biased top-k-then-softmax router, experts with biases
 // and the clamped SwiGLU on the host-driven path) and PhiMoE (LayerNorms with
 // biases, attention and lm_head biases, the sparsemixer, LongRoPE whose short
-// case crosses the original context while decoding) --
+// case crosses the original context while decoding), and an FP8 checkpoint
+// (Qwen3-MoE: FP8 attention weights widened at upload, FP8 experts kept FP8
+// in their slabs and widened per expert before their GEMMs) --
 // through the one decoder over the CUDA ops, against the same decoder over
 // the CPU ops (which matches transformers' goldens: qwen3_vl_moe_parity_test).
 // Each golden case's prompt logits and greedy steps agree within the bf16
@@ -57,7 +59,8 @@ struct Family {
 constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
                                 {"tiny-mixtral-swa", "mixtral_swa"},
                                 {"tiny-gpt-oss-swa", "gpt_oss_swa"},
-                                {"tiny-phimoe-longrope", "phimoe_longrope"}};
+                                {"tiny-phimoe-longrope", "phimoe_longrope"},
+                                {"tiny-qwen3-moe-fp8", "fp8_text"}};
 
 const Backend& Cuda() {
   for (const Backend* b : RegisteredBackends()) {

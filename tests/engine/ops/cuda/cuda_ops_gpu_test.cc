@@ -25,11 +25,13 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/attention.h"
 #include "engine/ops/cpu/layer_norm.h"
+#include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
 #include "engine/ops/cpu/rms_norm.h"
 #include "engine/ops/cpu/rope.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/attention.h"
+#include "engine/ops/cuda/dequantize.h"
 #include "engine/ops/cuda/embedding.h"
 #include "engine/ops/cuda/moe_router.h"
 #include "engine/ops/cuda/norm.h"
@@ -794,6 +796,56 @@ TEST(CudaOpsGpuTest, BiasAndResidualAdds) {
   ExpectClose(DownloadBf16(*dsum, kRows * kCols), ref_add, kBf16Tol, kBf16Tol, "add");
   ASSERT_OK(AddBias(dy->as<Bf16>(), kRows, kCols, db->as<Bf16>(), nullptr));
   ExpectClose(DownloadBf16(*dy, kRows * kCols), ref_bias, kBf16Tol, kBf16Tol, "add_bias");
+}
+
+// FP8 experts widened on the device: each weight the bf16 rounding of the
+// fp32 value cpu::DequantizeF8 gives (partial edge blocks, both scale
+// dtypes), a NaN code NaN.
+TEST(CudaOpsGpuTest, DequantizeE4m3MatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 45, kCols = 40, kBr = 16, kBc = 16;
+  const int64_t sr = (kRows + kBr - 1) / kBr, sc = (kCols + kBc - 1) / kBc;
+  const std::vector<float> values = ToF32(RandomBf16(kRows * kCols, 29, 400.0f));
+  std::vector<uint8_t> q;
+  for (float v : values) q.push_back(FloatToE4m3(v));
+  q[7] = 0x7f;  // NaN
+  const std::vector<float> scales_f32 = ToF32(RandomBf16(sr * sc, 30, 0.01f));
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 scales" : "f32 scales");
+    std::vector<float> s32(scales_f32.size());
+    std::vector<uint16_t> s16(scales_f32.size());
+    for (size_t i = 0; i < s32.size(); ++i) {
+      s32[i] = std::fabs(scales_f32[i]) + 1.0f / 4096;
+      s16[i] = FloatToBf16(s32[i]);
+      if (bf16) s32[i] = Bf16ToFloat(s16[i]);
+    }
+    const TensorView view{q.data(),
+                          DType::kF8E4M3,
+                          {kRows, kCols},
+                          {bf16 ? static_cast<const void*>(s16.data()) : s32.data(),
+                           bf16 ? DType::kBF16 : DType::kF32, kBr, kBc}};
+    const std::vector<float> ref = cpu::DequantizeF8(view);
+    auto dq = Upload(q);
+    auto ds32 = Upload(s32);
+    auto ds16 = Upload(s16);
+    auto dout = DeviceBuffer::Allocate(kRows * kCols * 2);
+    ASSERT_TRUE(dq.ok() && ds32.ok() && ds16.ok() && dout.ok());
+    ASSERT_OK(DequantizeE4m3(dq->as<uint8_t>(), kRows, kCols,
+                             bf16 ? static_cast<const void*>(ds16->as<uint16_t>())
+                                  : static_cast<const void*>(ds32->as<float>()),
+                             bf16, kBr, kBc, dout->as<Bf16>(), nullptr));
+    auto got = Download<uint16_t>(*dout, kRows * kCols);
+    ASSERT_TRUE(got.ok());
+    for (int64_t i = 0; i < kRows * kCols; ++i) {
+      if (std::isnan(ref[i])) {
+        EXPECT_TRUE(std::isnan(Bf16ToFloat((*got)[i]))) << "element " << i;
+      } else {
+        EXPECT_EQ((*got)[i], FloatToBf16(ref[i])) << "element " << i;
+      }
+    }
+  }
+  EXPECT_EQ(DequantizeE4m3(nullptr, 0, 1, nullptr, false, 1, 1, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // OLMoE's clip_qkv: bf16 values clamped exactly (no arithmetic), NaN kept
