@@ -2,11 +2,11 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the DeepSeek, MXFP4 GPT-OSS,
-# DeepSeek-VL2 and FP8 VL checkpoints, which the CUDA backend does not run
-# yet or which the text FP8 one covers,
-# the first OLMoE, Mixtral, GPT-OSS and PhiMoE shapes, whose second shapes
-# (clip_qkv, sliding windows, LongRoPE) cover the same CUDA paths and more,
+# trained VQA model, the CPU parity goldens, the DeepSeek, DeepSeek-VL2 and
+# FP8 VL checkpoints, which the CUDA backend does not run yet or which the
+# text FP8 one covers, the OLMoE, Mixtral, GPT-OSS and PhiMoE shapes whose
+# others (clip_qkv, sliding windows, MXFP4, LongRoPE) cover the same CUDA
+# paths and more,
 # the chat-template goldens and the committed GPU reports); `restore` puts
 # them back in the index exactly as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
@@ -47,7 +47,7 @@ paths=(
   tests/fixtures/tiny-gpt-oss
   tests/fixtures/golden/gpt_oss_logits.safetensors
   tests/fixtures/golden/gpt_oss_swa_logits.safetensors
-  tests/fixtures/tiny-gpt-oss-mxfp4
+  tests/fixtures/tiny-gpt-oss-swa
   tests/fixtures/golden/gpt_oss_mxfp4_logits.safetensors
   tests/fixtures/tiny-deepseek-vl2
   tests/fixtures/tiny-deepseek-vl2-mla

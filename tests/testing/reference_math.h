@@ -17,11 +17,28 @@
 
 namespace vismoe::testing {
 
-// The tensor's values, widened from any float dtype.
+// The tensor's values, widened from any float dtype; a block-scaled matrix
+// (F8_E4M3, MXFP4) each value times its block's scale, in double.
 inline std::vector<double> AsDouble(const TensorView& t) {
   std::vector<float> f(static_cast<size_t>(t.numel()));
   ToFloat(t.dtype, t.data, f.size(), f.data());
-  return std::vector<double>(f.begin(), f.end());
+  std::vector<double> d(f.begin(), f.end());
+  if (t.scale.data == nullptr) return d;
+  const int64_t rows = t.numel() / t.dim(-1), cols = t.dim(-1);
+  const int64_t stride = CeilDiv(cols, t.scale.cols);
+  std::vector<float> s(static_cast<size_t>(t.scale_numel()));
+  if (t.scale.dtype == DType::kE8M0) {
+    const auto* e = static_cast<const uint8_t*>(t.scale.data);
+    for (size_t i = 0; i < s.size(); ++i) s[i] = E8m0ToFloat(e[i]);
+  } else {
+    ToFloat(t.scale.dtype, t.scale.data, s.size(), s.data());
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      d[r * cols + c] *= s[(r / t.scale.rows) * stride + c / t.scale.cols];
+    }
+  }
+  return d;
 }
 
 // y[n, out] = x[n, in] . W[out, ...]^T (+ b): W's first dimension is `out`,

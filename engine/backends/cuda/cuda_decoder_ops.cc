@@ -73,7 +73,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
   total += 2 * b(n, 4);  // LongRoPE's row scales (again after compression)
-  if (c.fp8.has_value()) {  // FP8 experts widened to bf16, kWidenSlots at a time
+  if (c.fp8.has_value() || c.mxfp4.has_value()) {  // widened to bf16, kWidenSlots at a time
     total +=
         b(kWidenSlots * StreamExpertLauncher::ExpertScratchElems(h, c.moe_intermediate_size), 2);
   }
@@ -108,11 +108,6 @@ absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
         "the CUDA backend does not run ", config.model_type,
         " yet (DeepSeek routers, latent attention, shared experts): use --backend=cpu"));
   }
-  if (c.mxfp4.has_value()) {  // its expert kernels read bf16 weights
-    return absl::UnimplementedError(
-        "the CUDA backend does not run MXFP4 experts yet (quantization_config quant_method "
-        "mxfp4): use --backend=cpu");
-  }
   return absl::OkStatus();
 }
 
@@ -137,6 +132,7 @@ absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
   if (c.longrope.has_value()) unverified.push_back("LongRoPE");
   if (c.lm_head_bias) unverified.push_back("lm_head bias");
   if (c.fp8.has_value()) unverified.push_back("FP8 weights and experts");
+  if (c.mxfp4.has_value()) unverified.push_back("MXFP4 experts");
   if (unverified.empty()) return absl::OkStatus();
   // Compiled and tested against the CPU in the gpu tests, which have not run
   // on a GPU yet (tests/gpu/README.md).

@@ -35,6 +35,7 @@ absl::StatusOr<DeviceExpert> ToDeviceExpert(const ExpertWeights& w, int layer, i
 absl::StatusOr<DeviceExpert> StreamExpertLauncher::DeviceWeights(const AcquiredExpert& a,
                                                                  int slot) {
   const ExpertWeights& w = a.weights;
+  if (w.down.dtype == DType::kMxFp4) return WidenMxfp4(a, slot);
   if (w.down.dtype != DType::kF8E4M3) return ToDeviceExpert(w, layer_, a.expert);
   if (widen_ == nullptr || slot >= widen_slots_ || w.layout != ExpertWeights::Layout::kSeparate) {
     return absl::UnimplementedError(
@@ -54,6 +55,32 @@ absl::StatusOr<DeviceExpert> StreamExpertLauncher::DeviceWeights(const AcquiredE
     *outs[i] = dst;
     dst += t.numel();
   }
+  return d;
+}
+
+// GPT-OSS's MXFP4 experts (ExpertWeights::kFused): gate_up [2I, H] and down
+// [H, I] widened; the first and second halves of gate_up's rows are the
+// kOutIn "gate" and "up", so the GEMMs' output columns keep its interleaved
+// order, which the clamped SwiGLU reads.
+absl::StatusOr<DeviceExpert> StreamExpertLauncher::WidenMxfp4(const AcquiredExpert& a, int slot) {
+  const ExpertWeights& w = a.weights;
+  if (widen_ == nullptr || slot >= widen_slots_ || w.layout != ExpertWeights::Layout::kFused) {
+    return absl::UnimplementedError(absl::StrCat("layer ", layer_, " expert ", a.expert,
+                                                 " is MXFP4 in a layout the CUDA backend does not "
+                                                 "widen (or no scratch was set)"));
+  }
+  Bf16* dst = widen_ + slot * ExpertScratchElems(hidden_, inter_);
+  for (const TensorView* t : {&w.gate_up, &w.down}) {
+    VISMOE_RETURN_IF_ERROR(DequantizeMxfp4(static_cast<const uint8_t*>(t->data), t->dim(0),
+                                           t->dim(1), static_cast<const uint8_t*>(t->scale.data),
+                                           t == &w.gate_up ? dst : dst + 2 * inter_ * hidden_,
+                                           stream_.get()));
+  }
+  DeviceExpert d;
+  d.layout = WeightLayout::kOutIn;
+  d.gate = dst;
+  d.up = dst + inter_ * hidden_;
+  d.down = dst + 2 * inter_ * hidden_;
   return d;
 }
 

@@ -67,7 +67,7 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
     const float* host_down_bias = nullptr;
   };
   void SetClamped(const ClampedExperts* clamped) { clamped_ = clamped; }
-  // FP8 experts: widened to bf16 into `scratch` (`slots` experts of
+  // FP8 and MXFP4 experts: widened to bf16 into `scratch` (`slots` experts of
   // ExpertScratchElems each) just before their GEMMs, `slots` at a time.
   static int64_t ExpertScratchElems(int64_t hidden, int64_t inter) { return 3 * hidden * inter; }
   void SetWidenScratch(Bf16* scratch, int slots) {
@@ -100,6 +100,7 @@ class StreamExpertLauncher final : public ExpertBatchLauncher {
   // `w` as bf16 device pointers: as they are, or widened into scratch slot
   // `slot` when block-scaled (FP8, per expert: gate, up, down).
   absl::StatusOr<DeviceExpert> DeviceWeights(const AcquiredExpert& a, int slot);
+  absl::StatusOr<DeviceExpert> WidenMxfp4(const AcquiredExpert& a, int slot);
   std::vector<int64_t> host_row_;  // per expert: its first row in host_->x / y, or -1
   bool rows_on_host_ = false;      // rows_ready_ has been waited for
 };

@@ -1,7 +1,8 @@
 // Block-scaled expert weights widened to bf16 on the device, so the grouped
-// GEMMs (gemm.h) read them as any bf16 expert: FP8 checkpoints' experts stay
-// FP8 in host memory, on the copy path and in slabs (half the bytes of each
-// copy) and are widened here, per expert, just before their GEMMs.
+// GEMMs (gemm.h) read them as any bf16 expert: FP8 and MXFP4 experts stay so
+// in host memory, on the copy path and in slabs (a half / ~a quarter of the
+// bytes of each copy) and are widened here, per expert, just before their
+// GEMMs.
 // Semantics of cpu::DequantizeF8: each weight its e4m3 value times its
 // block's scale in fp32, then rounded to bf16 once (the CPU backend keeps the
 // fp32 value: the one rounding is this path's difference).
@@ -22,6 +23,14 @@ namespace vismoe::cuda {
 absl::Status DequantizeE4m3(const uint8_t* q, int64_t rows, int64_t cols, const void* scale,
                             bool scale_bf16, int64_t block_rows, int64_t block_cols, Bf16* out,
                             StreamHandle stream);
+
+// out [rows, cols] bf16 from MXFP4 `blocks` (two e2m1 values per byte, the
+// even one low; rows of cols / 2 bytes) and e8m0 `scales` [rows, cols / 32],
+// device memory: e2m1 * 2^(e - 127), exact in bf16 (GPT-OSS's experts, as
+// cpu::Linear decodes them). REQUIRES (else InvalidArgument): rows > 0,
+// cols > 0 a multiple of 32.
+absl::Status DequantizeMxfp4(const uint8_t* blocks, int64_t rows, int64_t cols,
+                             const uint8_t* scales, Bf16* out, StreamHandle stream);
 
 }  // namespace vismoe::cuda
 

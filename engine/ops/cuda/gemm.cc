@@ -243,8 +243,7 @@ absl::Status Blas::MoeExpertsGrouped(const Bf16* xp, absl::Span<const MoeExpertR
     const DeviceExpert& w = x.w;
     const bool fused = w.layout == WeightLayout::kInOut;
     if (x.rows < 0 || !FitsInt(x.rows) || x.row_begin < 0 || w.down == nullptr ||
-        (fused ? w.gate_up == nullptr : (w.gate == nullptr || w.up == nullptr)) ||
-        (clamped != nullptr && !fused)) {
+        (fused ? w.gate_up == nullptr : (w.gate == nullptr || w.up == nullptr))) {
       return absl::InvalidArgumentError(absl::StrCat("cuda::Blas::MoeExpertsGrouped: expert ", e,
                                                      " has ", x.rows, " rows at ", x.row_begin,
                                                      " but no weights or a bad size"));

@@ -46,8 +46,10 @@ struct DeviceExpert {
   const Bf16* down_bias = nullptr;
 };
 
-// GPT-OSS's activation: gate / up interleaved in gate_up's columns and the
-// clamped SwiGLU (cuda::ClampedSwigluInterleaved). REQUIRES: kInOut experts.
+// GPT-OSS's activation: gate / up interleaved in gate_up's output columns and
+// the clamped SwiGLU (cuda::ClampedSwigluInterleaved). kInOut experts as
+// stored; kOutIn ones with "gate" and "up" the first and second halves of the
+// [2I, H] gate_up's rows (widened MXFP4), so the columns keep that order.
 struct ClampedSwigluAct {
   float alpha = 1.702f;
   float limit = 7.0f;

@@ -61,15 +61,15 @@ ModelConfig Load(const std::string& dir) {
 // text: plain RoPE, per-expert f16; OLMoE: q/k norms over the whole
 // projection and clip_qkv; Mixtral: no q/k norms, an 8-token sliding window;
 // PhiMoE: LayerNorms, attention and lm_head biases, the sparsemixer,
-// LongRoPE over an original context of 24; GPT-OSS: sinks, sliding layers,
-// YaRN, the biased top-k-then-softmax router, experts with biases and the
-// clamped SwiGLU) and synthetic variants with the branches no fixture of a
+// LongRoPE over an original context of 24; GPT-OSS in MXFP4: sinks, sliding
+// layers, YaRN, the biased top-k-then-softmax router, experts as published
+// with biases and the clamped SwiGLU) and synthetic variants with the branches no fixture of a
 // family the backends share has (a dense layer, attention biases, tied
 // embeddings; attention sinks with a window).
 std::vector<Model> Models() {
   std::vector<Model> out;
   for (const char* name : {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-olmoe-clip",
-                           "tiny-mixtral-swa", "tiny-phimoe-longrope", "tiny-gpt-oss-swa"}) {
+                           "tiny-mixtral-swa", "tiny-phimoe-longrope", "tiny-gpt-oss-mxfp4"}) {
     const std::string dir = testing::FixturesDir() + "/" + name;
     auto ckpt = Checkpoint::Open(dir);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
@@ -382,11 +382,18 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
   for (int e : active) {
     auto w = experts->Acquire(layer, e);
     ASSERT_TRUE(w.ok()) << w.status();
+    // fused: gate_up [H, 2I], down [I, H]; out_major (GPT-OSS's MXFP4): gate_up
+    // [2I, H], down [H, I]; else separate gate / up [I, H], down [H, I].
     const bool fused = w->layout == ExpertWeights::Layout::kFusedTransposed;
-    const std::vector<double> gu = fused ? AsDouble(w->gate_up) : std::vector<double>();
-    const std::vector<double> g = fused ? std::vector<double>() : AsDouble(w->gate);
-    const std::vector<double> u = fused ? std::vector<double>() : AsDouble(w->up);
+    const bool out_major = w->layout == ExpertWeights::Layout::kFused;
+    const std::vector<double> gu =
+        fused || out_major ? AsDouble(w->gate_up) : std::vector<double>();
+    const std::vector<double> g = fused || out_major ? std::vector<double>() : AsDouble(w->gate);
+    const std::vector<double> u = fused || out_major ? std::vector<double>() : AsDouble(w->up);
     const std::vector<double> d = AsDouble(w->down);
+    auto gate_up_at = [&](int64_t k, int64_t col) {  // input k, fused output column col
+      return out_major ? gu[col * h + k] : gu[k * 2 * in + col];
+    };
     experts->Release(layer, e);
     for (int64_t t = 0; t < n_; ++t) {
       for (int j = 0; j < r.top_k; ++j) {
@@ -398,8 +405,8 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
           double a = 0, b = 0;
           for (int64_t k = 0; k < h; ++k) {
             const double xv = x_[t * h + k];
-            a += xv * (fused ? gu[k * 2 * in + gc] : g[i * h + k]);
-            b += xv * (fused ? gu[k * 2 * in + uc] : u[i * h + k]);
+            a += xv * (fused || out_major ? gate_up_at(k, gc) : g[i * h + k]);
+            b += xv * (fused || out_major ? gate_up_at(k, uc) : u[i * h + k]);
           }
           act[i] = clamped ? ClampedSwiglu(a + gate_up_bias[e * 2 * in + gc],
                                            b + gate_up_bias[e * 2 * in + uc])

@@ -210,18 +210,15 @@ TEST(EngineTextFamiliesTest, AutoRunsThemOnTheCpu) {
   EXPECT_EQ((*engine)->info().backend, "cpu");
 }
 
-bool Mxfp4(const Family& f) { return absl::StrContains(f.fixture, "mxfp4"); }
-
 bool CudaRuns(const Family& f) {
   const std::string_view type = f.model_type;
-  return type == "olmoe" || type == "mixtral" || type == "phimoe" ||
-         (type == "gpt_oss" && !Mxfp4(f));
+  return type == "olmoe" || type == "mixtral" || type == "phimoe" || type == "gpt_oss";
 }
 
 // What the CUDA backend says of each family, asked without a device: OLMoE,
-// Mixtral, PhiMoE and GPT-OSS (dequantized) run, but are not verified, so
-// "auto" leaves them on the CPU; MXFP4 experts and the DeepSeek families are
-// refused by name.
+// Mixtral, PhiMoE and GPT-OSS (MXFP4 experts too) run, but are not verified,
+// so "auto" leaves them on the CPU; the DeepSeek families are refused by
+// name.
 TEST(EngineTextFamiliesTest, CudaBackendRunsSomeFamiliesUnverified) {
   const Backend* cuda = nullptr;
   for (const Backend* b : RegisteredBackends()) {
@@ -235,9 +232,7 @@ TEST(EngineTextFamiliesTest, CudaBackendRunsSomeFamiliesUnverified) {
     const absl::Status runs = cuda->Runs(*config);
     if (!CudaRuns(f)) {
       EXPECT_EQ(runs.code(), absl::StatusCode::kUnimplemented) << runs;
-      EXPECT_TRUE(
-          absl::StrContains(runs.message(), Mxfp4(f) ? "does not run MXFP4 experts"
-                                                     : absl::StrCat("does not run ", f.model_type)))
+      EXPECT_TRUE(absl::StrContains(runs.message(), absl::StrCat("does not run ", f.model_type)))
           << runs;
       continue;
     }

@@ -1,9 +1,10 @@
 // Label gpu: the text families the CUDA backend runs beside Qwen3 -- OLMoE
 // (q/k norms over the whole projection, clip_qkv), Mixtral (no q/k norms,
-// an 8-token sliding window shorter than every prompt) and GPT-OSS in its
-// dequantized layout (attention sinks and biases, sliding layers between
-// full ones, YaRN, the biased top-k-then-softmax router, experts with biases
-// and the clamped SwiGLU on the host-driven path) and PhiMoE (LayerNorms with
+// an 8-token sliding window shorter than every prompt), GPT-OSS with its
+// MXFP4 experts as published (attention sinks and biases, sliding layers
+// between full ones, YaRN, the biased top-k-then-softmax router, experts kept
+// MXFP4 in their slabs and widened before their GEMMs, with biases and the
+// clamped SwiGLU, on the host-driven path) and PhiMoE (LayerNorms with
 // biases, attention and lm_head biases, the sparsemixer, LongRoPE whose short
 // case crosses the original context while decoding), and an FP8 checkpoint
 // (Qwen3-MoE: FP8 attention weights widened at upload, FP8 experts kept FP8
@@ -58,7 +59,7 @@ struct Family {
 // the GPU bundle carries only these, tests/gpu/travel_light.sh).
 constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
                                 {"tiny-mixtral-swa", "mixtral_swa"},
-                                {"tiny-gpt-oss-swa", "gpt_oss_swa"},
+                                {"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4"},
                                 {"tiny-phimoe-longrope", "phimoe_longrope"},
                                 {"tiny-qwen3-moe-fp8", "fp8_text"}};
 

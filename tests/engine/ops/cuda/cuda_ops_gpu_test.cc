@@ -848,6 +848,45 @@ TEST(CudaOpsGpuTest, DequantizeE4m3MatchesCpu) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// GPT-OSS's MXFP4 experts widened on the device: exactly the values the CPU
+// kernels decode (e2m1 times 2^(e - 127) fits bf16), every nibble and a
+// spread of scales, the e8m0 NaN scale included.
+TEST(CudaOpsGpuTest, DequantizeMxfp4MatchesCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 6, kCols = 64;
+  std::vector<uint8_t> blocks(kRows * kCols / 2), scales(kRows * kCols / 32);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(100 + 7 * i);
+  scales[3] = 0xff;  // NaN
+  scales[4] = 0;     // 2^-127
+  const TensorView view{
+      blocks.data(), DType::kMxFp4, {kRows, kCols}, {scales.data(), DType::kE8M0, 1, 32}};
+  std::vector<float> ref(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) {
+      const uint8_t nibble = (blocks[r * kCols / 2 + c / 2] >> (4 * (c % 2))) & 15;
+      ref[r * kCols + c] = E2m1ToFloat(nibble) * E8m0ToFloat(scales[r * kCols / 32 + c / 32]);
+    }
+  }
+  auto db = Upload(blocks);
+  auto ds = Upload(scales);
+  auto dout = DeviceBuffer::Allocate(kRows * kCols * 2);
+  ASSERT_TRUE(db.ok() && ds.ok() && dout.ok());
+  ASSERT_OK(DequantizeMxfp4(db->as<uint8_t>(), kRows, kCols, ds->as<uint8_t>(), dout->as<Bf16>(),
+                            nullptr));
+  auto got = Download<uint16_t>(*dout, kRows * kCols);
+  ASSERT_TRUE(got.ok());
+  for (int64_t i = 0; i < kRows * kCols; ++i) {
+    if (std::isnan(ref[i])) {
+      EXPECT_TRUE(std::isnan(Bf16ToFloat((*got)[i]))) << "element " << i;
+    } else {
+      EXPECT_EQ(Bf16ToFloat((*got)[i]), ref[i]) << "element " << i;  // exact
+    }
+  }
+  EXPECT_EQ(DequantizeMxfp4(nullptr, 1, 48, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // OLMoE's clip_qkv: bf16 values clamped exactly (no arithmetic), NaN kept
 // as std::clamp keeps it, infinities clamped.
 TEST(CudaOpsGpuTest, ClampMatchesStdClamp) {
