@@ -52,7 +52,9 @@ struct OffloadDeviceParts {
   std::unique_ptr<HostAllocator> host_allocator;
   std::unique_ptr<DeviceAllocator> device_allocator;
   std::unique_ptr<CopyBackend> copy;
-  // The dtype the decoder reads experts in; unset = as the checkpoint stores them.
+  // The dtype the decoder reads experts in; unset = as the checkpoint stores
+  // them. BF16 widens float experts and keeps block-scaled ones as stored
+  // (ExpertFormat::FromWeights): the decoder widens those itself.
   std::optional<DType> expert_dtype;
 };
 

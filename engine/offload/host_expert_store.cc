@@ -104,6 +104,7 @@ absl::StatusOr<ExpertFormat> ExpertFormat::FromWeights(const ExpertWeights& w,
   const auto parts = PartsOf(w);
   f.source_dtype = parts[0]->dtype;
   f.dtype = dtype.value_or(f.source_dtype);
+  if (IsBlockScaled(f.source_dtype) && f.dtype == DType::kBF16) f.dtype = f.source_dtype;
   for (const TensorView* t : parts) {
     if (t->empty()) return absl::InvalidArgumentError("expert weights miss a tensor");
     if (t->dtype != f.source_dtype ||

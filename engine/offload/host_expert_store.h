@@ -61,9 +61,12 @@ struct ExpertFormat {
   std::vector<Shape> source_shapes;  // of the ExpertWeights packed from
   size_t bytes = 0;                  // sum of the parts and scales (each 64-byte aligned)
 
-  // The format of `w` packed as `dtype` (unset = w's own). InvalidArgument if
-  // the tensors of `w` disagree in dtype or are missing, or for a conversion
-  // out of F8_E4M3 or MXFP4, or into MXFP4.
+  // The format of `w` packed as `dtype` (unset = w's own). BF16 asks for
+  // float experts widened to bf16: block-scaled (F8_E4M3, MXFP4) ones stay as
+  // stored, and a decoder asking for bf16 widens those itself (the CUDA
+  // backend). InvalidArgument if the tensors of `w` disagree in dtype or are
+  // missing, or for a conversion out of F8_E4M3 or MXFP4 to another format,
+  // or into MXFP4.
   static absl::StatusOr<ExpertFormat> FromWeights(const ExpertWeights& w,
                                                   std::optional<DType> dtype = std::nullopt);
   // True when `w` has this format's source layout, dtype, scales and shapes.

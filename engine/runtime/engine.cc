@@ -297,11 +297,6 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(kv_pool_,
                           model_->CreateKvPool(KvTokens() / kKvBlockTokens, kKvBlockTokens));
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
-  // A backend that runs a block-scaled checkpoint (Runs) reads its experts as
-  // stored: FP8 / MXFP4 slabs, not widened copies.
-  if (config_.text.fp8.has_value() || config_.text.mxfp4.has_value()) {
-    device_parts_.expert_dtype.reset();
-  }
   VISMOE_ASSIGN_OR_RETURN(const std::optional<DType> expert_dtype,
                           ParseExpertDType(options_.offload.expert_dtype));
   if (expert_dtype.has_value() && config_.text.clamped_swiglu.has_value()) {

@@ -24,18 +24,17 @@ inline std::vector<double> AsDouble(const TensorView& t) {
   ToFloat(t.dtype, t.data, f.size(), f.data());
   std::vector<double> d(f.begin(), f.end());
   if (t.scale.data == nullptr) return d;
-  const int64_t rows = t.numel() / t.dim(-1), cols = t.dim(-1);
-  const int64_t stride = CeilDiv(cols, t.scale.cols);
+  // Rows of every matrix (a rank-3 tensor's too) and their scale blocks.
+  const int64_t cols = t.dim(-1), rows = t.dim(-2), mats = t.numel() / (rows * cols);
+  const int64_t stride = CeilDiv(cols, t.scale.cols), row_blocks = CeilDiv(rows, t.scale.rows);
   std::vector<float> s(static_cast<size_t>(t.scale_numel()));
-  if (t.scale.dtype == DType::kE8M0) {
-    const auto* e = static_cast<const uint8_t*>(t.scale.data);
-    for (size_t i = 0; i < s.size(); ++i) s[i] = E8m0ToFloat(e[i]);
-  } else {
-    ToFloat(t.scale.dtype, t.scale.data, s.size(), s.data());
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      d[r * cols + c] *= s[(r / t.scale.rows) * stride + c / t.scale.cols];
+  ToFloat(t.scale.dtype, t.scale.data, s.size(), s.data());
+  for (int64_t m = 0; m < mats; ++m) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        d[(m * rows + r) * cols + c] *=
+            s[(m * row_blocks + r / t.scale.rows) * stride + c / t.scale.cols];
+      }
     }
   }
   return d;

@@ -88,13 +88,31 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   return total;
 }
 
+// An FP8 checkpoint's linear weights outside the experts are held in bf16
+// (UploadWeights): one byte per weight beyond the stored e4m3 byte the memory
+// plan counts as resident. Attention and dense MLP weights, all assumed FP8
+// (a bound: modules_to_not_convert may keep some in bf16 already).
+int64_t CudaDecoderOps::WidenedWeightBytes(const ModelConfig& config) {
+  const TextConfig& c = config.text;
+  if (!c.fp8.has_value()) return 0;
+  const int64_t h = c.hidden_size;
+  const int64_t qd = int64_t{c.num_attention_heads} * c.head_dim;
+  const int64_t kvd = int64_t{c.num_key_value_heads} * c.head_dim;
+  int64_t weights = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    weights += h * (qd + 2 * kvd) + qd * h;
+    if (!c.IsMoeLayer(l)) weights += 3 * h * int64_t{c.intermediate_size};
+  }
+  return weights;
+}
+
 int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_tokens) {
   // The grouped GEMMs' pointer table and DeviceMoe's expert tables.
   const TextConfig& c = config.text;
   const int64_t tables =
       3 * (Blas::kMaxGroupedProblems + int64_t{c.num_hidden_layers} * std::max(c.num_experts, 1));
   return ScratchBytes(config, max_tokens) + static_cast<int64_t>(BlasWorkspaceBytes(c)) +
-         tables * static_cast<int64_t>(sizeof(void*));
+         tables * static_cast<int64_t>(sizeof(void*)) + WidenedWeightBytes(config);
 }
 
 absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {

@@ -119,9 +119,10 @@ class CudaDecoderOps final : public DecoderOps {
 
   // Device bytes of the per-step scratch for `max_tokens` tokens.
   static int64_t ScratchBytes(const ModelConfig& config, int64_t max_tokens);
-  // Everything the decoder allocates on the device beyond its weights and KV
-  // cache: the scratch, the cuBLAS workspace and the grouped-GEMM pointer
-  // table (the memory plan's activation reservation).
+  // Everything the decoder allocates on the device beyond its weights as
+  // stored and KV cache: the scratch, the cuBLAS workspace, the grouped-GEMM
+  // pointer table, and an FP8 checkpoint's widened non-expert weights (the
+  // memory plan's activation reservation).
   static int64_t ActivationBytes(const ModelConfig& config, int64_t max_tokens);
 
   const char* name() const override { return "cuda"; }
@@ -169,6 +170,7 @@ class CudaDecoderOps final : public DecoderOps {
   CudaDecoderOps() = default;
   absl::Status UploadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
   void KeepClampedExperts(const TextWeights& w);
+  static int64_t WidenedWeightBytes(const ModelConfig& config);
   absl::Status SetUpDeviceMoe(const Options& options);
 
   ModelConfig config_;

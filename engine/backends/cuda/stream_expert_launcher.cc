@@ -91,7 +91,13 @@ absl::Status StreamExpertLauncher::Launch(absl::Span<const AcquiredExpert> batch
   }
   // FP8 experts are widened into the scratch, its slots at a time; one stream
   // orders each group's GEMMs before the next group's widening.
-  const size_t group = widen_ != nullptr ? static_cast<size_t>(widen_slots_) : batch.size();
+  bool widen = false;
+  for (const AcquiredExpert& a : batch) {
+    widen =
+        widen || a.weights.down.dtype == DType::kF8E4M3 || a.weights.down.dtype == DType::kMxFp4;
+  }
+  const size_t group =
+      widen && widen_ != nullptr ? static_cast<size_t>(widen_slots_) : batch.size();
   std::vector<MoeExpertRows> rows;
   for (size_t begin = 0; begin < batch.size(); begin += group) {
     rows.clear();

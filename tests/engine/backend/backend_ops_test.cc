@@ -505,9 +505,10 @@ struct Experts {
   std::unique_ptr<ResidentExpertProvider> resident;
   OffloadDeviceParts parts;
   std::unique_ptr<OffloadExpertProvider> device;
+  bool needs_device = false;  // the backend reads experts from the device provider
   ExpertProvider* get() {
     if (device != nullptr) return device.get();
-    return resident.get();
+    return needs_device ? nullptr : resident.get();  // no silent fallback to host views
   }
 };
 
@@ -519,6 +520,7 @@ Experts MakeExperts(const Backend& backend, const Model& m, bool pinned) {
   if (!resident.ok()) return x;
   x.resident = *std::move(resident);
   if (!backend.experts_in_device_memory() && !pinned) return x;
+  x.needs_device = true;
   auto parts = backend.CreateOffloadDevice(BackendOptions{});
   auto sizes = MeasureModelSizes(*m.ckpt, m.config.text, naming);
   EXPECT_TRUE(parts.ok() && sizes.ok());
