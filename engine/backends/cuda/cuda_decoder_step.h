@@ -1,6 +1,7 @@
 // CudaDecoderStep: one forward step of CudaDecoderOps (cuda_decoder_ops.h):
 // the step's device buffers, carved from the ops' scratch arena, and the
-// host state that follows the rows through compression.
+// host state that follows the rows through compression. Its MoE ops live in
+// cuda_decoder_step_moe.cc, its CUDA graphs in cuda_decoder_step_graph.cc.
 //
 // Two ways through a MoE layer:
 // - host-driven (Route + Experts; prefill, offloaded layers, expert
