@@ -23,6 +23,20 @@ __global__ void RouterKernel(const float* logits, int64_t n, int num_experts, in
                  smem + warp * num_experts, experts + t * top_k, weights + t * top_k);
 }
 
+// The warp's arg-max of the lanes' (best, best_e) candidates, every lane
+// getting it: the larger value, ties to the lower index; `none` marks a lane
+// without a candidate (it never wins). The whole warp must call it.
+__device__ __forceinline__ void WarpArgMax(int none, float* best, int* best_e) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, *best, o);
+    const int oe = __shfl_xor_sync(0xffffffffu, *best_e, o);
+    if (oe != none && (*best_e == none || ob > *best || (ob == *best && oe < *best_e))) {
+      *best = ob;
+      *best_e = oe;
+    }
+  }
+}
+
 // One warp per token: the k largest logits by an arg-max per slot over a
 // shared copy of the row (a picked one set to NaN, which no comparison
 // takes), then exp(l - l_max) / sum in slot order, as the CPU sums.
@@ -50,14 +64,7 @@ __global__ void TopKSoftmaxKernel(const float* logits, int64_t n, int num_expert
         best_e = e;
       }
     }
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (oe != num_experts && (best_e == num_experts || ob > best || (ob == best && oe < best_e))) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    WarpArgMax(num_experts, &best, &best_e);
     if (lane == r) my_e = best_e, my_l = best;
     if (lane == 0 && best_e < num_experts) p[best_e] = NAN;  // taken
     __syncwarp();
@@ -86,29 +93,21 @@ __device__ void SparseMixerPick(const float* l, int num_experts, int taken, floa
       best_e = e;
     }
   }
-  for (int o = kWarp / 2; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-    if (oe != num_experts && (best_e == num_experts || ob > best || (ob == best && oe < best_e))) {
-      best = ob;
-      best_e = oe;
-    }
-  }
+  WarpArgMax(num_experts, &best, &best_e);
   const float m = best;
-  float mx = -INFINITY;
-  for (int e = lane; e < num_experts; e += kWarp) {
+  auto kept = [&](int e) {  // in the pick's softmax
     const float a = fabsf(l[e]);
     const float factor = a < m ? m : a;  // std::max(|l|, m)
-    const bool masked = (m - l[e]) / factor > two_eps;
-    if (!masked && e != taken) mx = fmaxf(mx, l[e]);
+    return e != taken && !((m - l[e]) / factor > two_eps);
+  };
+  float mx = -INFINITY;
+  for (int e = lane; e < num_experts; e += kWarp) {
+    if (kept(e)) mx = fmaxf(mx, l[e]);
   }
   mx = detail::WarpMax(mx);
   float sum = 0.0f;
   for (int e = lane; e < num_experts; e += kWarp) {
-    const float a = fabsf(l[e]);
-    const float factor = a < m ? m : a;
-    const bool masked = (m - l[e]) / factor > two_eps;
-    if (!masked && e != taken) sum += expf(l[e] - mx);
+    if (kept(e)) sum += expf(l[e] - mx);
   }
   sum = detail::WarpSum(sum);
   *pick = best_e;

@@ -621,6 +621,17 @@ TEST(CudaOpsArgsTest, PagedOpsRejectBadBlockTablesBeforeLaunching) {
       << "no rows: nothing to launch";
 }
 
+// An identity router gate: the CPU routers' logits GEMM returns x exactly,
+// so they route given logits.
+std::vector<float> Identity(int n) {
+  std::vector<float> eye(static_cast<size_t>(n) * n, 0.0f);
+  for (int e = 0; e < n; ++e) eye[static_cast<size_t>(e) * n + e] = 1.0f;
+  return eye;
+}
+TensorView IdentityGate(const std::vector<float>& eye, int64_t n) {
+  return TensorView{eye.data(), DType::kF32, {n, n}};
+}
+
 TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
   VISMOE_SKIP_WITHOUT_GPU();
   constexpr int64_t kN = 33;
@@ -629,9 +640,8 @@ TEST(CudaOpsGpuTest, RouterTopKMatchesCpuRoute) {
   const auto raw = ToF32(RandomBf16(kN * kE, 13, 4.0f));
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = raw[i];
   // cpu::Route with an identity gate: its logits GEMM returns x exactly.
-  std::vector<float> eye(kE * kE, 0.0f);
-  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
-  const TensorView gate{eye.data(), DType::kF32, {kE, kE}};
+  const std::vector<float> eye = Identity(kE);
+  const TensorView gate = IdentityGate(eye, kE);
   for (bool renorm : {true, false}) {
     RouterResult ref;
     cpu::Route(nullptr, logits.data(), kN, kE, gate, kK, renorm, &ref);
@@ -659,11 +669,9 @@ TEST(CudaOpsGpuTest, BiasedTopKSoftmaxRouterMatchesCpu) {
   constexpr int kE = 32, kK = 4;  // gpt-oss-20b
   const std::vector<float> logits = ToF32(RandomBf16(kN * kE, 23, 4.0f));
   const std::vector<float> bias = ToF32(RandomBf16(kE, 24, 1.0f));
-  std::vector<float> eye(kE * kE, 0.0f);
-  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
+  const std::vector<float> eye = Identity(kE);
   RouterResult ref;
-  cpu::RouteTopKSoftmax(nullptr, logits.data(), kN, kE,
-                        TensorView{eye.data(), DType::kF32, {kE, kE}},
+  cpu::RouteTopKSoftmax(nullptr, logits.data(), kN, kE, IdentityGate(eye, kE),
                         TensorView{bias.data(), DType::kF32, {kE}}, kK, &ref);
   auto dl = Upload(logits);
   auto db = Upload(bias);
@@ -694,11 +702,9 @@ TEST(CudaOpsGpuTest, SparseMixerRouterMatchesCpu) {
   constexpr int kE = 16;  // Phi-3.5-MoE
   constexpr float kJitter = 0.2f;
   const std::vector<float> logits = ToF32(RandomBf16(kN * kE, 27, 2.0f));
-  std::vector<float> eye(kE * kE, 0.0f);
-  for (int e = 0; e < kE; ++e) eye[e * kE + e] = 1.0f;
+  const std::vector<float> eye = Identity(kE);
   RouterResult ref;
-  cpu::RouteSparseMixer(nullptr, logits.data(), kN, kE,
-                        TensorView{eye.data(), DType::kF32, {kE, kE}}, kJitter, &ref);
+  cpu::RouteSparseMixer(nullptr, logits.data(), kN, kE, IdentityGate(eye, kE), kJitter, &ref);
   auto dl = Upload(logits);
   auto de = DeviceBuffer::Allocate(kN * 2 * sizeof(int32_t));
   auto dw = DeviceBuffer::Allocate(kN * 2 * sizeof(float));
