@@ -282,7 +282,8 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   int64_t activation_bytes =
       options_.offload.activation_bytes + backend.DecoderActivationBytes(config_, bo);
   if (config_.vl2_vision.has_value()) {
-    // Its tower runs on the host's ops (the family runs on the cpu backend).
+    // Its tower runs on the host's ops whatever the backend (the CUDA backend
+    // has no SigLIP tower yet; its language model runs on either).
     VISMOE_ASSIGN_OR_RETURN(
         vision_, DeepseekVl2Vision::Create(*config_.vl2_vision, *checkpoint_, pool_.get()));
   } else if (config_.has_vision) {

@@ -2,8 +2,10 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the DeepSeek, DeepSeek-VL2 and
-# FP8 VL checkpoints, which the CUDA backend does not run yet or which the
+# trained VQA model, the CPU parity goldens, the DeepSeek-VL2 and FP8 VL
+# checkpoints and the DeepSeek ones (of three of which the configs and
+# tokenizers travel: the gpu tests run them on synthetic weights), which the
+# CUDA backend does not run yet or which the
 # text FP8 one covers, the OLMoE, Mixtral, GPT-OSS and PhiMoE shapes whose
 # others (clip_qkv, sliding windows, MXFP4, LongRoPE) cover the same CUDA
 # paths and more,
@@ -35,9 +37,9 @@ paths=(
   tests/fixtures/golden/phimoe_longrope_logits.safetensors
   tests/fixtures/chat_templates
   tests/fixtures/tiny-deepseek-v2-lite
-  tests/fixtures/tiny-deepseek-v2
-  tests/fixtures/tiny-deepseek-v3
-  tests/fixtures/tiny-deepseek-v3-plain
+  tests/fixtures/tiny-deepseek-v2/model.safetensors
+  tests/fixtures/tiny-deepseek-v3/model.safetensors
+  tests/fixtures/tiny-deepseek-v3-plain/model.safetensors
   tests/fixtures/golden/deepseek_v2_lite_logits.safetensors
   tests/fixtures/golden/deepseek_v2_logits.safetensors
   tests/fixtures/golden/deepseek_v3_logits.safetensors

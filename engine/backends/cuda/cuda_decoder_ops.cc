@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,7 @@
 #include "engine/ops/cuda/attention.h"
 #include "engine/ops/cuda/embedding.h"
 #include "engine/ops/cuda/greedy_argmax.h"
+#include "engine/ops/cuda/latent_attention.h"
 #include "engine/ops/cuda/moe_permute.h"
 #include "engine/ops/cuda/moe_router.h"
 #include "engine/ops/cuda/norm.h"
@@ -44,6 +46,24 @@ size_t Aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
+LatentShape LatentShapeOf(const TextConfig& c) {
+  LatentShape s;
+  if (!c.mla.has_value()) return s;
+  s.num_heads = c.num_attention_heads;
+  s.rank = c.mla->kv_lora_rank;
+  s.nope_dim = c.mla->qk_nope_head_dim;
+  s.rope_dim = c.mla->qk_rope_head_dim;
+  s.v_dim = c.mla->v_head_dim;
+  s.scale = static_cast<float>(c.AttentionScale());
+  return s;
+}
+
+int64_t StepInterRows(const TextConfig& c) {
+  return std::max({int64_t{c.moe_intermediate_size} * c.num_experts_per_tok,
+                   int64_t{c.intermediate_size},
+                   int64_t{c.moe_intermediate_size} * c.n_shared_experts});
+}
+
 CudaDecoderOps::~CudaDecoderOps() {
   // Kernels may still read the weights: finish the stream before freeing.
   if (stream_.get() != nullptr) (void)stream_.Synchronize();
@@ -55,8 +75,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   const int64_t h = c.hidden_size, k = c.num_experts_per_tok, e = c.num_experts;
   const int64_t qd = int64_t{c.num_attention_heads} * c.head_dim;
   const int64_t kvd = int64_t{c.num_key_value_heads} * c.head_dim;
-  const int64_t inter = std::max<int64_t>(int64_t{c.moe_intermediate_size} * k,
-                                          c.intermediate_size);  // per token row
+  const int64_t inter = StepInterRows(c);  // per token row
   const int64_t ds = static_cast<int64_t>(config.vision.deepstack_visual_indexes.size());
   auto b = [](int64_t count, size_t elem) {
     return static_cast<int64_t>(Aligned(static_cast<size_t>(count) * elem));
@@ -64,7 +83,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   int64_t total = 0;
   total += 3 * b(n * h, 2);                          // hs, x, y
   total += b(n * h, 2) * 2;                          // compression's new hs; normed logits rows
-  total += b(n * (qd + 2 * kvd), 2) + b(n * qd, 2);  // qkv, attn
+  if (!c.mla.has_value()) total += b(n * (qd + 2 * kvd), 2) + b(n * qd, 2);  // qkv, attn
   total += 2 * b(3 * n, 8) + b(n, 4);                // positions (twice with compression), ids
   total += b(n * e, 4) + b(n * k, 4) * 2;            // router logits, top-k
   total += b(e, 4) + b(e + 1, 4) + 2 * b(n * k, 4);  // permutation
@@ -84,6 +103,12 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   // fp32 SwiGLU rows and expert outputs.
   const int64_t d = std::min(n, kMaxDecodeRows);
   total += b(e, 4) + b(1, 4) + b(d * k * c.moe_intermediate_size, 4) + b(d * k * h, 4);
+  if (c.mla.has_value()) {  // q_a, q, the latent rows, the heads' outputs; fp32 query and latent
+    const LatentShape ls = LatentShapeOf(c);
+    const int64_t chunk = std::min(n, kLatentChunkRows);
+    total += b(n * c.mla->q_lora_rank, 2) + b(n * ls.q_stride(), 2) + b(n * ls.row_elems(), 2) +
+             b(n * ls.num_heads * ls.v_dim, 2) + 2 * b(chunk * ls.num_heads * ls.rank, 4);
+  }
   total += 64 * static_cast<int64_t>(kAlign);  // slack for per-allocation alignment
   return total;
 }
@@ -95,13 +120,23 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
 int64_t CudaDecoderOps::WidenedWeightBytes(const ModelConfig& config) {
   const TextConfig& c = config.text;
   if (!c.fp8.has_value()) return 0;
-  const int64_t h = c.hidden_size;
-  const int64_t qd = int64_t{c.num_attention_heads} * c.head_dim;
+  const int64_t h = c.hidden_size, nh = c.num_attention_heads;
+  const int64_t qd = nh * c.head_dim;
   const int64_t kvd = int64_t{c.num_key_value_heads} * c.head_dim;
+  int64_t attention = h * (qd + 2 * kvd) + qd * h;
+  if (c.mla.has_value()) {  // q (through q_lora_rank or not), kv_a, kv_b, o
+    const TextConfig::Mla& m = *c.mla;
+    const int64_t q_out = nh * m.qk_head_dim();
+    attention = (m.q_lora_rank > 0 ? int64_t{m.q_lora_rank} * (h + q_out) : h * q_out) +
+                h * (int64_t{m.kv_lora_rank} + m.qk_rope_head_dim) +
+                nh * (int64_t{m.qk_nope_head_dim} + m.v_head_dim) * m.kv_lora_rank +
+                nh * m.v_head_dim * h;
+  }
+  const int64_t shared = 3 * h * int64_t{c.n_shared_experts} * c.moe_intermediate_size;
   int64_t weights = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    weights += h * (qd + 2 * kvd) + qd * h;
-    if (!c.IsMoeLayer(l)) weights += 3 * h * int64_t{c.intermediate_size};
+    weights += attention;
+    weights += c.IsMoeLayer(l) ? shared : 3 * h * int64_t{c.intermediate_size};
   }
   return weights;
 }
@@ -118,13 +153,26 @@ int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_t
 absl::Status CudaDecoderOps::Runs(const ModelConfig& config) {
   VISMOE_ASSIGN_OR_RETURN(const ArchSpec spec, ArchSpec::For(config));
   const TextConfig& c = config.text;
-  const bool router = spec.router == RouterKind::kSoftmaxTopK ||
-                      spec.router == RouterKind::kTopKSoftmaxBiased ||
-                      (spec.router == RouterKind::kSparseMixer && c.num_experts_per_tok == 2);
-  if (!router || c.mla.has_value() || c.n_shared_experts > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend does not run ", config.model_type,
-        " yet (DeepSeek routers, latent attention, shared experts): use --backend=cpu"));
+  const bool router = spec.router != RouterKind::kSparseMixer || c.num_experts_per_tok == 2;
+  if (!router) {
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA backend runs the sparsemixer with num_experts_per_tok 2 only, not ",
+                     c.num_experts_per_tok, ": use --backend=cpu"));
+  }
+  const bool grouped = spec.router == RouterKind::kDeepseekSigmoid ||
+                       (spec.router == RouterKind::kDeepseekSoftmax && c.group_limited);
+  if (grouped && c.topk_group > 32) {  // a lane per kept group (MoeRouterGroup)
+    return absl::UnimplementedError(
+        absl::StrCat("the CUDA backend keeps at most 32 groups, not "
+                     "topk_group=",
+                     c.topk_group, ": use --backend=cpu"));
+  }
+  if (c.mla.has_value()) {
+    if (absl::Status st = CheckLatentShape(LatentShapeOf(c)); !st.ok()) {
+      return absl::UnimplementedError(absl::StrCat("the CUDA backend does not run this ",
+                                                   config.model_type, ": ", st.message(),
+                                                   "; use --backend=cpu"));
+    }
   }
   return absl::OkStatus();
 }
@@ -151,6 +199,11 @@ absl::Status CudaDecoderOps::Verified(const ModelConfig& config) {
   if (c.lm_head_bias) unverified.push_back("lm_head bias");
   if (c.fp8.has_value()) unverified.push_back("FP8 weights and experts");
   if (c.mxfp4.has_value()) unverified.push_back("MXFP4 experts");
+  if (c.mla.has_value()) unverified.push_back("multi-head latent attention");
+  if (spec.router == RouterKind::kDeepseekSoftmax || spec.router == RouterKind::kDeepseekSigmoid) {
+    unverified.push_back("DeepSeek's router");
+  }
+  if (c.n_shared_experts > 0) unverified.push_back("shared experts");
   if (unverified.empty()) return absl::OkStatus();
   // Compiled and tested against the CPU in the gpu tests, which have not run
   // on a GPU yet (tests/gpu/README.md).
@@ -218,9 +271,10 @@ absl::Status CudaDecoderOps::SetUpDeviceMoe(const Options& options) {
   if (options.op_timing) timer_ = std::make_unique<OpTimer>(options.stats);
   const char* graphs = std::getenv("VISMOE_CUDA_GRAPHS");
   graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
-  // Its routing kernel is softmax top-k and its expert kernels SwiGLU; GPT-OSS's
-  // layers take the host-driven path.
+  // Its routing kernel is softmax top-k and its expert kernels SwiGLU without
+  // shared experts; GPT-OSS's and DeepSeek's layers take the host-driven path.
   device_moe_ = router_ == RouterKind::kSoftmaxTopK && !c.clamped_swiglu.has_value() &&
+                c.n_shared_experts == 0 &&
                 MoeDecodeSupports(c.hidden_size, c.moe_intermediate_size, c.num_experts,
                                   c.num_experts_per_tok);
   if (!device_moe_) return absl::OkStatus();
@@ -252,18 +306,61 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   const size_t norm_bias = w.final_norm_bias.empty() ? SIZE_MAX : pack.Add(w.final_norm_bias);
   const size_t lm_head_bias = AddF32(pack, w.lm_head_bias);
   const size_t lm_head = w.lm_head.data == w.embed.data ? embed : pack.Add(w.lm_head);
-  // Offsets of each layer's tensors, in Layer's field order.
-  std::vector<std::vector<size_t>> offs;
+  // Each layer's pointers, set once the packed block has its device address.
+  layers_.assign(w.layers.size(), Layer{});
+  std::vector<std::function<void(const char*)>> fix;
+  auto bf16 = [&](const Bf16*& dst, const TensorView& t) {
+    if (t.empty()) return;
+    const size_t off = pack.Add(t);
+    fix.push_back(
+        [&dst, off](const char* base) { dst = reinterpret_cast<const Bf16*>(base + off); });
+  };
+  auto f32 = [&](const float*& dst, const TensorView& t) {
+    const size_t off = AddF32(pack, t);
+    if (off == SIZE_MAX) return;
+    fix.push_back(
+        [&dst, off](const char* base) { dst = reinterpret_cast<const float*>(base + off); });
+  };
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const DecoderLayerWeights& l = w.layers[i];
-    std::vector<size_t> o;
-    o.push_back(pack.Add(l.input_norm));
-    o.push_back(pack.Add(l.post_norm));
-    o.push_back(pack.AddStacked({&l.q, &l.k, &l.v}));
-    for (const TensorView* t :
-         {&l.o, &l.q_norm, &l.k_norm, &l.router, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      o.push_back(t->empty() ? SIZE_MAX : pack.Add(*t));
+    Layer& d = layers_[i];
+    for (auto [dst, t] : {std::pair{&d.input_norm, &l.input_norm},
+                          {&d.post_norm, &l.post_norm},
+                          {&d.input_norm_bias, &l.input_norm_bias},
+                          {&d.post_norm_bias, &l.post_norm_bias},
+                          {&d.o, &l.o},
+                          {&d.o_bias, &l.o_bias},
+                          {&d.q_norm, &l.q_norm},
+                          {&d.k_norm, &l.k_norm},
+                          {&d.router, &l.router},
+                          {&d.gate_proj, &l.gate_proj},
+                          {&d.up_proj, &l.up_proj},
+                          {&d.down_proj, &l.down_proj},
+                          {&d.experts_gate_up_bias, &l.experts_gate_up_bias},
+                          {&d.experts_down_bias, &l.experts_down_bias},
+                          {&d.shared_gate, &l.shared_gate},
+                          {&d.shared_up, &l.shared_up},
+                          {&d.shared_down, &l.shared_down}}) {
+      bf16(*dst, *t);
     }
+    f32(d.sinks, l.sinks);
+    f32(d.router_bias, l.router_bias);
+    if (config.text.mla.has_value()) {  // no k / v projections: the latent's
+      for (auto [dst, t] : {std::pair{&d.q, &l.q},
+                            {&d.q_a, &l.q_a},
+                            {&d.q_a_bias, &l.q_a_bias},
+                            {&d.q_a_norm, &l.q_a_norm},
+                            {&d.kv_a, &l.kv_a},
+                            {&d.kv_a_bias, &l.kv_a_bias},
+                            {&d.kv_a_norm, &l.kv_a_norm},
+                            {&d.kv_b, &l.kv_b}}) {
+        bf16(*dst, *t);
+      }
+      continue;
+    }
+    const size_t qkv = pack.AddStacked({&l.q, &l.k, &l.v});
+    fix.push_back(
+        [&d, qkv](const char* base) { d.qkv = reinterpret_cast<const Bf16*>(base + qkv); });
     // One bias add after the stacked GEMM: all three or none.
     const int qkv_biases = !l.q_bias.empty() + !l.k_bias.empty() + !l.v_bias.empty();
     if (qkv_biases != 0 && qkv_biases != 3) {
@@ -271,19 +368,15 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
           absl::StrCat("layer ", i, " has ", qkv_biases,
                        " of the q/k/v biases; the CUDA backend takes all or none"));
     }
-    o.push_back(qkv_biases == 3 ? pack.AddStacked({&l.q_bias, &l.k_bias, &l.v_bias}) : SIZE_MAX);
-    o.push_back(l.o_bias.empty() ? SIZE_MAX : pack.Add(l.o_bias));
-    o.push_back(AddF32(pack, l.sinks));
-    o.push_back(AddF32(pack, l.router_bias));
-    o.push_back(l.experts_gate_up_bias.empty() ? SIZE_MAX : pack.Add(l.experts_gate_up_bias));
-    o.push_back(l.experts_down_bias.empty() ? SIZE_MAX : pack.Add(l.experts_down_bias));
-    o.push_back(l.input_norm_bias.empty() ? SIZE_MAX : pack.Add(l.input_norm_bias));
-    o.push_back(l.post_norm_bias.empty() ? SIZE_MAX : pack.Add(l.post_norm_bias));
-    offs.push_back(std::move(o));
+    if (qkv_biases == 3) {
+      const size_t b = pack.AddStacked({&l.q_bias, &l.k_bias, &l.v_bias});
+      fix.push_back(
+          [&d, b](const char* base) { d.qkv_bias = reinterpret_cast<const Bf16*>(base + b); });
+    }
   }
   const TextConfig& c = config.text;
   std::vector<float> freqs = RopeInvFreq(c.head_dim, c.rope_theta);
-  if (c.yarn.has_value()) {  // GPT-OSS (latent attention's YaRN is refused by Runs)
+  if (c.yarn.has_value()) {  // GPT-OSS, DeepSeek (whose head_dim is the rope dims)
     const TextConfig::Yarn& y = *c.yarn;
     freqs = cpu::YarnInvFreq(c.head_dim, c.rope_theta, y.factor, y.original_max_position_embeddings,
                              y.beta_fast, y.beta_slow, y.truncate);
@@ -308,11 +401,7 @@ absl::Status CudaDecoderOps::UploadWeights(const ModelConfig& config, const Chec
   inv_freq_ = reinterpret_cast<const float*>(base + inv_freq);
   auto at_f32 = [&at](size_t offset) { return reinterpret_cast<const float*>(at(offset)); };
   lm_head_bias_ = at_f32(lm_head_bias);
-  for (const std::vector<size_t>& o : offs) {
-    layers_.push_back(Layer{at(o[0]), at(o[1]), at(o[16]), at(o[17]), at(o[2]), at(o[3]), at(o[4]),
-                            at(o[5]), at(o[6]), at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11]),
-                            at_f32(o[12]), at_f32(o[13]), at(o[14]), at(o[15])});
-  }
+  for (const auto& f : fix) f(base);
   if (c.clamped_swiglu.has_value()) KeepClampedExperts(w);
   return absl::OkStatus();
 }
@@ -346,8 +435,8 @@ absl::StatusOr<std::unique_ptr<KvPool>> CudaDecoderOps::CreateKvPool(int64_t blo
                                                                      int64_t block_tokens) const {
   const TextConfig& c = config_.text;
   VISMOE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // may run on any thread
-  absl::StatusOr<std::unique_ptr<DeviceKvPool>> pool = DeviceKvPool::Create(
-      c.num_hidden_layers, blocks, block_tokens, int64_t{c.num_key_value_heads} * c.head_dim);
+  absl::StatusOr<std::unique_ptr<DeviceKvPool>> pool =
+      DeviceKvPool::Create(c.num_hidden_layers, blocks, block_tokens, c.KvRowElems(), c.KvPlanes());
   if (!pool.ok()) {
     return absl::Status(pool.status().code(),
                         absl::StrCat("a KV cache of ", blocks * block_tokens,

@@ -75,8 +75,15 @@
 #include "engine/model/model_config.h"
 #include "engine/model/text_weights.h"
 #include "engine/ops/cuda/gemm.h"
+#include "engine/ops/cuda/latent_attention.h"
 
 namespace vismoe::cuda {
+
+// The latent attention's shape of `c` (all zero without TextConfig::mla).
+LatentShape LatentShapeOf(const TextConfig& c);
+// The widest per-row intermediate a step computes: the routed experts of a
+// token, a dense MLP or the shared experts.
+int64_t StepInterRows(const TextConfig& c);
 
 class CudaDecoderOps final : public DecoderOps {
  public:
@@ -98,14 +105,18 @@ class CudaDecoderOps final : public DecoderOps {
   // FP8 experts widened to bf16 at a time (StreamExpertLauncher).
   static constexpr int kWidenSlots = 2;
 
+  // Step rows the latent attention's fp32 query and latent buffers hold at a
+  // time (a longer step runs in chunks).
+  static constexpr int64_t kLatentChunkRows = 256;
+
   // OK when these ops run `config`'s family; Unimplemented naming what they
   // lack otherwise.
   static absl::Status Runs(const ModelConfig& config);
   // OK unless `config` takes a path of these ops that no GPU has run yet
   // (Backend::Verified): q/k norms other than Qwen3's per-head ones,
   // clip_qkv, sliding windows, attention sinks and biases, YaRN, LongRoPE,
-  // LayerNorm, the lm_head bias, and GPT-OSS's and PhiMoE's routers and
-  // GPT-OSS's experts.
+  // LayerNorm, the lm_head bias, GPT-OSS's, PhiMoE's and DeepSeek's routers,
+  // GPT-OSS's experts, latent attention and shared experts.
   static absl::Status Verified(const ModelConfig& config);
   // Checks the config, uploads the weights (errors name the tensor), creates
   // the stream, events, cuBLAS handle and scratch. kUnavailable without a
@@ -165,6 +176,13 @@ class CudaDecoderOps final : public DecoderOps {
     // GPT-OSS's experts: their biases (clamped_experts_[layer] points here).
     const Bf16* experts_gate_up_bias = nullptr;  // [E, 2I]
     const Bf16* experts_down_bias = nullptr;     // [E, H]
+    // Multi-head latent attention (TextConfig::mla; qkv is null then): q_proj
+    // or q_b_proj, q_a_proj and its norm (q_lora_rank > 0), kv_a_proj_with_mqa
+    // and its norm, kv_b_proj; the a-projections' biases (attention_bias).
+    const Bf16 *q = nullptr, *q_a = nullptr, *q_a_bias = nullptr, *q_a_norm = nullptr;
+    const Bf16 *kv_a = nullptr, *kv_a_bias = nullptr, *kv_a_norm = nullptr, *kv_b = nullptr;
+    // DeepSeek's shared experts: one SwiGLU MLP of n_shared_experts * I; null without.
+    const Bf16 *shared_gate = nullptr, *shared_up = nullptr, *shared_down = nullptr;
   };
 
   CudaDecoderOps() = default;

@@ -43,10 +43,12 @@ absl::Status CudaDecoderStep::Allocate(int64_t n) {
   VISMOE_ASSIGN_OR_RETURN(hs_, a.AllocateArray<Bf16>(rows_h));
   VISMOE_ASSIGN_OR_RETURN(x_, a.AllocateArray<Bf16>(rows_h));
   VISMOE_ASSIGN_OR_RETURN(y_, a.AllocateArray<Bf16>(rows_h));
-  const int64_t qd = int64_t{c_.num_attention_heads} * c_.head_dim;
-  const int64_t kvd = int64_t{c_.num_key_value_heads} * c_.head_dim;
-  VISMOE_ASSIGN_OR_RETURN(qkv_, a.AllocateArray<Bf16>(n * (qd + 2 * kvd)));
-  VISMOE_ASSIGN_OR_RETURN(attn_, a.AllocateArray<Bf16>(n * qd));
+  if (!c_.mla.has_value()) {  // latent attention has its own (AllocateLatent)
+    const int64_t qd = int64_t{c_.num_attention_heads} * c_.head_dim;
+    const int64_t kvd = int64_t{c_.num_key_value_heads} * c_.head_dim;
+    VISMOE_ASSIGN_OR_RETURN(qkv_, a.AllocateArray<Bf16>(n * (qd + 2 * kvd)));
+    VISMOE_ASSIGN_OR_RETURN(attn_, a.AllocateArray<Bf16>(n * qd));
+  }
   const int64_t nk = n * c_.num_experts_per_tok;
   VISMOE_ASSIGN_OR_RETURN(router_logits_, a.AllocateArray<float>(n * std::max(c_.num_experts, 1)));
   VISMOE_ASSIGN_OR_RETURN(top_experts_, a.AllocateArray<int32_t>(nk));
@@ -57,8 +59,7 @@ absl::Status CudaDecoderStep::Allocate(int64_t n) {
   VISMOE_ASSIGN_OR_RETURN(slot_row_, a.AllocateArray<int32_t>(nk));
   VISMOE_ASSIGN_OR_RETURN(xp_, a.AllocateArray<Bf16>(nk * h_));
   VISMOE_ASSIGN_OR_RETURN(yp_, a.AllocateArray<Bf16>(nk * h_));
-  const int64_t inter = std::max<int64_t>(
-      int64_t{c_.moe_intermediate_size} * c_.num_experts_per_tok, c_.intermediate_size);
+  const int64_t inter = StepInterRows(c_);
   VISMOE_ASSIGN_OR_RETURN(gate_up_, a.AllocateArray<Bf16>(n * 2 * inter));
   VISMOE_ASSIGN_OR_RETURN(act_, a.AllocateArray<Bf16>(n * inter));
   if (ops_.device_moe_ && n <= kMaxDecodeRows) {
@@ -74,7 +75,7 @@ absl::Status CudaDecoderStep::Allocate(int64_t n) {
                             a.AllocateArray<float>(nk * int64_t{c_.moe_intermediate_size}));
     VISMOE_ASSIGN_OR_RETURN(decode_out_, a.AllocateArray<float>(nk * h_));
   }
-  return absl::OkStatus();
+  return c_.mla.has_value() ? AllocateLatent(n) : absl::OkStatus();
 }
 
 absl::Status CudaDecoderStep::UploadPositions(absl::Span<const int64_t> positions) {
@@ -237,6 +238,7 @@ absl::Status CudaDecoderStep::Attention(int layer) {
 
 absl::Status CudaDecoderStep::AttentionNow(int layer) {
   Time(OpTimer::Family::kAttention);
+  if (c_.mla.has_value()) return LatentAttentionNow(layer);
   const CudaDecoderOps::Layer& w = ops_.layers_[layer];
   Blas& blas = *ops_.blas_;
   const int64_t n = n_, h = h_, hd = c_.head_dim;

@@ -76,6 +76,12 @@ class CudaDecoderStep final : public DecoderStep {
   absl::Status BeginNow();
   absl::Status NormNow(int layer, NormSite site);
   absl::Status AttentionNow(int layer);
+  // Multi-head latent attention (cuda_decoder_step_mla.cc): AttentionNow for
+  // TextConfig::mla.
+  absl::Status LatentAttentionNow(int layer);
+  absl::Status AllocateLatent(int64_t n);
+  // y += the shared experts of `layer` on x (DeepSeek); nothing without.
+  absl::Status AddSharedExperts(int layer);
   absl::Status NormRope(const CudaDecoderOps::Layer& w);
   absl::Status DenseMlpNow(int layer);
   absl::Status DeviceMoeNow(int layer, ExpertProvider* experts, bool observed);
@@ -137,6 +143,14 @@ class CudaDecoderStep final : public DecoderStep {
   Bf16* y_ = nullptr;             // [n, H] MoE output
   Bf16* qkv_ = nullptr;           // [n, qd + 2 kvd]
   Bf16* attn_ = nullptr;          // [n, qd]
+  // Latent attention's (null without TextConfig::mla): the q_lora rows, q
+  // [n, heads * (nope + rope)], the new cache rows [n, rank + rope], the
+  // heads' outputs [n, heads * v], and the fp32 absorbed queries and attended
+  // latents of kLatentChunkRows rows [chunk, heads, rank].
+  struct Latent {
+    Bf16 *qa = nullptr, *q = nullptr, *ckv = nullptr, *out = nullptr;
+    float *q_abs = nullptr, *o_lat = nullptr;
+  } mla_;
   int64_t* positions_ = nullptr;  // device [3][n]
   // LongRoPE: each sequence's rope length (StepSequence) and the rows'
   // mscale, device [n] (null without LongRoPE) and its host source.

@@ -25,10 +25,26 @@ absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r
   const int k = c_.num_experts_per_tok, e_count = c_.num_experts;
   VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(x_, n, h_, w.router, WeightLayout::kOutIn, e_count,
                                             router_logits_, GemmOut::kF32));
-  if (w.router_bias != nullptr) {
+  // GPT-OSS's bias is on the logits; DeepSeek-V3's only in the selection.
+  if (w.router_bias != nullptr && ops_.router_ == RouterKind::kTopKSoftmaxBiased) {
     VISMOE_RETURN_IF_ERROR(AddBiasF32(router_logits_, n, e_count, w.router_bias, st_));
   }
   switch (ops_.router_) {
+    case RouterKind::kDeepseekSoftmax:
+    case RouterKind::kDeepseekSigmoid: {
+      GroupRouting g;
+      g.top_k = k;
+      g.n_group = c_.n_group;
+      g.topk_group = c_.topk_group;
+      g.group_limited = c_.group_limited;
+      g.sigmoid = ops_.router_ == RouterKind::kDeepseekSigmoid;
+      g.bias = w.router_bias;
+      g.normalize = c_.norm_topk_prob;
+      g.scale = c_.routed_scaling_factor;
+      VISMOE_RETURN_IF_ERROR(
+          MoeRouterGroup(router_logits_, n, e_count, g, top_experts_, top_weights_, st_));
+      break;
+    }
     case RouterKind::kTopKSoftmaxBiased:  // GPT-OSS
       VISMOE_RETURN_IF_ERROR(
           MoeRouterTopKSoftmax(router_logits_, n, e_count, k, top_experts_, top_weights_, st_));
@@ -115,8 +131,9 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   }
   VISMOE_RETURN_IF_ERROR(
       RunExpertBatches(*experts, phase, layer, active, tokens, launcher, &held_));
-  return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
-                          /*accumulate=*/false, y_, st_);
+  VISMOE_RETURN_IF_ERROR(UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
+                                          /*accumulate=*/false, y_, st_));
+  return AddSharedExperts(layer);
 }
 
 absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {

@@ -9,13 +9,14 @@ namespace vismoe::cuda {
 
 absl::StatusOr<std::unique_ptr<DeviceKvPool>> DeviceKvPool::Create(int num_layers, int64_t blocks,
                                                                    int64_t block_tokens,
-                                                                   int64_t row_elems) {
-  if (num_layers <= 0 || blocks <= 0 || blocks > INT32_MAX || block_tokens <= 0 || row_elems <= 0) {
+                                                                   int64_t row_elems, int planes) {
+  if (num_layers <= 0 || blocks <= 0 || blocks > INT32_MAX || block_tokens <= 0 || row_elems <= 0 ||
+      (planes != 1 && planes != 2)) {
     return absl::InvalidArgumentError(
         absl::StrCat("DeviceKvPool: bad shape layers=", num_layers, " blocks=", blocks,
-                     " block_tokens=", block_tokens, " row=", row_elems));
+                     " block_tokens=", block_tokens, " row=", row_elems, " planes=", planes));
   }
-  const size_t bytes = static_cast<size_t>(num_layers) * 2 * static_cast<size_t>(blocks) *
+  const size_t bytes = static_cast<size_t>(num_layers) * planes * static_cast<size_t>(blocks) *
                        static_cast<size_t>(block_tokens) * static_cast<size_t>(row_elems) *
                        sizeof(Bf16);
   absl::StatusOr<DeviceBuffer> rows = DeviceBuffer::Allocate(bytes);
@@ -26,8 +27,8 @@ absl::StatusOr<std::unique_ptr<DeviceKvPool>> DeviceKvPool::Create(int num_layer
   }
   VISMOE_ASSIGN_OR_RETURN(DeviceBuffer tables,
                           DeviceBuffer::Allocate(static_cast<size_t>(blocks) * sizeof(int32_t)));
-  return std::unique_ptr<DeviceKvPool>(new DeviceKvPool(num_layers, blocks, block_tokens, row_elems,
-                                                        std::move(*rows), std::move(tables)));
+  return std::unique_ptr<DeviceKvPool>(new DeviceKvPool(
+      num_layers, blocks, block_tokens, row_elems, planes, std::move(*rows), std::move(tables)));
 }
 
 }  // namespace vismoe::cuda

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda/cuda_status.h"
 #include "engine/ops/cuda/kernel_utils.cuh"
@@ -132,6 +134,104 @@ __global__ void SparseMixerKernel(const float* logits, int64_t n, int num_expert
   }
 }
 
+// The warp's pick among candidates [0, count) of `v` skipping NaN (taken)
+// entries, larger first, ties to the lower index; `count` when none.
+__device__ __forceinline__ int WarpPick(const float* v, int count) {
+  const int lane = threadIdx.x % kWarp;
+  float best = -INFINITY;
+  int best_e = count;
+  for (int e = lane; e < count; e += kWarp) {
+    if (!isnan(v[e]) && (best_e == count || v[e] > best)) {
+      best = v[e];  // ascending e: keeps the lowest index among ties
+      best_e = e;
+    }
+  }
+  WarpArgMax(count, &best, &best_e);
+  return best_e;
+}
+
+// One warp per token over its shared [3][E] floats: the selection scores,
+// the weights' source (probabilities or unbiased sigmoid scores) and the
+// group scores; cpu::RouteGroupSoftmax / RouteGroupSigmoid step by step.
+__global__ void GroupRouterKernel(const float* logits, int64_t n, int num_experts, GroupRouting g,
+                                  int32_t* experts, float* weights) {
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (t >= n) return;  // whole warp leaves together: no block barrier below
+  const float* l = logits + t * num_experts;
+  float* sel = smem + warp * 3 * num_experts;
+  float* val = sel + num_experts;
+  float* group = val + num_experts;
+  if (g.sigmoid) {
+    for (int e = lane; e < num_experts; e += kWarp) {
+      val[e] = 1.0f / (1.0f + expf(-l[e]));
+      sel[e] = val[e] + g.bias[e];
+    }
+  } else {
+    float mx = -INFINITY;
+    for (int e = lane; e < num_experts; e += kWarp) mx = fmaxf(mx, l[e]);
+    mx = detail::WarpMax(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < num_experts; e += kWarp) sum += val[e] = expf(l[e] - mx);
+    sum = detail::WarpSum(sum);
+    for (int e = lane; e < num_experts; e += kWarp) sel[e] = val[e] /= sum;
+  }
+  __syncwarp();
+  if (g.sigmoid || g.group_limited) {
+    const int size = num_experts / g.n_group;
+    for (int q = lane; q < g.n_group; q += kWarp) {
+      float first = -INFINITY, second = -INFINITY;
+      for (int e = q * size; e < (q + 1) * size; ++e) {
+        if (sel[e] > first) {
+          second = first;
+          first = sel[e];
+        } else if (sel[e] > second) {
+          second = sel[e];
+        }
+      }
+      group[q] = g.sigmoid ? first + second : first;
+    }
+    __syncwarp();
+    int my_group = g.n_group;  // lane r keeps the r-th kept group (n_group: none)
+    for (int r = 0; r < g.topk_group; ++r) {
+      const int pick = WarpPick(group, g.n_group);
+      if (lane == r) my_group = pick;
+      if (lane == 0 && pick < g.n_group) group[pick] = NAN;  // taken
+      __syncwarp();
+    }
+    // `group` becomes the kept flags (1 kept, 0 not): no shuffle in loops
+    // whose trip count differs between lanes.
+    for (int q = lane; q < g.n_group; q += kWarp) group[q] = 0.0f;
+    __syncwarp();
+    if (lane < g.topk_group && my_group < g.n_group) group[my_group] = 1.0f;
+    __syncwarp();
+    const float masked = g.sigmoid ? -INFINITY : 0.0f;
+    for (int e = lane; e < num_experts; e += kWarp) {
+      if (group[e / size] == 0.0f) sel[e] = masked;
+    }
+    __syncwarp();
+  }
+  int my_e = num_experts;  // lane r keeps slot r
+  float my_w = 0.0f;
+  for (int r = 0; r < g.top_k; ++r) {
+    const int pick = WarpPick(sel, num_experts);
+    if (lane == r && pick < num_experts) my_e = pick, my_w = g.sigmoid ? val[pick] : sel[pick];
+    __syncwarp();
+    if (lane == 0 && pick < num_experts) sel[pick] = NAN;  // taken
+    __syncwarp();
+  }
+  float sum = 0.0f;  // slot order, as the CPU sums
+  for (int r = 0; r < g.top_k; ++r) sum += __shfl_sync(0xffffffffu, my_w, r);
+  if (lane < g.top_k) {
+    float w = my_w;
+    if (g.sigmoid && g.normalize) w /= sum + 1e-20f;
+    experts[t * g.top_k + lane] = my_e;
+    weights[t * g.top_k + lane] = w * g.scale;
+  }
+}
+
 absl::Status CheckRouterShape(const char* op, int num_experts, int top_k) {
   if (num_experts <= 0 || num_experts > 1024 || top_k <= 0 || top_k > num_experts || top_k > 32) {
     return absl::InvalidArgumentError(absl::StrCat("cuda::", op, ": num_experts=", num_experts,
@@ -181,6 +281,30 @@ absl::Status MoeRouterTopK(const float* logits, int64_t n, int num_experts, int 
   RouterKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, shmem, stream>>>(
       logits, n, num_experts, top_k, renormalize, experts, weights);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("RouterKernel");
+  return absl::OkStatus();
+}
+
+absl::Status MoeRouterGroup(const float* logits, int64_t n, int num_experts, const GroupRouting& g,
+                            int32_t* experts, float* weights, StreamHandle stream) {
+  if (absl::Status st = CheckRouterShape("MoeRouterGroup", num_experts, g.top_k); !st.ok()) {
+    return st;
+  }
+  const bool grouped = g.sigmoid || g.group_limited;  // else n_group is not read, as on the CPU
+  if (grouped && (g.n_group <= 0 || num_experts % g.n_group != 0 || g.topk_group <= 0 ||
+                  g.topk_group > std::min(g.n_group, kWarp) ||
+                  (g.sigmoid && (g.bias == nullptr || num_experts / g.n_group < 2)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda::MoeRouterGroup: ", num_experts, " experts in n_group=", g.n_group,
+        " groups, topk_group=", g.topk_group,
+        " (n_group divides the experts, 0 < topk_group <= min(n_group, 32)",
+        g.sigmoid ? "; sigmoid: a bias and >= 2 experts per group)" : ")"));
+  }
+  if (n <= 0) return absl::OkStatus();
+  const int64_t blocks = (n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const size_t shmem = static_cast<size_t>(kWarpsPerBlock) * 3 * num_experts * sizeof(float);
+  GroupRouterKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, shmem, stream>>>(
+      logits, n, num_experts, g, experts, weights);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("GroupRouterKernel");
   return absl::OkStatus();
 }
 

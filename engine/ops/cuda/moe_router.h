@@ -35,6 +35,32 @@ absl::Status MoeRouterTopKSoftmax(const float* logits, int64_t n, int num_expert
 absl::Status MoeRouterSparseMixer(const float* logits, int64_t n, int num_experts, float jitter_eps,
                                   int32_t* experts, float* weights, StreamHandle stream);
 
+// DeepSeek's routers after their logits (cpu::RouteGroupSoftmax /
+// cpu::RouteGroupSigmoid, engine/ops/cpu/group_router.h): softmax
+// probabilities (V2) or sigmoid scores plus `bias` for the selection (V3,
+// noaux_tc); with group limits (V3 always) the experts split into n_group
+// groups, each scored by its largest selection score (softmax) or the sum of
+// its two largest (sigmoid), and the experts outside the topk_group best
+// groups (ties: lower group) masked to 0 (softmax) or -inf (sigmoid); the
+// top_k selection scores (ties: lower index) pick the experts. Weights:
+// softmax, the (masked) probability times `scale`; sigmoid, the unbiased
+// score, divided by the slots' sum + 1e-20 when `normalize`, times `scale`.
+struct GroupRouting {
+  int top_k = 0;
+  int n_group = 1, topk_group = 1;
+  bool group_limited = false;  // softmax only: sigmoid always is
+  bool sigmoid = false;
+  const float* bias = nullptr;  // sigmoid: device fp32 [E] (e_score_correction_bias)
+  bool normalize = false;       // sigmoid only, as the CPU op
+  float scale = 1.0f;           // routed_scaling_factor
+};
+// REQUIRES (else InvalidArgument): MoeRouterTopK's and, where groups are
+// scored (sigmoid or group_limited), n_group > 0 dividing num_experts,
+// 0 < topk_group <= min(n_group, 32), and with sigmoid a bias and at least
+// two experts per group.
+absl::Status MoeRouterGroup(const float* logits, int64_t n, int num_experts, const GroupRouting& g,
+                            int32_t* experts, float* weights, StreamHandle stream);
+
 }  // namespace vismoe::cuda
 
 #endif  // VISMOE_ENGINE_OPS_CUDA_MOE_ROUTER_H_

@@ -88,6 +88,21 @@ std::vector<Model> Models() {
   auto sinks_ckpt = SynthesizeCheckpoint(sinks, 11, nullptr, "synthetic:sinks");
   EXPECT_TRUE(sinks_ckpt.ok()) << sinks_ckpt.status();
   if (sinks_ckpt.ok()) out.push_back({"synthetic-sinks-window", sinks, *std::move(sinks_ckpt)});
+  // DeepSeek's shapes from their fixtures' configs, with seeded synthetic
+  // weights (the GPU bundle carries the configs, not the checkpoints):
+  // V2 (q_lora, group-limited softmax, YaRN with an attention factor), V3
+  // (sigmoid with the selection bias, normalised, scaled), V3 "plain"
+  // (rotate_half rope, attention biases, two dense layers, two shared
+  // experts) and V2-Lite (one q_proj, greedy softmax).
+  for (const char* name : {"tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-deepseek-v3-plain",
+                           "tiny-deepseek-v2-lite"}) {
+    ModelConfig config = Load(testing::FixturesDir() + "/" + name);
+    auto synthetic = SynthesizeCheckpoint(config, 13, nullptr, std::string("synthetic:") + name);
+    EXPECT_TRUE(synthetic.ok()) << synthetic.status();
+    if (synthetic.ok()) {
+      out.push_back({std::string("synthetic-") + (name + 5), config, *std::move(synthetic)});
+    }
+  }
   return out;
 }
 
@@ -188,11 +203,16 @@ class ReferenceStep {
                 c_.hidden_size, 0);
   }
   void Attention(int layer);
-  // y = the MoE of x with the given routing (ids and combine weights).
+  // y = the MoE of x with the given routing (ids and combine weights), and
+  // the shared experts (DeepSeek).
   void Experts(int layer, const RouterResult& r, ExpertProvider* experts);
   // The router's scores on x, whose top-k are the chosen experts: softmax
-  // probabilities, GPT-OSS's biased logits, or the sparsemixer's logits.
+  // probabilities, GPT-OSS's biased logits, the sparsemixer's logits, or
+  // DeepSeek's selection scores with the groups not kept masked.
   std::vector<double> RouterProbs(int layer) const;
+  // The combine weights of the experts `r` chose (softmax top-k and
+  // DeepSeek's routers); empty for the others.
+  std::vector<double> RouterWeights(int layer, const RouterResult& r) const;
   void AddY() {
     for (size_t i = 0; i < hs_.size(); ++i) hs_[i] += y_[i];
   }
@@ -220,7 +240,17 @@ class ReferenceStep {
   const std::vector<double>& y() const { return y_; }
 
  private:
-  void Rope(std::vector<double>& v, int heads, int64_t stride) const;
+  // RoPE on `heads` heads of head_dim per row (rows `stride` apart):
+  // rotate_half, or the pairs (2j, 2j + 1) (DeepSeek's interleaved rope).
+  void Rope(std::vector<double>& v, int heads, int64_t stride, bool pairs = false) const;
+  // Multi-head latent attention as transformers writes it: every cached
+  // latent expanded into per-head keys and values by kv_b_proj (the
+  // backends fold kv_b_proj into the query and output instead).
+  void LatentAttention(int layer);
+  // DeepSeek's selection scores of x [n, E] with the groups not kept masked
+  // (0 for softmax, -inf for sigmoid), and the unmasked weights' source
+  // (probabilities or sigmoid scores) in `source`.
+  std::vector<double> DeepseekScores(int layer, std::vector<double>* source) const;
 
   const TextConfig& c_;
   const TextWeights& w_;
@@ -237,7 +267,7 @@ class ReferenceStep {
 
 // rotate_half RoPE; interleaved M-RoPE picks the h axis for j % 3 == 1 below
 // 3 * section[1] and the w axis for j % 3 == 2 below 3 * section[2].
-void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride) const {
+void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride, bool pairs) const {
   const int hd = c_.head_dim, half = hd / 2;
   // YaRN's and LongRoPE's frequencies as the CPU op defines them, and their
   // cos / sin scale: YaRN's attention factor, or LongRoPE's mscale by the
@@ -270,15 +300,17 @@ void ReferenceStep::Rope(std::vector<double>& v, int heads, int64_t stride) cons
       const double sn = scale * std::sin(static_cast<double>(angle));
       for (int hh = 0; hh < heads; ++hh) {
         double* p = v.data() + t * stride + hh * hd;
-        const double a = p[j], b = p[j + half];
-        p[j] = a * cs - b * sn;
-        p[j + half] = b * cs + a * sn;
+        const int ia = pairs ? 2 * j : j, ib = pairs ? 2 * j + 1 : j + half;
+        const double a = p[ia], b = p[ib];
+        p[ia] = a * cs - b * sn;
+        p[ib] = b * cs + a * sn;
       }
     }
   }
 }
 
 void ReferenceStep::Attention(int layer) {
+  if (c_.mla.has_value()) return LatentAttention(layer);
   const DecoderLayerWeights& l = w_.layers[layer];
   const int64_t h = c_.hidden_size, hd = c_.head_dim;
   const int nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
@@ -339,7 +371,163 @@ void ReferenceStep::Attention(int layer) {
   AddY();
 }
 
+void ReferenceStep::LatentAttention(int layer) {
+  const DecoderLayerWeights& l = w_.layers[layer];
+  const TextConfig::Mla& m = *c_.mla;
+  const int64_t h = c_.hidden_size, nh = c_.num_attention_heads, r = m.kv_lora_rank;
+  const int64_t dr = m.qk_rope_head_dim, dn = m.qk_nope_head_dim, dv = m.v_head_dim;
+  const int64_t dqk = dn + dr, row = r + dr;
+  constexpr double kLatentEps = 1e-6;  // transformers' q_a / kv_a norms
+  std::vector<double> q;
+  if (m.q_lora_rank > 0) {
+    std::vector<double> qa = MatMulT(x_, n_, h, l.q_a, l.q_a_bias);
+    RmsNormRows(qa, n_, m.q_lora_rank, l.q_a_norm, kLatentEps, m.q_lora_rank, 0);
+    q = MatMulT(qa, n_, m.q_lora_rank, l.q, {});
+  } else {
+    q = MatMulT(x_, n_, h, l.q, {});
+  }
+  std::vector<double> ckv = MatMulT(x_, n_, h, l.kv_a, l.kv_a_bias);
+  RmsNormRows(ckv, n_, r, l.kv_a_norm, kLatentEps, row, 0);
+  std::vector<double> q_pe(n_ * nh * dr), k_pe(n_ * dr);
+  for (int64_t t = 0; t < n_; ++t) {
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t d = 0; d < dr; ++d)
+        q_pe[(t * nh + hh) * dr + d] = q[(t * nh + hh) * dqk + dn + d];
+    }
+    for (int64_t d = 0; d < dr; ++d) k_pe[t * dr + d] = ckv[t * row + r + d];
+  }
+  Rope(q_pe, static_cast<int>(nh), nh * dr, m.rope_interleave);
+  Rope(k_pe, 1, dr, m.rope_interleave);
+  std::vector<double>& kc = (*k_)[layer];  // rows [latent | rope key]
+  for (int64_t t = 0; t < n_; ++t) {
+    kc.insert(kc.end(), ckv.begin() + t * row, ckv.begin() + t * row + r);
+    kc.insert(kc.end(), k_pe.begin() + t * dr, k_pe.begin() + (t + 1) * dr);
+  }
+  // Every cached token's keys and values, expanded.
+  const std::vector<double> kv_b = AsDouble(l.kv_b);  // [heads * (dn + dv), r]
+  const int64_t tokens = static_cast<int64_t>(kc.size()) / row;
+  std::vector<double> keys(tokens * nh * dn, 0.0), values(tokens * nh * dv, 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      for (int64_t o = 0; o < dn + dv; ++o) {
+        double s = 0;
+        for (int64_t j = 0; j < r; ++j) s += kv_b[(hh * (dn + dv) + o) * r + j] * kc[t * row + j];
+        if (o < dn) {
+          keys[(t * nh + hh) * dn + o] = s;
+        } else {
+          values[(t * nh + hh) * dv + o - dn] = s;
+        }
+      }
+    }
+  }
+  const double scale = c_.AttentionScale();
+  std::vector<double> attn(n_ * nh * dv, 0.0);
+  for (int64_t t = 0; t < n_; ++t) {
+    const int64_t visible = start_ + t + 1;  // causal
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      std::vector<double> s(visible);
+      for (int64_t j = 0; j < visible; ++j) {
+        double d = 0;
+        for (int64_t e = 0; e < dn; ++e)
+          d += q[(t * nh + hh) * dqk + e] * keys[(j * nh + hh) * dn + e];
+        for (int64_t e = 0; e < dr; ++e) d += q_pe[(t * nh + hh) * dr + e] * kc[j * row + r + e];
+        s[j] = d * scale;
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double z = 0;
+      for (double& e : s) z += (e = std::exp(e - mx));
+      for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t e = 0; e < dv; ++e) {
+          attn[(t * nh + hh) * dv + e] += s[j] / z * values[(j * nh + hh) * dv + e];
+        }
+      }
+    }
+  }
+  y_ = MatMulT(attn, n_, nh * dv, l.o, l.o_bias);
+  AddY();
+}
+
+std::vector<double> ReferenceStep::DeepseekScores(int layer, std::vector<double>* source) const {
+  const int64_t e = c_.num_experts;
+  const DecoderLayerWeights& l = w_.layers[layer];
+  const bool sigmoid = spec_.router == RouterKind::kDeepseekSigmoid;
+  const std::vector<double> logits = MatMulT(x_, n_, c_.hidden_size, l.router, {});
+  const std::vector<double> bias = sigmoid ? AsDouble(l.router_bias) : std::vector<double>();
+  std::vector<double> sel(logits.size());
+  source->resize(logits.size());
+  const int64_t size = e / c_.n_group;
+  for (int64_t t = 0; t < n_; ++t) {
+    const double* lt = logits.data() + t * e;
+    double* src = source->data() + t * e;
+    double* st = sel.data() + t * e;
+    if (sigmoid) {
+      for (int64_t i = 0; i < e; ++i) st[i] = (src[i] = 1.0 / (1.0 + std::exp(-lt[i]))) + bias[i];
+    } else {
+      const double mx = *std::max_element(lt, lt + e);
+      double z = 0;
+      for (int64_t i = 0; i < e; ++i) z += (src[i] = std::exp(lt[i] - mx));
+      for (int64_t i = 0; i < e; ++i) st[i] = (src[i] /= z);
+    }
+    if (!sigmoid && !c_.group_limited) continue;
+    // A group scores its largest (softmax) or two largest (sigmoid) selection scores.
+    std::vector<std::pair<double, int64_t>> groups;
+    for (int64_t g = 0; g < c_.n_group; ++g) {
+      std::vector<double> v(st + g * size, st + (g + 1) * size);
+      std::sort(v.rbegin(), v.rend());
+      groups.push_back({-(sigmoid ? v[0] + v[1] : v[0]), g});  // ascending: best first
+    }
+    std::sort(groups.begin(), groups.end());
+    std::vector<bool> kept(c_.n_group, false);
+    for (int g = 0; g < c_.topk_group; ++g) kept[groups[g].second] = true;
+    for (int64_t i = 0; i < e; ++i) {
+      if (!kept[i / size]) st[i] = sigmoid ? -INFINITY : 0.0;
+    }
+  }
+  return sel;
+}
+
+std::vector<double> ReferenceStep::RouterWeights(int layer, const RouterResult& r) const {
+  const int64_t e = c_.num_experts;
+  const int k = r.top_k;
+  std::vector<double> w(r.experts.size());
+  if (spec_.router == RouterKind::kDeepseekSoftmax ||
+      spec_.router == RouterKind::kDeepseekSigmoid) {
+    std::vector<double> source;
+    const std::vector<double> sel = DeepseekScores(layer, &source);
+    const bool sigmoid = spec_.router == RouterKind::kDeepseekSigmoid;
+    for (int64_t t = 0; t < n_; ++t) {
+      double sum = 0;
+      for (int j = 0; j < k; ++j) {
+        const int64_t id = r.experts[t * k + j];
+        // Softmax: the masked probability (0 outside the kept groups).
+        w[t * k + j] = sigmoid ? source[t * e + id] : sel[t * e + id];
+        sum += w[t * k + j];
+      }
+      for (int j = 0; j < k; ++j) {
+        if (sigmoid && c_.norm_topk_prob) w[t * k + j] /= sum + 1e-20;
+        w[t * k + j] *= c_.routed_scaling_factor;
+      }
+    }
+    return w;
+  }
+  if (spec_.router != RouterKind::kSoftmaxTopK) return {};
+  const std::vector<double> p = RouterProbs(layer);
+  for (int64_t t = 0; t < n_; ++t) {
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += (w[t * k + j] = p[t * e + r.experts[t * k + j]]);
+    if (spec_.renormalize_topk) {
+      for (int j = 0; j < k; ++j) w[t * k + j] /= sum;
+    }
+  }
+  return w;
+}
+
 std::vector<double> ReferenceStep::RouterProbs(int layer) const {
+  if (spec_.router == RouterKind::kDeepseekSoftmax ||
+      spec_.router == RouterKind::kDeepseekSigmoid) {
+    std::vector<double> source;
+    return DeepseekScores(layer, &source);
+  }
   const int64_t e = c_.num_experts;
   const DecoderLayerWeights& l = w_.layers[layer];
   const bool biased = spec_.router == RouterKind::kTopKSoftmaxBiased;
@@ -422,6 +610,14 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
     }
   }
   experts->EndLayer(layer);
+  if (lw.shared_gate.empty()) return;
+  // DeepSeek's shared experts: every token, weight 1.
+  const int64_t si = int64_t{c_.n_shared_experts} * in;
+  std::vector<double> g = MatMulT(x_, n_, h, lw.shared_gate, {});
+  const std::vector<double> u = MatMulT(x_, n_, h, lw.shared_up, {});
+  for (size_t i = 0; i < g.size(); ++i) g[i] = Silu(g[i]) * u[i];
+  const std::vector<double> shared = MatMulT(g, n_, si, lw.shared_down, {});
+  for (size_t i = 0; i < y_.size(); ++i) y_[i] += shared[i];
 }
 
 // ---- Comparison -------------------------------------------------------------
@@ -643,6 +839,13 @@ void OpRunner::CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterRe
       EXPECT_NEAR(row[r.experts[t * r.top_k + j]], sorted[j], 1e-3 * std::fabs(sorted[0]) + rel_)
           << "token " << t << " slot " << j;
     }
+  }
+  // And their combine weights, where the reference computes them.
+  const std::vector<double> want = ref.RouterWeights(l, r);
+  if (want.empty()) return;
+  ASSERT_EQ(r.weights.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(r.weights[i], want[i], (1e-4 + rel_) * std::fabs(want[i]) + 1e-7) << "slot " << i;
   }
 }
 

@@ -8,7 +8,11 @@
 // biases, attention and lm_head biases, the sparsemixer, LongRoPE whose short
 // case crosses the original context while decoding), and an FP8 checkpoint
 // (Qwen3-MoE: FP8 attention weights widened at upload, FP8 experts kept FP8
-// in their slabs and widened per expert before their GEMMs) --
+// in their slabs and widened per expert before their GEMMs), and DeepSeek-V2 /
+// V3 (multi-head latent attention over the latent KV cache, q_lora or not,
+// interleaved and rotate_half rope, YaRN, group-limited softmax and biased
+// sigmoid routers, shared experts, dense first layers; seeded synthetic
+// weights of the fixtures' shapes, so the bundle carries their configs only) --
 // through the one decoder over the CUDA ops, against the same decoder over
 // the CPU ops (which matches transformers' goldens: qwen3_vl_moe_parity_test).
 // Each golden case's prompt logits and greedy steps agree within the bf16
@@ -36,6 +40,7 @@ TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
+#include "engine/model/synthetic_weights.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
@@ -54,6 +59,7 @@ constexpr float kRelTol = 0.04f;  // as cuda_decoder_ops_gpu_test
 struct Family {
   const char* fixture;
   const char* golden;
+  bool synthetic = false;  // seeded weights of the fixture's config (SynthesizeCheckpoint)
 };
 // The second shape of each: its paths are a superset of the first's (and
 // the GPU bundle carries only these, tests/gpu/travel_light.sh).
@@ -61,7 +67,11 @@ constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
                                 {"tiny-mixtral-swa", "mixtral_swa"},
                                 {"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4"},
                                 {"tiny-phimoe-longrope", "phimoe_longrope"},
-                                {"tiny-qwen3-moe-fp8", "fp8_text"}};
+                                {"tiny-qwen3-moe-fp8", "fp8_text"},
+                                {"tiny-deepseek-v2", "deepseek_v2", true},
+                                {"tiny-deepseek-v3", "deepseek_v3", true},
+                                {"tiny-deepseek-v3-plain", "deepseek_v3_plain", true}};
+constexpr uint64_t kSyntheticSeed = 5;
 
 const Backend& Cuda() {
   for (const Backend* b : RegisteredBackends()) {
@@ -74,11 +84,12 @@ const Backend& Cuda() {
 // One fixture on both backends, and device providers for the CUDA one.
 class Loaded {
  public:
-  void Load(const std::string& dir) {
+  void Load(const std::string& dir, bool synthetic) {
     auto config = ModelConfig::Load(dir);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
-    auto ckpt = Checkpoint::Open(dir);
+    auto ckpt = synthetic ? SynthesizeCheckpoint(config_, kSyntheticSeed, nullptr, dir)
+                          : Checkpoint::Open(dir);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
     ckpt_ = *std::move(ckpt);
     naming_ = Qwen3VlMoeModel::Experts(config_);
@@ -143,7 +154,8 @@ TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
   for (const Family& f : kFamilies) {
     SCOPED_TRACE(f.fixture);
     Loaded m;
-    ASSERT_NO_FATAL_FAILURE(m.Load(absl::StrCat(testing::FixturesDir(), "/", f.fixture)));
+    ASSERT_NO_FATAL_FAILURE(
+        m.Load(absl::StrCat(testing::FixturesDir(), "/", f.fixture), f.synthetic));
     const nlohmann::json cases = testing::ReadJsonFile(
         absl::StrCat(testing::FixturesDir(), "/golden/", f.golden, "_cases.json"));
     ASSERT_TRUE(cases.is_array() && !cases.empty());
@@ -181,6 +193,8 @@ TEST(CudaFamiliesTest, TheEngineServesThemWhenCudaIsNamed) {
     o.model_path = absl::StrCat(testing::FixturesDir(), "/", f.fixture);
     o.backend = "cuda";
     o.max_context_tokens = 256;
+    o.synthetic_weights = f.synthetic;
+    o.synthetic_seed = kSyntheticSeed;
     auto engine = Engine::Create(o);
     ASSERT_TRUE(engine.ok()) << engine.status();
     EXPECT_EQ((*engine)->info().backend, "cuda");

@@ -24,6 +24,7 @@ TEST(CudaOpsGpuTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 
 #include "engine/ops/cpu/activations.h"
 #include "engine/ops/cpu/attention.h"
+#include "engine/ops/cpu/group_router.h"
 #include "engine/ops/cpu/layer_norm.h"
 #include "engine/ops/cpu/linear.h"
 #include "engine/ops/cpu/moe.h"
@@ -689,6 +690,71 @@ TEST(CudaOpsGpuTest, BiasedTopKSoftmaxRouterMatchesCpu) {
   EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
   ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
   EXPECT_EQ(MoeRouterTopKSoftmax(nullptr, 1, 4, 8, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// DeepSeek's routers: cpu::RouteGroupSoftmax / RouteGroupSigmoid with an
+// identity gate against MoeRouterGroup on the same logits -- V2's greedy and
+// group-limited softmax (64 experts in 8 groups, 3 kept, top-6, scaled) and
+// V3's sigmoid with the selection bias (256 in 8 groups, 4 kept, top-8,
+// normalised and scaled), and with one group (no limit).
+TEST(CudaOpsGpuTest, GroupRoutersMatchCpu) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  constexpr int64_t kN = 23;
+  struct Case {
+    int experts, top_k, n_group, topk_group;
+    bool sigmoid, group_limited, normalize;
+    float scale;
+  };
+  // Expert counts off the warp's multiple too (DeepSeek-VL2's 72, the fixtures' 8).
+  for (const Case& k :
+       {Case{64, 6, 8, 3, false, true, false, 2.0f}, Case{64, 6, 1, 1, false, false, false, 1.0f},
+        Case{256, 8, 8, 4, true, true, true, 2.5f}, Case{72, 6, 1, 1, true, true, false, 1.5f},
+        Case{8, 3, 4, 2, false, true, false, 1.0f}, Case{8, 3, 4, 2, true, true, true, 2.5f}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << k.experts << " experts, sigmoid " << k.sigmoid << ", groups " << k.n_group);
+    const std::vector<float> logits = ToF32(RandomBf16(kN * k.experts, 31 + k.experts, 3.0f));
+    const std::vector<float> bias = ToF32(RandomBf16(k.experts, 37, 0.5f));
+    const std::vector<float> eye = Identity(k.experts);
+    cpu::GroupRouting g{k.top_k, k.n_group, k.topk_group, k.group_limited, k.normalize, k.scale};
+    RouterResult ref;
+    if (k.sigmoid) {
+      cpu::RouteGroupSigmoid(nullptr, logits.data(), kN, k.experts, IdentityGate(eye, k.experts),
+                             TensorView{bias.data(), DType::kF32, {k.experts}}, g, &ref);
+    } else {
+      cpu::RouteGroupSoftmax(nullptr, logits.data(), kN, k.experts, IdentityGate(eye, k.experts), g,
+                             &ref);
+    }
+    auto dl = Upload(logits);
+    auto db = Upload(bias);
+    auto de = DeviceBuffer::Allocate(kN * k.top_k * sizeof(int32_t));
+    auto dw = DeviceBuffer::Allocate(kN * k.top_k * sizeof(float));
+    ASSERT_TRUE(dl.ok() && db.ok() && de.ok() && dw.ok());
+    GroupRouting d;
+    d.top_k = k.top_k;
+    d.n_group = k.n_group;
+    d.topk_group = k.topk_group;
+    d.group_limited = k.group_limited;
+    d.sigmoid = k.sigmoid;
+    d.bias = k.sigmoid ? db->as<float>() : nullptr;
+    d.normalize = k.normalize;
+    d.scale = k.scale;
+    ASSERT_OK(MoeRouterGroup(dl->as<float>(), kN, k.experts, d, de->as<int32_t>(), dw->as<float>(),
+                             nullptr));
+    auto experts = Download<int32_t>(*de, kN * k.top_k);
+    auto weights = Download<float>(*dw, kN * k.top_k);
+    ASSERT_TRUE(experts.ok() && weights.ok());
+    EXPECT_EQ(*experts, std::vector<int32_t>(ref.experts.begin(), ref.experts.end()));
+    ExpectClose(*weights, ref.weights, 1e-6f, 1e-5f, "router weights");
+  }
+  GroupRouting bad;
+  bad.top_k = 2;
+  bad.n_group = 3;  // does not divide 8
+  EXPECT_EQ(MoeRouterGroup(nullptr, 1, 8, bad, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.n_group = 4;
+  bad.sigmoid = true;  // without a bias
+  EXPECT_EQ(MoeRouterGroup(nullptr, 1, 8, bad, nullptr, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
