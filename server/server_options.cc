@@ -148,7 +148,7 @@ ABSL_FLAG(std::string, host_experts, kDefaults.host_experts,
 ABSL_FLAG(std::string, expert_dtype, kDefaults.expert_dtype,
           "The dtype routed experts are kept in: auto (as the checkpoint stores them) | fp8 "
           "(bf16/f16/f32 experts quantised at load to 128x128-block FP8, half the bytes per "
-          "copy; lossy, CPU backend only for now)");
+          "copy; lossy; --backend=auto keeps it on the CPU until its CUDA path has run on a GPU)");
 ABSL_FLAG(double, commit_threshold, kDefaults.commit_threshold,
           "Commit below this router certainty (KL to uniform, nats), >= 0; -1 = the calibration "
           "profile's");

@@ -44,6 +44,9 @@ struct BackendOptions {
   // `stats` (StatsSink::OnDeviceStep; profiling, costs some host time).
   bool device_op_timing = false;
   StatsSink* stats = nullptr;  // not owned; may be null
+  // Experts quantised to FP8 at load (--expert_dtype=fp8): a device backend
+  // that widens them before its GEMMs reserves the room (cuda).
+  bool fp8_experts = false;
 };
 
 // What the offload runtime moves experts with on this backend. Null members

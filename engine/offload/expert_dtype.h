@@ -4,7 +4,7 @@
 // "fp8" quantises bf16/f16/f32 experts at load into 128 x 128-block FP8
 // (ExpertFormat, engine/core/fp8_block.h), so every copy, slab and host
 // store byte is half a bf16 expert's. Lossy, so opt-in; the CPU backend
-// computes with it (the CUDA backend's MoE kernels read bf16 only, for now).
+// computes with it, the CUDA backend widens each to bf16 before its GEMMs.
 // Thread safety: pure functions, except PackedExpertBytes (the provider's
 // forward thread).
 #ifndef VISMOE_ENGINE_OFFLOAD_EXPERT_DTYPE_H_

@@ -142,16 +142,17 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
   e->options_ = options;
   VISMOE_RETURN_IF_ERROR(e->LoadFiles());
   absl::Status runs = choice.backend->Runs(e->config_);
-  if (runs.ok() && options.offload.expert_dtype == "fp8" &&
-      std::string_view(choice.backend->name()) != "cpu") {
-    runs = absl::UnimplementedError(absl::StrCat(
-        "expert_dtype=fp8: the ", choice.backend->name(),
-        " backend computes experts in bf16; FP8 experts run on the cpu backend for now"));
-  }
   if (runs.ok()) {
     // "auto" takes a path that has run on real hardware; a named backend
     // runs it anyway, and says so.
-    if (const absl::Status verified = choice.backend->Verified(e->config_); !verified.ok()) {
+    absl::Status verified = choice.backend->Verified(e->config_);
+    if (verified.ok() && options.offload.expert_dtype == "fp8" &&
+        std::string_view(choice.backend->name()) != "cpu") {
+      // FP8 experts widened before their GEMMs (as an FP8 checkpoint's are).
+      verified = absl::FailedPreconditionError(absl::StrCat(
+          "expert_dtype=fp8 on the ", choice.backend->name(), " backend has not run on a GPU yet"));
+    }
+    if (!verified.ok()) {
       if (options.backend == "auto") {
         runs = verified;
       } else {
@@ -277,6 +278,9 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   bo.max_prompt_tokens = options_.max_context_tokens;
   bo.device_op_timing = options_.device_op_timing;
   bo.stats = options_.stats;
+  VISMOE_ASSIGN_OR_RETURN(const std::optional<DType> expert_dtype,
+                          ParseExpertDType(options_.offload.expert_dtype));
+  bo.fp8_experts = expert_dtype == DType::kF8E4M3;
   // Device memory beyond weights and KV cache (0 on the host); the towers'
   // weights are already in the plan's resident bytes (every non-expert tensor).
   int64_t activation_bytes =
@@ -298,8 +302,6 @@ absl::StatusOr<int64_t> LocalEngine::LoadModel(const Backend& backend) {
   VISMOE_ASSIGN_OR_RETURN(kv_pool_,
                           model_->CreateKvPool(KvTokens() / kKvBlockTokens, kKvBlockTokens));
   VISMOE_ASSIGN_OR_RETURN(device_parts_, backend.CreateOffloadDevice(bo));
-  VISMOE_ASSIGN_OR_RETURN(const std::optional<DType> expert_dtype,
-                          ParseExpertDType(options_.offload.expert_dtype));
   if (expert_dtype.has_value() && config_.text.clamped_swiglu.has_value()) {
     // Quantising at load splits gate_up into halves; GPT-OSS interleaves them.
     return absl::InvalidArgumentError(

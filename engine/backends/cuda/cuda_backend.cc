@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<DecoderOps>> CudaBackend::CreateDecoderOps(
   o.host_pool = options.pool;  // experts computed on the host
   o.op_timing = options.device_op_timing;
   o.stats = options.stats;
+  o.fp8_experts = options.fp8_experts;
   VISMOE_ASSIGN_OR_RETURN(std::unique_ptr<CudaDecoderOps> ops,
                           CudaDecoderOps::Create(config, checkpoint, o));
   return std::unique_ptr<DecoderOps>(std::move(ops));
@@ -61,7 +62,7 @@ absl::StatusOr<OffloadDeviceParts> CudaBackend::CreateOffloadDevice(
 
 int64_t CudaBackend::DecoderActivationBytes(const ModelConfig& config,
                                             const BackendOptions& options) const {
-  return CudaDecoderOps::ActivationBytes(config, options.max_tokens_per_step);
+  return CudaDecoderOps::ActivationBytes(config, options.max_tokens_per_step, options.fp8_experts);
 }
 
 }  // namespace vismoe::cuda

@@ -69,7 +69,8 @@ CudaDecoderOps::~CudaDecoderOps() {
   if (stream_.get() != nullptr) (void)stream_.Synchronize();
 }
 
-int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_tokens) {
+int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_tokens,
+                                     bool fp8_experts) {
   const TextConfig& c = config.text;
   const int64_t n = std::max<int64_t>(max_tokens, 1);
   const int64_t h = c.hidden_size, k = c.num_experts_per_tok, e = c.num_experts;
@@ -92,7 +93,7 @@ int64_t CudaDecoderOps::ScratchBytes(const ModelConfig& config, int64_t max_toke
   total += (1 + ds + 1) * b(n * h, 2);               // visual, DeepStack, ds_tmp
   total += 5 * b(n, 4);  // visual rows, kept rows, ds src/dst (and again after compression)
   total += 2 * b(n, 4);  // LongRoPE's row scales (again after compression)
-  if (c.fp8.has_value() || c.mxfp4.has_value()) {  // widened to bf16, kWidenSlots at a time
+  if (c.fp8.has_value() || c.mxfp4.has_value() || fp8_experts) {  // widened, kWidenSlots at a time
     total +=
         b(kWidenSlots * StreamExpertLauncher::ExpertScratchElems(h, c.moe_intermediate_size), 2);
   }
@@ -141,12 +142,14 @@ int64_t CudaDecoderOps::WidenedWeightBytes(const ModelConfig& config) {
   return weights;
 }
 
-int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_tokens) {
+int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_tokens,
+                                        bool fp8_experts) {
   // The grouped GEMMs' pointer table and DeviceMoe's expert tables.
   const TextConfig& c = config.text;
   const int64_t tables =
       3 * (Blas::kMaxGroupedProblems + int64_t{c.num_hidden_layers} * std::max(c.num_experts, 1));
-  return ScratchBytes(config, max_tokens) + static_cast<int64_t>(BlasWorkspaceBytes(c)) +
+  return ScratchBytes(config, max_tokens, fp8_experts) +
+         static_cast<int64_t>(BlasWorkspaceBytes(c)) +
          tables * static_cast<int64_t>(sizeof(void*)) + WidenedWeightBytes(config);
 }
 
@@ -239,6 +242,7 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
   m->qk_norm_ = spec.qk_norm;
   m->router_ = spec.router;
   m->norm_ = spec.norm;
+  m->widen_experts_ = c.fp8.has_value() || c.mxfp4.has_value() || options.fp8_experts;
   m->max_tokens_ = options.max_tokens_per_step;
   m->device_ = options.device;
   m->mrope_section_ = c.mrope_section;
@@ -256,8 +260,8 @@ absl::StatusOr<std::unique_ptr<CudaDecoderOps>> CudaDecoderOps::Create(const Mod
                           Blas::Create(m->stream_.get(), m->blas_workspace_.data(), workspace));
   m->blas_ = std::make_unique<Blas>(std::move(blas));
   VISMOE_ASSIGN_OR_RETURN(
-      m->scratch_,
-      DeviceArena::Create(static_cast<size_t>(ScratchBytes(config, options.max_tokens_per_step))));
+      m->scratch_, DeviceArena::Create(static_cast<size_t>(
+                       ScratchBytes(config, options.max_tokens_per_step, options.fp8_experts))));
   VISMOE_RETURN_IF_ERROR(m->SetUpDeviceMoe(options));
   return m;
 }

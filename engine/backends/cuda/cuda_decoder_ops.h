@@ -99,6 +99,9 @@ class CudaDecoderOps final : public DecoderOps {
     // times to `stats` (not owned; may be null).
     bool op_timing = false;
     StatsSink* stats = nullptr;
+    // Experts quantised to FP8 at load (--expert_dtype=fp8), widened as an
+    // FP8 checkpoint's are.
+    bool fp8_experts = false;
   };
   // all_logits: [16, vocab] fp32 at a time.
   static constexpr int64_t kLogitRowsPerChunk = 16;
@@ -128,13 +131,16 @@ class CudaDecoderOps final : public DecoderOps {
   CudaDecoderOps& operator=(const CudaDecoderOps&) = delete;
   ~CudaDecoderOps() override;
 
-  // Device bytes of the per-step scratch for `max_tokens` tokens.
-  static int64_t ScratchBytes(const ModelConfig& config, int64_t max_tokens);
+  // Device bytes of the per-step scratch for `max_tokens` tokens (and the
+  // widening scratch of Options::fp8_experts).
+  static int64_t ScratchBytes(const ModelConfig& config, int64_t max_tokens,
+                              bool fp8_experts = false);
   // Everything the decoder allocates on the device beyond its weights as
   // stored and KV cache: the scratch, the cuBLAS workspace, the grouped-GEMM
   // pointer table, and an FP8 checkpoint's widened non-expert weights (the
   // memory plan's activation reservation).
-  static int64_t ActivationBytes(const ModelConfig& config, int64_t max_tokens);
+  static int64_t ActivationBytes(const ModelConfig& config, int64_t max_tokens,
+                                 bool fp8_experts = false);
 
   const char* name() const override { return "cuda"; }
   // InvalidArgument over Options::max_tokens_per_step.
@@ -220,6 +226,7 @@ class CudaDecoderOps final : public DecoderOps {
   mutable Event host_rows_ready_;           // the host experts' rows have reached the host
   ThreadPool* host_pool_ = nullptr;
   bool device_moe_ = false;                  // MoeDecodeSupports the config
+  bool widen_experts_ = false;  // block-scaled experts (FP8, MXFP4) are widened per group
   mutable PinnedLayerTables pinned_tables_;  // DeviceMoe's expert tables
   mutable DeferredStaging staging_;          // DeviceMoe's host view
   mutable PinnedHostBuffer greedy_ids_;      // mapped: GreedyTokens' ids

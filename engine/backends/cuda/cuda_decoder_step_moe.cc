@@ -111,8 +111,9 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   StreamExpertLauncher launcher(*ops_.blas_, ops_.stream_, ops_.expert_done_, layer, offsets, h_,
                                 c_.moe_intermediate_size, xp_, gate_up_, act_, yp_);
   launcher.SetHost(ops_.host_pool_, &ops_.host_rows_ready_, &host_experts_);
-  // FP8 / MXFP4 experts stay so in their slabs: widened per group.
-  if (c_.fp8.has_value() || c_.mxfp4.has_value()) {
+  // FP8 / MXFP4 experts (as stored, or quantised at load) stay so in their
+  // slabs: widened per group.
+  if (ops_.widen_experts_) {
     if (widen_ == nullptr) {
       VISMOE_ASSIGN_OR_RETURN(
           widen_, scratch().AllocateArray<Bf16>(

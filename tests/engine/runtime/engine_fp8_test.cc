@@ -192,7 +192,10 @@ TEST(EngineFp8Test, ExpertDtypeFp8IsRefusedForGptOss) {
       << engine.status();
 }
 
-TEST(EngineFp8Test, ExpertDtypeIsCheckedAndRefusedOnTheCudaBackend) {
+// A bad dtype is refused by name. FP8 experts on the CUDA backend (widened
+// before their GEMMs) have not run on a GPU: "auto" keeps them on the CPU,
+// with or without a device, as it keeps an FP8 checkpoint.
+TEST(EngineFp8Test, ExpertDtypeIsCheckedAndAutoKeepsFp8ExpertsOnTheCpu) {
   EngineOptions o = Options("tiny-qwen3-vl-moe");
   o.offload.expert_dtype = "int4";
   auto bad = Engine::Create(o);
@@ -200,15 +203,10 @@ TEST(EngineFp8Test, ExpertDtypeIsCheckedAndRefusedOnTheCudaBackend) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "expert_dtype must be auto or fp8"))
       << bad.status();
   o.offload.expert_dtype = "fp8";
-  o.backend = "cuda";
-  auto cuda = Engine::Create(o);
-  ASSERT_FALSE(cuda.ok());
-  // Without CUDA in the build or a device, the backend is refused earlier.
-  const std::string message(cuda.status().message());
-  EXPECT_TRUE(absl::StrContains(message, "FP8 experts run on the cpu backend") ||
-              absl::StrContains(message, "cuda"))
-      << message;
-  // An FP8 checkpoint: "auto" takes the CPU backend, with or without a device.
+  o.backend = "auto";
+  auto quantised = Engine::Create(o);
+  ASSERT_TRUE(quantised.ok()) << quantised.status();
+  EXPECT_EQ((*quantised)->info().backend, "cpu");
   EngineOptions fp8 = Options("tiny-qwen3-vl-moe-fp8");
   fp8.backend = "auto";
   auto engine = Engine::Create(fp8);

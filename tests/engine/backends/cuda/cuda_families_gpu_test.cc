@@ -29,6 +29,7 @@ TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 #else
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,7 @@ TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
 #include "engine/model/synthetic_weights.h"
+#include "engine/offload/expert_dtype.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/offload/resident_expert_provider.h"
@@ -84,7 +86,9 @@ const Backend& Cuda() {
 // One fixture on both backends, and device providers for the CUDA one.
 class Loaded {
  public:
-  void Load(const std::string& dir, bool synthetic) {
+  // `fp8_experts`: the CUDA ops reserve room to widen experts quantised at
+  // load (--expert_dtype=fp8).
+  void Load(const std::string& dir, bool synthetic, bool fp8_experts = false) {
     auto config = ModelConfig::Load(dir);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
@@ -102,6 +106,7 @@ class Loaded {
     ASSERT_TRUE(Cuda().Runs(config_).ok()) << Cuda().Runs(config_);
     BackendOptions bo;
     bo.max_tokens_per_step = 256;
+    bo.fp8_experts = fp8_experts;
     auto ops = Cuda().CreateDecoderOps(config_, *ckpt_, bo);
     ASSERT_TRUE(ops.ok()) << ops.status();
     auto gpu = Qwen3VlMoeModel::Create(config_, *std::move(ops));
@@ -112,11 +117,21 @@ class Loaded {
     parts_ = *std::move(parts);
   }
 
-  // `pinned` MoE layers and `slabs` slabs (-1: every other expert).
-  std::unique_ptr<OffloadExpertProvider> Provider(int pinned, int slabs) {
+  // `pinned` MoE layers and `slabs` slabs (-1: every other expert), on the
+  // device, or in host memory for the CPU decoder (`host`); `dtype` set:
+  // the experts quantised at load (--expert_dtype=fp8).
+  std::unique_ptr<OffloadExpertProvider> Provider(int pinned, int slabs,
+                                                  std::optional<DType> dtype = std::nullopt,
+                                                  bool host = false) {
     auto sizes = MeasureModelSizes(*ckpt_, config_.text, naming_);
     EXPECT_TRUE(sizes.ok()) << sizes.status();
     if (!sizes.ok()) return nullptr;
+    if (dtype.has_value()) {  // the plan counts packed experts, as the engine's
+      auto packed = PackedExpertBytes(*resident_, sizes->moe_layers[0], *dtype);
+      EXPECT_TRUE(packed.ok()) << packed.status();
+      if (!packed.ok()) return nullptr;
+      sizes->expert_bytes = *packed;
+    }
     const int64_t layers = static_cast<int64_t>(sizes->moe_layers.size());
     if (slabs < 0) slabs = static_cast<int>((layers - pinned) * sizes->num_experts);
     MemoryPlanOptions po;
@@ -127,7 +142,8 @@ class Loaded {
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return nullptr;
     OffloadDevice d{parts_.host_allocator.get(), parts_.device_allocator.get(), parts_.copy.get(),
-                    parts_.expert_dtype};
+                    dtype.has_value() ? dtype : parts_.expert_dtype};
+    if (host) d = OffloadDevice{nullptr, nullptr, nullptr, dtype};
     auto p = OffloadExpertProvider::Create(*resident_, config_.text, *plan, OffloadOptions(),
                                            nullptr, nullptr, d);
     EXPECT_TRUE(p.ok()) << p.status();
@@ -180,6 +196,43 @@ TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
       std::string why;
       EXPECT_TRUE(device->CheckInvariants(&why)) << why;
     }
+  }
+}
+
+// --expert_dtype=fp8 on CUDA: a bf16 checkpoint's experts quantised at load
+// (128 x 128 blocks), kept FP8 in their slabs and widened per group before
+// their GEMMs, against the CPU decoder over the same quantised experts --
+// all pinned and with one pinned layer and three slabs.
+TEST(CudaFamiliesTest, ExpertsQuantisedAtLoadMatchTheCpuOnes) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(m.Load(absl::StrCat(testing::FixturesDir(), "/tiny-qwen3-moe"),
+                                 /*synthetic=*/false, /*fp8_experts=*/true));
+  const nlohmann::json cases =
+      testing::ReadJsonFile(absl::StrCat(testing::FixturesDir(), "/golden/qwen3_moe_cases.json"));
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  int moe_layers = 0;
+  for (int l = 0; l < m.config().text.num_hidden_layers; ++l) {
+    moe_layers += m.config().text.IsMoeLayer(l);
+  }
+  auto host = m.Provider(moe_layers, 0, DType::kF8E4M3, /*host=*/true);
+  ASSERT_NE(host, nullptr);
+  for (const auto& [pinned, slabs] : {std::pair{moe_layers, 0}, std::pair{1, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "pinned " << pinned << ", slabs " << slabs);
+    auto device = m.Provider(pinned, slabs, DType::kF8E4M3);
+    ASSERT_NE(device, nullptr);
+    for (const auto& c : cases) {
+      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+      std::vector<int> cpu_tokens, gpu_tokens;
+      const auto cpu =
+          testing::GreedyLogits(m.cpu(), host.get(), ids, kDecodeSteps, nullptr, &cpu_tokens);
+      const auto gpu =
+          testing::GreedyLogits(m.gpu(), device.get(), ids, kDecodeSteps, nullptr, &gpu_tokens);
+      testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, m.config().text.vocab_size,
+                                  kRelTol);
+    }
+    std::string why;
+    EXPECT_TRUE(device->CheckInvariants(&why)) << why;
   }
 }
 
