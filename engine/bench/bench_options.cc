@@ -46,7 +46,7 @@ ABSL_FLAG(std::string, host_experts, "auto",
           "page-locked copy fits the host's available memory with room to spare)");
 ABSL_FLAG(std::string, expert_dtype, "auto",
           "the dtype routed experts are kept and copied in: auto (as stored) | fp8 (quantised at "
-          "load to 128x128-block FP8; lossy; CPU backend; engine/offload/expert_dtype.h)");
+          "load to 128x128-block FP8; lossy; on CUDA when named; engine/offload/expert_dtype.h)");
 ABSL_FLAG(std::string, miss_policy, "fetch",
           "an offloaded expert miss: fetch (copy it in, wait) | cpu (compute it on the host when "
           "the measured host time is below its copy time; engine/policy/host_experts.md) | "

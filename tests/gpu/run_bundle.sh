@@ -23,7 +23,8 @@
 #       from every stream and one prompt per stream
 #   tests/gpu/run_bundle.sh realistic              the 30B shape with routing-realistic
 #       synthetic weights: all resident with --routing_stats (the model's own next-token
-#       repeat, reuse distance, LRU/Belady hit ratios), then at 24G and 40G (about 4 minutes)
+#       repeat, reuse distance, LRU/Belady hit ratios), then at 24G and 40G, and at 24G with
+#       --expert_dtype=fp8 (about 5 minutes)
 #   tests/gpu/run_bundle.sh profile                device time per op family
 #       (--device_op_timing) of the VQA model and of the 30B shape all resident
 #       (VISMOE_PROFILE_30B=0: not the 30B shape), and each kernel's time under ncu
@@ -227,6 +228,8 @@ case "$what" in
     grep -A4 "routing statistics" "$work/30b-0-1img-realistic.log" | tee -a "$summary"
     bench30b 30b-24G-1img-realistic 24G 1
     bench30b 30b-40G-1img-realistic 40G 1
+    # Issue #36's table: FP8 experts (quantised at load, widened per group) at 24 GiB.
+    bench30b 30b-24G-1img-realistic-fp8 24G 1 --expert_dtype=fp8
     ;;
   vqa) run_vqa ;;
   profile) run_profile ;;
