@@ -2,9 +2,9 @@
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
 # one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the DeepSeek-VL2 and FP8 VL
-# checkpoints and the DeepSeek ones (of three of which the configs and
-# tokenizers travel: the gpu tests run them on synthetic weights), which the
+# trained VQA model, the CPU parity goldens, the FP8 VL checkpoint and the
+# DeepSeek and DeepSeek-VL2 ones (their configs travel, and three DeepSeek
+# tokenizers: the gpu tests run them on synthetic weights), which the
 # CUDA backend does not run yet or which the
 # text FP8 one covers, the OLMoE, Mixtral, GPT-OSS and PhiMoE shapes whose
 # others (clip_qkv, sliding windows, MXFP4, LongRoPE) cover the same CUDA
@@ -36,7 +36,10 @@ paths=(
   tests/fixtures/golden/phimoe_logits.safetensors
   tests/fixtures/golden/phimoe_longrope_logits.safetensors
   tests/fixtures/chat_templates
-  tests/fixtures/tiny-deepseek-v2-lite
+  tests/fixtures/tiny-deepseek-v2-lite/model.safetensors
+  tests/fixtures/tiny-deepseek-v2-lite/tokenizer.json
+  tests/fixtures/tiny-deepseek-v2-lite/tokenizer_config.json
+  tests/fixtures/tiny-deepseek-v2-lite/generation_config.json
   tests/fixtures/tiny-deepseek-v2/model.safetensors
   tests/fixtures/tiny-deepseek-v3/model.safetensors
   tests/fixtures/tiny-deepseek-v3-plain/model.safetensors
@@ -51,8 +54,18 @@ paths=(
   tests/fixtures/golden/gpt_oss_swa_logits.safetensors
   tests/fixtures/tiny-gpt-oss-swa
   tests/fixtures/golden/gpt_oss_mxfp4_logits.safetensors
-  tests/fixtures/tiny-deepseek-vl2
-  tests/fixtures/tiny-deepseek-vl2-mla
+  tests/fixtures/tiny-deepseek-vl2/model-00001-of-000001.safetensors
+  tests/fixtures/tiny-deepseek-vl2/model.safetensors.index.json
+  tests/fixtures/tiny-deepseek-vl2/processor_config.json
+  tests/fixtures/tiny-deepseek-vl2/special_tokens_map.json
+  tests/fixtures/tiny-deepseek-vl2/tokenizer.json
+  tests/fixtures/tiny-deepseek-vl2/tokenizer_config.json
+  tests/fixtures/tiny-deepseek-vl2-mla/model-00001-of-000001.safetensors
+  tests/fixtures/tiny-deepseek-vl2-mla/model.safetensors.index.json
+  tests/fixtures/tiny-deepseek-vl2-mla/processor_config.json
+  tests/fixtures/tiny-deepseek-vl2-mla/special_tokens_map.json
+  tests/fixtures/tiny-deepseek-vl2-mla/tokenizer.json
+  tests/fixtures/tiny-deepseek-vl2-mla/tokenizer_config.json
   tests/fixtures/golden/deepseek_vl2_logits.safetensors
   tests/fixtures/golden/deepseek_vl2_mla_logits.safetensors
   tests/fixtures/golden/deepseek_vl2_pixel_values.safetensors

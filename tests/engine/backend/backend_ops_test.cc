@@ -93,9 +93,11 @@ std::vector<Model> Models() {
   // V2 (q_lora, group-limited softmax, YaRN with an attention factor), V3
   // (sigmoid with the selection bias, normalised, scaled), V3 "plain"
   // (rotate_half rope, attention biases, two dense layers, two shared
-  // experts) and V2-Lite (one q_proj, greedy softmax).
+  // experts), V2-Lite (one q_proj, greedy softmax), and DeepSeek-VL2's language
+  // models (multi-head attention with greedy softmax; latent attention with the
+  // biased sigmoid), whose visual rows come from its tower.
   for (const char* name : {"tiny-deepseek-v2", "tiny-deepseek-v3", "tiny-deepseek-v3-plain",
-                           "tiny-deepseek-v2-lite"}) {
+                           "tiny-deepseek-v2-lite", "tiny-deepseek-vl2", "tiny-deepseek-vl2-mla"}) {
     ModelConfig config = Load(testing::FixturesDir() + "/" + name);
     auto synthetic = SynthesizeCheckpoint(config, 13, nullptr, std::string("synthetic:") + name);
     EXPECT_TRUE(synthetic.ok()) << synthetic.status();
