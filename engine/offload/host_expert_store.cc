@@ -270,6 +270,10 @@ absl::Status HostExpertStore::SetFormat(const ExpertWeights& w, std::optional<DT
     views_.resize(count);
     return absl::OkStatus();
   }
+  // Mapping was chosen (asked for, or a page-locked copy would not fit) but
+  // the experts must be converted: the copy goes to pageable memory, which
+  // the copy backend reads as it reads a mapped checkpoint.
+  if (may_map) allocator_ = AlignedHostAllocator::Default();
   total_bytes_ = format_.bytes * count;
   data_ = static_cast<char*>(allocator_->Allocate(total_bytes_));
   if (data_ == nullptr) {

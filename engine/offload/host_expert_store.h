@@ -105,7 +105,9 @@ class HostExpertStore {
   // `dtype`: the dtype experts are packed in (unset = the checkpoint's).
   // `map_if_possible`: keep the source's views instead (mapped mode) when
   // `dtype` is unset or the source's and source.views_outlive_release();
-  // `allocator` then allocates nothing.
+  // `allocator` then allocates nothing. Where a conversion stops mapping,
+  // the packed copy is pageable (AlignedHostAllocator) all the same: a
+  // page-locked one was not wanted or would not fit.
   static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(
       ExpertProvider& source, absl::Span<const int> layers, int num_experts,
       HostAllocator* allocator, std::optional<DType> dtype = std::nullopt,

@@ -146,11 +146,12 @@ absl::StatusOr<std::unique_ptr<Engine>> LocalEngine::Create(const EngineOptions&
     // "auto" takes a path that has run on real hardware; a named backend
     // runs it anyway, and says so.
     absl::Status verified = choice.backend->Verified(e->config_);
-    if (verified.ok() && options.offload.expert_dtype == "fp8" &&
+    if (options.offload.expert_dtype == "fp8" &&
         std::string_view(choice.backend->name()) != "cpu") {
       // FP8 experts widened before their GEMMs (as an FP8 checkpoint's are).
       verified = absl::FailedPreconditionError(absl::StrCat(
-          "expert_dtype=fp8 on the ", choice.backend->name(), " backend has not run on a GPU yet"));
+          verified.ok() ? "" : absl::StrCat(verified.message(), "; "), "expert_dtype=fp8 on the ",
+          choice.backend->name(), " backend has not run on a GPU yet"));
     }
     if (!verified.ok()) {
       if (options.backend == "auto") {

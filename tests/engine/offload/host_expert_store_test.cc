@@ -217,6 +217,13 @@ TEST(HostExpertStoreTest, MapsWithAPageLockingAllocatorWithoutAllocating) {
   EXPECT_FALSE((*store)->mapped());
   EXPECT_EQ(alloc.allocations, 1);
   EXPECT_EQ(alloc.bytes_total, (*store)->total_bytes());
+  // Mapping wanted but a conversion needed (--expert_dtype=fp8): packed, in
+  // pageable memory rather than the page-locked block mapping avoided.
+  store = HostExpertStore::Create(src, std::vector<int>{1}, 3, &alloc, DType::kF8E4M3, true);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_FALSE((*store)->mapped());
+  EXPECT_GT((*store)->total_bytes(), 0u);
+  EXPECT_EQ(alloc.allocations, 1);  // still only the packed bf16 copy above
 }
 
 TEST(HostExpertStoreTest, FormatRejectsMixedDtypes) {

@@ -221,6 +221,12 @@ TEST(CudaFamiliesTest, ExpertsQuantisedAtLoadMatchTheCpuOnes) {
     SCOPED_TRACE(::testing::Message() << "pinned " << pinned << ", slabs " << slabs);
     auto device = m.Provider(pinned, slabs, DType::kF8E4M3);
     ASSERT_NE(device, nullptr);
+    int first_moe = 0;
+    while (!m.config().text.IsMoeLayer(first_moe)) ++first_moe;
+    auto pinned_weights = device->PinnedWeights(first_moe, 0);  // the device holds FP8 experts
+    ASSERT_TRUE(pinned_weights.ok()) << pinned_weights.status();
+    EXPECT_EQ(pinned_weights->down.dtype, DType::kF8E4M3);
+    EXPECT_EQ(pinned_weights->layout, ExpertWeights::Layout::kSeparate);
     for (const auto& c : cases) {
       const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
       std::vector<int> cpu_tokens, gpu_tokens;
