@@ -144,10 +144,11 @@ int64_t CudaDecoderOps::WidenedWeightBytes(const ModelConfig& config) {
 
 int64_t CudaDecoderOps::ActivationBytes(const ModelConfig& config, int64_t max_tokens,
                                         bool fp8_experts) {
-  // The grouped GEMMs' pointer table and DeviceMoe's expert tables.
+  // The grouped GEMMs' pointer table and DeviceMoe's expert tables (weights
+  // and FP8 scales: PinnedLayerTables).
   const TextConfig& c = config.text;
   const int64_t tables =
-      3 * (Blas::kMaxGroupedProblems + int64_t{c.num_hidden_layers} * std::max(c.num_experts, 1));
+      3 * Blas::kMaxGroupedProblems + 6 * int64_t{c.num_hidden_layers} * std::max(c.num_experts, 1);
   return ScratchBytes(config, max_tokens, fp8_experts) +
          static_cast<int64_t>(BlasWorkspaceBytes(c)) +
          tables * static_cast<int64_t>(sizeof(void*)) + WidenedWeightBytes(config);

@@ -3,8 +3,11 @@
 // decode step's MoE kernels read instead of asking the host. A layer's table
 // is built from ExpertProvider::PinnedWeights the first time one provider's
 // layer runs on the device, and rebuilt only for another provider
-// (ExpertProvider::instance_id). A layer whose experts are not bf16, mix
-// layouts or are not 16-byte aligned gets none (it runs the host-driven way).
+// (ExpertProvider::instance_id). bf16 experts (16-byte aligned) in either
+// layout, and FP8 ones per expert [out, in] with fp32 or bf16 block scales
+// (8-byte aligned, blocks of a multiple of 8 columns, the same for every
+// part): a layer of others, or of mixed layouts or dtypes, gets none (it runs
+// the host-driven way).
 // Thread safety: none; used under the decoder ops' step lock.
 // Ownership: owns the device tables; the weights stay the provider's.
 #ifndef VISMOE_ENGINE_BACKENDS_CUDA_PINNED_LAYER_TABLES_H_
@@ -36,7 +39,8 @@ class PinnedLayerTables {
 
  private:
   int num_experts_ = 0;
-  DeviceBuffer device_;          // [layer][gate_up | up | down][expert] pointers
+  // [layer][gate_up | up | down | gate scale | up scale | down scale][expert]
+  DeviceBuffer device_;
   std::vector<uint64_t> owner_;  // per layer: the provider its table is of, 0 = none
   std::vector<char> usable_;     // per layer
   std::vector<MoeDecodeTable> tables_;

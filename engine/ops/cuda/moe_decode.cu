@@ -1,3 +1,5 @@
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -284,9 +286,37 @@ __global__ void DownInOutKernel(const float* act, int hidden, int inter, MoeDeco
 
 // ---- Row kernels: weights [out, in] (kOutIn) -------------------------------
 
+// e4m3fn -> fp32 exactly (through the half the hardware converts to).
+__device__ __forceinline__ float E4m3ToFloat(unsigned v) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// Weights c .. c + 7 of row r of an [rows, cols] matrix m as floats: bf16,
+// or (kFp8) e4m3 bytes in one 8-byte streamed load, each times the scale of
+// its block (one block: c is a multiple of 8, block_cols too).
+template <bool kFp8>
+__device__ __forceinline__ void LoadRowWeights8(const MoeDecodeTable& t, const Bf16* m,
+                                                const void* scale, int64_t r, int64_t c,
+                                                int64_t cols, float* v) {
+  if constexpr (kFp8) {
+    const int64_t k = (r / t.block_rows) * ((cols + t.block_cols - 1) / t.block_cols) +
+                      c / t.block_cols;
+    const float s = t.scale_bf16 ? LoadBf16(static_cast<const Bf16*>(scale), k)
+                                 : static_cast<const float*>(scale)[k];
+    const uint2 u =
+        __ldcs(reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(m) + r * cols + c));
+    const unsigned w[2] = {u.x, u.y};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = E4m3ToFloat((w[i / 4] >> (8 * (i % 4))) & 0xffu) * s;
+  } else {
+    LoadWeights8(m + r * cols + c, v);
+  }
+}
+
 // Warp w of block (x, y) computes output j = 8x + w of gate and up (rows j
 // of [I, H]) for its expert's rows, lanes striding over H; then SwiGLU.
-template <int kRows>
+template <int kRows, bool kFp8>
 __global__ void GateUpOutInKernel(const Bf16* x, int hidden, int inter, MoeDecodeTable table,
                                   MoeDecodeRouting r, float* act) {
   const BlockExpert b = ExpertOfBlock(r);
@@ -294,8 +324,10 @@ __global__ void GateUpOutInKernel(const Bf16* x, int hidden, int inter, MoeDecod
   const int lane = threadIdx.x % kWarp;
   const int j = blockIdx.x * kWarps + threadIdx.x / kWarp;
   if (j >= inter) return;  // a whole warp; no block barrier below
-  const Bf16* gate = table.gate_up[b.expert] + static_cast<int64_t>(j) * hidden;
-  const Bf16* up = table.up[b.expert] + static_cast<int64_t>(j) * hidden;
+  const Bf16* gate = table.gate_up[b.expert];
+  const Bf16* up = table.up[b.expert];
+  const void* gate_scale = kFp8 ? table.gate_scale[b.expert] : nullptr;
+  const void* up_scale = kFp8 ? table.up_scale[b.expert] : nullptr;
   for (int base = 0; base < b.rows; base += kRows) {
     const int cnt = min(kRows, b.rows - base);
     const Bf16* xr[kRows];
@@ -307,8 +339,8 @@ __global__ void GateUpOutInKernel(const Bf16* x, int hidden, int inter, MoeDecod
     float au[kRows] = {};
     for (int c = lane * 8; c < hidden; c += kWarp * 8) {
       float gv[8], uv[8];
-      LoadWeights8(gate + c, gv);
-      LoadWeights8(up + c, uv);
+      LoadRowWeights8<kFp8>(table, gate, gate_scale, j, c, hidden, gv);
+      LoadRowWeights8<kFp8>(table, up, up_scale, j, c, hidden, uv);
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
         if (m < cnt) {
@@ -336,7 +368,7 @@ __global__ void GateUpOutInKernel(const Bf16* x, int hidden, int inter, MoeDecod
 }
 
 // Warp w of block (x, y) computes output o = 8x + w (row o of down [H, I]).
-template <int kRows>
+template <int kRows, bool kFp8>
 __global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDecodeTable table,
                                 MoeDecodeRouting r, float* yp) {
   const BlockExpert b = ExpertOfBlock(r);
@@ -344,7 +376,8 @@ __global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDeco
   const int lane = threadIdx.x % kWarp;
   const int o = blockIdx.x * kWarps + threadIdx.x / kWarp;
   if (o >= hidden) return;
-  const Bf16* down = table.down[b.expert] + static_cast<int64_t>(o) * inter;
+  const Bf16* down = table.down[b.expert];
+  const void* down_scale = kFp8 ? table.down_scale[b.expert] : nullptr;
   for (int base = 0; base < b.rows; base += kRows) {
     const int cnt = min(kRows, b.rows - base);
     const float* ar[kRows];
@@ -355,7 +388,7 @@ __global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDeco
     float acc[kRows] = {};
     for (int c = lane * 8; c < inter; c += kWarp * 8) {
       float dv[8];
-      LoadWeights8(down + c, dv);
+      LoadRowWeights8<kFp8>(table, down, down_scale, o, c, inter, dv);
 #pragma unroll
       for (int m = 0; m < kRows; ++m) {
         if (m < cnt) {
@@ -444,8 +477,10 @@ struct GateUpLauncher {
                   const MoeDecodeTable& t, const MoeDecodeRouting& r, float* act) {
     if (t.layout == WeightLayout::kInOut) {
       GateUpInOutKernel<kRows><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
+    } else if (t.fp8) {
+      GateUpOutInKernel<kRows, true><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
     } else {
-      GateUpOutInKernel<kRows><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
+      GateUpOutInKernel<kRows, false><<<grid, kThreads, 0, stream>>>(x, hidden, inter, t, r, act);
     }
   }
 };
@@ -456,8 +491,10 @@ struct DownLauncher {
                   const MoeDecodeTable& t, const MoeDecodeRouting& r, float* yp) {
     if (t.layout == WeightLayout::kInOut) {
       DownInOutKernel<kRows><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
+    } else if (t.fp8) {
+      DownOutInKernel<kRows, true><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
     } else {
-      DownOutInKernel<kRows><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
+      DownOutInKernel<kRows, false><<<grid, kThreads, 0, stream>>>(act, hidden, inter, t, r, yp);
     }
   }
 };

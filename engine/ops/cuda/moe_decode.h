@@ -34,11 +34,23 @@ inline constexpr int kMaxDecodeExperts = 512;
 // kInOut (Qwen3-VL-MoE fused): gate_up[e] [H, 2I] (gate = first I columns),
 // down[e] [I, H]. kOutIn (per-expert nn.Linear): gate_up[e] = gate [I, H],
 // up[e] [I, H], down[e] [H, I].
+// FP8 experts (`fp8`, kOutIn only: an FP8 checkpoint's or --expert_dtype=fp8's)
+// hold e4m3 bytes behind the same pointers, each [block_rows x block_cols]
+// block times its scale (fp32, or bf16 with scale_bf16; row-major blocks, the
+// last ones partial), the scales through per-expert tables of their own;
+// the kernels multiply each weight by its scale in fp32 as they read it
+// (cpu::DequantizeF8's values), so the bytes read are the FP8 ones.
 struct MoeDecodeTable {
   WeightLayout layout = WeightLayout::kInOut;
   const Bf16* const* gate_up = nullptr;
   const Bf16* const* up = nullptr;  // kOutIn only
   const Bf16* const* down = nullptr;
+  bool fp8 = false;
+  const void* const* gate_scale = nullptr;  // fp8: per expert, gate_up[e]'s (the gate's) scales
+  const void* const* up_scale = nullptr;
+  const void* const* down_scale = nullptr;
+  bool scale_bf16 = false;
+  int block_rows = 0, block_cols = 0;  // fp8: block_cols a multiple of 8
 };
 
 // One step's routing on the device (all device pointers).
@@ -53,7 +65,7 @@ struct MoeDecodeRouting {
 };
 
 // Whether the kernels take this shape: hidden and inter multiples of 8 (16-byte
-// weight loads), 0 < top_k <= min(E, 32), E <= kMaxDecodeExperts.
+// weight loads, 8-byte FP8 ones), 0 < top_k <= min(E, 32), E <= kMaxDecodeExperts.
 bool MoeDecodeSupports(int hidden, int inter, int num_experts, int top_k);
 
 // logits [n, E] fp32 -> routing (top-k exactly as MoeRouterTopK, the

@@ -58,7 +58,8 @@ ModelConfig Load(const std::string& dir) {
 }
 
 // The fixtures as published (VL: M-RoPE, fused bf16 experts, DeepStack;
-// text: plain RoPE, per-expert f16; OLMoE: q/k norms over the whole
+// text: plain RoPE, per-expert f16, and its FP8 release (block-scaled
+// linears and experts, read in FP8 by DeviceMoe's kernels); OLMoE: q/k norms over the whole
 // projection and clip_qkv; Mixtral: no q/k norms, an 8-token sliding window;
 // PhiMoE: LayerNorms, attention and lm_head biases, the sparsemixer,
 // LongRoPE over an original context of 24; GPT-OSS in MXFP4: sinks, sliding
@@ -68,8 +69,9 @@ ModelConfig Load(const std::string& dir) {
 // embeddings; attention sinks with a window).
 std::vector<Model> Models() {
   std::vector<Model> out;
-  for (const char* name : {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-olmoe-clip",
-                           "tiny-mixtral-swa", "tiny-phimoe-longrope", "tiny-gpt-oss-mxfp4"}) {
+  for (const char* name :
+       {"tiny-qwen3-vl-moe", "tiny-qwen3-moe", "tiny-qwen3-moe-fp8", "tiny-olmoe-clip",
+        "tiny-mixtral-swa", "tiny-phimoe-longrope", "tiny-gpt-oss-mxfp4"}) {
     const std::string dir = testing::FixturesDir() + "/" + name;
     auto ckpt = Checkpoint::Open(dir);
     EXPECT_TRUE(ckpt.ok()) << ckpt.status();
