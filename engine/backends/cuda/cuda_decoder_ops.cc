@@ -276,10 +276,13 @@ absl::Status CudaDecoderOps::SetUpDeviceMoe(const Options& options) {
   if (options.op_timing) timer_ = std::make_unique<OpTimer>(options.stats);
   const char* graphs = std::getenv("VISMOE_CUDA_GRAPHS");
   graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
-  // Its routing kernel is softmax top-k and its expert kernels SwiGLU without
-  // shared experts; GPT-OSS's and DeepSeek's layers take the host-driven path.
-  device_moe_ = router_ == RouterKind::kSoftmaxTopK && !c.clamped_swiglu.has_value() &&
-                c.n_shared_experts == 0 &&
+  // Softmax top-k routing (or DeepSeek's routers, then the permutation) and
+  // SwiGLU experts (and shared ones); GPT-OSS's and PhiMoE's layers take the
+  // host-driven path.
+  const bool router = router_ == RouterKind::kSoftmaxTopK ||
+                      router_ == RouterKind::kDeepseekSoftmax ||
+                      router_ == RouterKind::kDeepseekSigmoid;
+  device_moe_ = router && !c.clamped_swiglu.has_value() &&
                 MoeDecodeSupports(c.hidden_size, c.moe_intermediate_size, c.num_experts,
                                   c.num_experts_per_tok);
   if (!device_moe_) return absl::OkStatus();

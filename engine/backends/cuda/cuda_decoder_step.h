@@ -37,6 +37,7 @@
 #include "engine/offload/expert_batch_runner.h"
 #include "engine/ops/cuda/activations.h"
 #include "engine/ops/cuda/moe_decode.h"
+#include "engine/ops/cuda/moe_router.h"
 
 namespace vismoe::cuda {
 
@@ -80,11 +81,14 @@ class CudaDecoderStep final : public DecoderStep {
   // TextConfig::mla.
   absl::Status LatentAttentionNow(int layer);
   absl::Status AllocateLatent(int64_t n);
-  // y += the shared experts of `layer` on x (DeepSeek); nothing without.
-  absl::Status AddSharedExperts(int layer);
+  // y (+)= the shared experts of `layer` on x (DeepSeek; `accumulate`: added
+  // to y, else y is set); nothing without.
+  absl::Status SharedExperts(int layer, bool accumulate);
   absl::Status NormRope(const CudaDecoderOps::Layer& w);
   absl::Status DenseMlpNow(int layer);
   absl::Status DeviceMoeNow(int layer, ExpertProvider* experts, bool observed);
+  // DeepSeek's router settings of `layer` (MoeRouterGroup).
+  GroupRouting GroupRoutingOf(int layer) const;
   // ---- CUDA graphs of decode steps (cuda_decoder_step_graph.cc) ----
   // One row per sequence, all in one pool, no visual rows, DeviceMoe
   // possible, graphs on and ops not timed.

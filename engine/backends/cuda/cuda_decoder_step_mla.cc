@@ -113,7 +113,7 @@ absl::Status CudaDecoderStep::LatentAttentionNow(int layer) {
   return w.o_bias == nullptr ? absl::OkStatus() : AddBias(hs_, n, h, w.o_bias, st_);
 }
 
-absl::Status CudaDecoderStep::AddSharedExperts(int layer) {
+absl::Status CudaDecoderStep::SharedExperts(int layer, bool accumulate) {
   const CudaDecoderOps::Layer& w = ops_.layers_[layer];
   if (w.shared_gate == nullptr) return absl::OkStatus();
   Blas& blas = *ops_.blas_;
@@ -125,7 +125,8 @@ absl::Status CudaDecoderStep::AddSharedExperts(int layer) {
   VISMOE_RETURN_IF_ERROR(blas.Linear(x_, n, h, w.shared_up, WeightLayout::kOutIn, si, gate_up_ + si,
                                      GemmOut::kBf16, 0.0f, 2 * si));
   VISMOE_RETURN_IF_ERROR(SiluMulFused(gate_up_, n, si, act_, st_));
-  return blas.Linear(act_, n, si, w.shared_down, WeightLayout::kOutIn, h, y_, GemmOut::kBf16, 1.0f);
+  return blas.Linear(act_, n, si, w.shared_down, WeightLayout::kOutIn, h, y_, GemmOut::kBf16,
+                     accumulate ? 1.0f : 0.0f);
 }
 
 }  // namespace vismoe::cuda

@@ -31,20 +31,10 @@ absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r
   }
   switch (ops_.router_) {
     case RouterKind::kDeepseekSoftmax:
-    case RouterKind::kDeepseekSigmoid: {
-      GroupRouting g;
-      g.top_k = k;
-      g.n_group = c_.n_group;
-      g.topk_group = c_.topk_group;
-      g.group_limited = c_.group_limited;
-      g.sigmoid = ops_.router_ == RouterKind::kDeepseekSigmoid;
-      g.bias = w.router_bias;
-      g.normalize = c_.norm_topk_prob;
-      g.scale = c_.routed_scaling_factor;
-      VISMOE_RETURN_IF_ERROR(
-          MoeRouterGroup(router_logits_, n, e_count, g, top_experts_, top_weights_, st_));
+    case RouterKind::kDeepseekSigmoid:
+      VISMOE_RETURN_IF_ERROR(MoeRouterGroup(router_logits_, n, e_count, GroupRoutingOf(layer),
+                                            top_experts_, top_weights_, st_));
       break;
-    }
     case RouterKind::kTopKSoftmaxBiased:  // GPT-OSS
       VISMOE_RETURN_IF_ERROR(
           MoeRouterTopKSoftmax(router_logits_, n, e_count, k, top_experts_, top_weights_, st_));
@@ -80,6 +70,19 @@ absl::Status CudaDecoderStep::Route(int layer, bool with_scores, RouterResult* r
   ReleaseHeld();  // the last layer's GEMMs are done: before the provider's next call
   r->experts.assign(top.begin(), top.end());
   return absl::OkStatus();
+}
+
+GroupRouting CudaDecoderStep::GroupRoutingOf(int layer) const {
+  GroupRouting g;
+  g.top_k = c_.num_experts_per_tok;
+  g.n_group = c_.n_group;
+  g.topk_group = c_.topk_group;
+  g.group_limited = c_.group_limited;
+  g.sigmoid = ops_.router_ == RouterKind::kDeepseekSigmoid;
+  g.bias = ops_.layers_[layer].router_bias;
+  g.normalize = c_.norm_topk_prob;
+  g.scale = c_.routed_scaling_factor;
+  return g;
 }
 
 absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult& r,
@@ -134,7 +137,7 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
       RunExpertBatches(*experts, phase, layer, active, tokens, launcher, &held_));
   VISMOE_RETURN_IF_ERROR(UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
                                           /*accumulate=*/false, y_, st_));
-  return AddSharedExperts(layer);
+  return SharedExperts(layer, /*accumulate=*/true);
 }
 
 absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {
@@ -209,15 +212,25 @@ absl::Status CudaDecoderStep::DeviceMoeNow(int layer, ExpertProvider* experts, b
   VISMOE_RETURN_IF_ERROR(ops_.blas_->Linear(x_, n_, h_, ops_.layers_[layer].router,
                                             WeightLayout::kOutIn, e_count, router_logits_,
                                             GemmOut::kF32));
-  VISMOE_RETURN_IF_ERROR(MoeDecodeRoute(router_logits_, n_, e_count, k, ops_.renormalize_topk_,
-                                        decode_routing_, stage.ids_device, st_));
+  if (ops_.router_ == RouterKind::kSoftmaxTopK) {
+    VISMOE_RETURN_IF_ERROR(MoeDecodeRoute(router_logits_, n_, e_count, k, ops_.renormalize_topk_,
+                                          decode_routing_, stage.ids_device, st_));
+  } else {  // DeepSeek's: its router kernel, then the permutation of its ids
+    VISMOE_RETURN_IF_ERROR(MoeRouterGroup(router_logits_, n_, e_count, GroupRoutingOf(layer),
+                                          top_experts_, top_weights_, st_));
+    VISMOE_RETURN_IF_ERROR(
+        MoeDecodePermute(n_, e_count, k, decode_routing_, stage.ids_device, st_));
+  }
   Time(OpTimer::Family::kExperts);
   VISMOE_RETURN_IF_ERROR(MoeDecodeGateUp(x_, n_, hidden, inter, k, e_count, *table, decode_routing_,
                                          decode_act_, st_));
   VISMOE_RETURN_IF_ERROR(MoeDecodeDown(decode_act_, n_, hidden, inter, k, e_count, *table,
                                        decode_routing_, decode_out_, st_));
+  // Shared experts (DeepSeek) into y first; the weighted sum adds to them.
+  const bool shared = ops_.layers_[layer].shared_gate != nullptr;
+  if (shared) VISMOE_RETURN_IF_ERROR(SharedExperts(layer, /*accumulate=*/false));
   VISMOE_RETURN_IF_ERROR(
-      MoeDecodeCombine(decode_out_, decode_routing_, n_, k, hidden, y_, hs_, st_));
+      MoeDecodeCombine(decode_out_, decode_routing_, n_, k, hidden, y_, hs_, st_, shared));
   if (observed) {
     const size_t slots = static_cast<size_t>(n_) * k;
     VISMOE_RETURN_IF_ERROR(

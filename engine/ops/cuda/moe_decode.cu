@@ -98,7 +98,8 @@ __device__ __forceinline__ void ScanCounts(int* start, int num_experts, const Mo
 }
 
 // One block. Warps take tokens in turn and route each one as moe_router.cu's
-// RouterKernel does (WarpRouteToken); then the block counts, scans and
+// RouterKernel does (WarpRouteToken) -- or, without logits, read the ids
+// another router wrote to r.experts; then the block counts, scans and
 // scatters the assignments.
 __global__ void RouteKernel(const float* logits, int n, int num_experts, int top_k,
                             bool renormalize, MoeDecodeRouting r, int32_t* host_ids) {
@@ -108,7 +109,10 @@ __global__ void RouteKernel(const float* logits, int n, int num_experts, int top
   const int total = n * top_k;
   int* ids = reinterpret_cast<int*>(smem + kWarps * num_experts);  // [total]
   int* start = ids + total;                                        // [E + 1]
-  for (int t = warp; t < n; t += kWarps) {
+  if (logits == nullptr) {
+    for (int i = threadIdx.x; i < total; i += blockDim.x) ids[i] = r.experts[i];
+  }
+  for (int t = warp; logits != nullptr && t < n; t += kWarps) {
     const int e = WarpRouteToken(logits + static_cast<int64_t>(t) * num_experts, num_experts,
                                  top_k, renormalize, smem + warp * num_experts,
                                  r.experts + t * top_k, r.weights + t * top_k);
@@ -415,8 +419,8 @@ __global__ void DownOutInKernel(const float* act, int hidden, int inter, MoeDeco
 // and weights read once into shared memory, many blocks per token (one block
 // per token left the step waiting on one SM's loads, 20 us a layer).
 __global__ void CombineKernel(const float* __restrict__ yp, const int32_t* __restrict__ slot_row,
-                              const float* __restrict__ weights, int top_k, int hidden, Bf16* y,
-                              Bf16* hs) {
+                              const float* __restrict__ weights, int top_k, int hidden,
+                              bool accumulate, Bf16* y, Bf16* hs) {
   __shared__ int s_row[32];
   __shared__ float s_w[32];
   const int64_t t = blockIdx.y;
@@ -427,12 +431,13 @@ __global__ void CombineKernel(const float* __restrict__ yp, const int32_t* __res
   __syncthreads();
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= hidden) return;
+  const int64_t i = t * hidden + c;
   float acc = 0.0f;
   for (int s = 0; s < top_k; ++s) {  // the slots in order, as cpu::Combine
     const int row = s_row[s];
     if (row >= 0) acc += s_w[s] * yp[static_cast<int64_t>(row) * hidden + c];
   }
-  const int64_t i = t * hidden + c;
+  if (accumulate) acc += LoadBf16(y, i);  // the shared experts' output, already in y
   const __nv_bfloat16 yb = __float2bfloat16_rn(acc);
   reinterpret_cast<__nv_bfloat16*>(y)[i] = yb;
   reinterpret_cast<__nv_bfloat16*>(hs)[i] =
@@ -518,6 +523,18 @@ absl::Status MoeDecodeRoute(const float* logits, int64_t n, int num_experts, int
   return absl::OkStatus();
 }
 
+absl::Status MoeDecodePermute(int64_t n, int num_experts, int top_k,
+                              const MoeDecodeRouting& routing, int32_t* host_ids,
+                              StreamHandle stream) {
+  VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodePermute", n, 8, 8, num_experts, top_k));
+  const size_t smem =
+      (static_cast<size_t>(kWarps) * num_experts + n * top_k + num_experts + 1) * sizeof(float);
+  RouteKernel<<<1, kThreads, smem, stream>>>(nullptr, static_cast<int>(n), num_experts, top_k,
+                                             false, routing, host_ids);
+  VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("RouteKernel (permute)");
+  return absl::OkStatus();
+}
+
 absl::Status MoeDecodeGateUp(const Bf16* x, int64_t n, int hidden, int inter, int top_k,
                              int num_experts, const MoeDecodeTable& table,
                              const MoeDecodeRouting& routing, float* act, StreamHandle stream) {
@@ -541,14 +558,15 @@ absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, i
 }
 
 absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, int64_t n,
-                              int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream) {
+                              int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream,
+                              bool accumulate) {
   if (n < 1 || n > kMaxDecodeRows || top_k < 1 || top_k > 32 || hidden < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda::MoeDecodeCombine: n=", n, " top_k=", top_k, " hidden=", hidden));
   }
   const dim3 grid((hidden + kThreads - 1) / kThreads, static_cast<unsigned>(n));
   CombineKernel<<<grid, kThreads, 0, stream>>>(
-      yp, routing.slot_row, routing.weights, top_k, hidden, y, hs);
+      yp, routing.slot_row, routing.weights, top_k, hidden, accumulate, y, hs);
   VISMOE_CUDA_RETURN_IF_LAUNCH_ERROR("MoeDecodeCombine");
   return absl::OkStatus();
 }

@@ -78,6 +78,14 @@ absl::Status MoeDecodeRoute(const float* logits, int64_t n, int num_experts, int
                             bool renormalize, const MoeDecodeRouting& routing, int32_t* host_ids,
                             StreamHandle stream);
 
+// MoeDecodeRoute's permutation, active experts and `host_ids` for ids another
+// router already wrote to routing.experts (and its weights to
+// routing.weights): DeepSeek's group routers (MoeRouterGroup).
+// REQUIRES (else InvalidArgument): as MoeDecodeRoute.
+absl::Status MoeDecodePermute(int64_t n, int num_experts, int top_k,
+                              const MoeDecodeRouting& routing, int32_t* host_ids,
+                              StreamHandle stream);
+
 // act [n * k, inter] fp32, permuted rows: silu(x W_gate) * (x W_up) for each
 // active expert's rows, x [n, hidden] bf16 read through row_token.
 absl::Status MoeDecodeGateUp(const Bf16* x, int64_t n, int hidden, int inter, int top_k,
@@ -90,9 +98,11 @@ absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, i
                            const MoeDecodeRouting& routing, float* yp, StreamHandle stream);
 
 // y[t] = bf16(sum over slots s of weights[t, s] * yp[slot_row[t, s]]), the
-// slots in order, and hs[t] = bf16(hs[t] + y[t]).
+// slots in order, and hs[t] = bf16(hs[t] + y[t]); with `accumulate`, the sum
+// starts from y[t] (DeepSeek's shared experts, computed into y first).
 absl::Status MoeDecodeCombine(const float* yp, const MoeDecodeRouting& routing, int64_t n,
-                              int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream);
+                              int top_k, int hidden, Bf16* y, Bf16* hs, StreamHandle stream,
+                              bool accumulate = false);
 
 }  // namespace vismoe::cuda
 

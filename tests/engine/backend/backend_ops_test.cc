@@ -943,11 +943,12 @@ void BackendOpsTest::RunTable(bool device_moe) {
   const double rel = cpu ? 2e-4 : 4e-2;
   for (Model& m : Models()) {
     SCOPED_TRACE(m.name);
-    // DeviceMoe's kernels are softmax top-k routing and SwiGLU experts; the
-    // other families' MoE layers always take Route + Experts.
+    // DeviceMoe's kernels are softmax top-k or DeepSeek's routing and SwiGLU
+    // experts; GPT-OSS's and PhiMoE's MoE layers always take Route + Experts.
     const ArchSpec spec = *ArchSpec::For(m.config);
     if (device_moe &&
-        (spec.router != RouterKind::kSoftmaxTopK || m.config.text.clamped_swiglu.has_value())) {
+        (spec.router == RouterKind::kSparseMixer || spec.router == RouterKind::kTopKSoftmaxBiased ||
+         m.config.text.clamped_swiglu.has_value())) {
       continue;
     }
     BackendOptions bo;
