@@ -10,8 +10,10 @@
 // step never allocates; the KV caches' rows live in a DeviceKvPool (one
 // device allocation, made when the pool is created), read and written
 // through each cache's block table. Experts come from the
-// ExpertProvider and must be device-resident bf16 (the OffloadExpertProvider
-// built with the CUDA allocators and copy backend: pinned prefix + slabs).
+// ExpertProvider and must be device-resident (the OffloadExpertProvider built
+// with the CUDA allocators and copy backend: pinned prefix + slabs), bf16 or
+// block-scaled (FP8, MXFP4: widened per group on the host-driven path, FP8
+// read as it is by DeviceMoe's kernels).
 //
 // MoE per layer, two ways (cuda_decoder_step.h):
 // - Pinned layers of decode-sized steps (DecoderStep::DeviceMoe): the router

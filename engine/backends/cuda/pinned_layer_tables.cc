@@ -17,14 +17,14 @@ bool UsableBf16(const TensorView& t) {
 }
 
 // An FP8 matrix the kernels read as it is: 8-byte loads inside one scale
-// block, fp32 or bf16 scales, the block of `like` (the expert's gate).
-bool UsableFp8(const TensorView& t, const TensorView& like) {
+// block, aligned fp32 or bf16 scales, the layer's block (`block`).
+bool UsableFp8(const TensorView& t, const BlockScale& block) {
   const BlockScale& s = t.scale;
   return t.dtype == DType::kF8E4M3 && t.data != nullptr &&
          reinterpret_cast<uintptr_t>(t.data) % 8 == 0 && s.data != nullptr &&
-         (s.dtype == DType::kF32 || s.dtype == DType::kBF16) && s.rows > 0 && s.cols > 0 &&
-         s.cols % 8 == 0 && s.dtype == like.scale.dtype && s.rows == like.scale.rows &&
-         s.cols == like.scale.cols;
+         (s.dtype == DType::kF32 || s.dtype == DType::kBF16) &&
+         reinterpret_cast<uintptr_t>(s.data) % DTypeSize(s.dtype) == 0 && s.rows > 0 &&
+         s.cols > 0 && s.cols % 8 == 0 && s.SameBlocks(block);
 }
 
 // Slots of a layer's table: the weights' three pointer arrays, then the
@@ -62,7 +62,7 @@ absl::StatusOr<const MoeDecodeTable*> PinnedLayerTables::Get(int layer, ExpertPr
   bool usable = true;
   std::optional<ExpertWeights::Layout> layout;
   std::optional<DType> dtype;
-  BlockScale block;
+  std::optional<BlockScale> block;  // the first expert's: every part of every expert has it
   for (size_t e = 0; e < e_count && usable; ++e) {
     VISMOE_ASSIGN_OR_RETURN(const ExpertWeights w,
                             experts.PinnedWeights(layer, static_cast<int>(e)));
@@ -75,9 +75,9 @@ absl::StatusOr<const MoeDecodeTable*> PinnedLayerTables::Get(int layer, ExpertPr
     dtype = w.down.dtype;
     const bool fused = w.layout == ExpertWeights::Layout::kFusedTransposed;
     if (w.down.dtype == DType::kF8E4M3) {  // per-expert [out, in] matrices only
-      usable = !fused && UsableFp8(w.gate, w.gate) && UsableFp8(w.up, w.gate) &&
-               UsableFp8(w.down, w.gate);
-      block = w.gate.scale;
+      if (!block.has_value()) block = w.gate.scale;
+      usable = !fused && UsableFp8(w.gate, *block) && UsableFp8(w.up, *block) &&
+               UsableFp8(w.down, *block);
       host[3 * e_count + e] = w.gate.scale.data;
       host[4 * e_count + e] = w.up.scale.data;
       host[5 * e_count + e] = w.down.scale.data;
@@ -111,9 +111,9 @@ absl::StatusOr<const MoeDecodeTable*> PinnedLayerTables::Get(int layer, ExpertPr
     t.gate_scale = dev + 3 * e_count;
     t.up_scale = dev + 4 * e_count;
     t.down_scale = dev + 5 * e_count;
-    t.scale_bf16 = block.dtype == DType::kBF16;
-    t.block_rows = static_cast<int>(block.rows);
-    t.block_cols = static_cast<int>(block.cols);
+    t.scale_bf16 = block->dtype == DType::kBF16;
+    t.block_rows = static_cast<int>(block->rows);
+    t.block_cols = static_cast<int>(block->cols);
   }
   return &t;
 }

@@ -301,20 +301,20 @@ __device__ __forceinline__ float E4m3ToFloat(unsigned v) {
 // its block (one block: c is a multiple of 8, block_cols too).
 template <bool kFp8>
 __device__ __forceinline__ void LoadRowWeights8(const MoeDecodeTable& t, const Bf16* m,
-                                                const void* scale, int64_t r, int64_t c,
-                                                int64_t cols, float* v) {
+                                                const void* scale, int r, int c, int cols,
+                                                float* v) {
   if constexpr (kFp8) {
-    const int64_t k = (r / t.block_rows) * ((cols + t.block_cols - 1) / t.block_cols) +
-                      c / t.block_cols;
+    // 32-bit index math (an expert matrix is far below 2^31 values).
+    const int k = (r / t.block_rows) * ((cols + t.block_cols - 1) / t.block_cols) + c / t.block_cols;
     const float s = t.scale_bf16 ? LoadBf16(static_cast<const Bf16*>(scale), k)
                                  : static_cast<const float*>(scale)[k];
-    const uint2 u =
-        __ldcs(reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(m) + r * cols + c));
+    const uint2 u = __ldcs(reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(m) +
+                                                          static_cast<int64_t>(r) * cols + c));
     const unsigned w[2] = {u.x, u.y};
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = E4m3ToFloat((w[i / 4] >> (8 * (i % 4))) & 0xffu) * s;
   } else {
-    LoadWeights8(m + r * cols + c, v);
+    LoadWeights8(m + static_cast<int64_t>(r) * cols + c, v);
   }
 }
 
@@ -444,6 +444,20 @@ __global__ void CombineKernel(const float* __restrict__ yp, const int32_t* __res
       __float2bfloat16_rn(LoadBf16(hs, i) + __bfloat162float(yb));
 }
 
+// An FP8 table is read by the per-expert kernels only, with 8-column groups
+// inside one scale block.
+absl::Status CheckTable(const char* op, const MoeDecodeTable& t) {
+  if (!t.fp8) return absl::OkStatus();
+  if (t.layout != WeightLayout::kOutIn || t.block_rows <= 0 || t.block_cols <= 0 ||
+      t.block_cols % 8 != 0 || t.gate_scale == nullptr || t.up_scale == nullptr ||
+      t.down_scale == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda::", op, ": an FP8 table needs the per-expert layout, scales and blocks of a "
+        "multiple of 8 columns (block ", t.block_rows, " x ", t.block_cols, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRows(const char* op, int64_t n, int hidden, int inter, int num_experts,
                        int top_k) {
   if (n < 1 || n > kMaxDecodeRows || !MoeDecodeSupports(hidden, inter, num_experts, top_k)) {
@@ -539,6 +553,7 @@ absl::Status MoeDecodeGateUp(const Bf16* x, int64_t n, int hidden, int inter, in
                              int num_experts, const MoeDecodeTable& table,
                              const MoeDecodeRouting& routing, float* act, StreamHandle stream) {
   VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeGateUp", n, hidden, inter, num_experts, top_k));
+  VISMOE_RETURN_IF_ERROR(CheckTable("MoeDecodeGateUp", table));
   const int per_block = table.layout == WeightLayout::kInOut ? 16 : kWarps;
   const dim3 grid((inter + per_block - 1) / per_block, ExpertBlocks(n, top_k, num_experts));
   LaunchByRows<GateUpLauncher>(n, grid, stream, x, hidden, inter, table, routing, act);
@@ -550,6 +565,7 @@ absl::Status MoeDecodeDown(const float* act, int64_t n, int hidden, int inter, i
                            int num_experts, const MoeDecodeTable& table,
                            const MoeDecodeRouting& routing, float* yp, StreamHandle stream) {
   VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeDown", n, hidden, inter, num_experts, top_k));
+  VISMOE_RETURN_IF_ERROR(CheckTable("MoeDecodeDown", table));
   const int per_block = table.layout == WeightLayout::kInOut ? 32 : kWarps;
   const dim3 grid((hidden + per_block - 1) / per_block, ExpertBlocks(n, top_k, num_experts));
   LaunchByRows<DownLauncher>(n, grid, stream, act, hidden, inter, table, routing, yp);

@@ -87,7 +87,9 @@ absl::Status MoeDecodePermute(int64_t n, int num_experts, int top_k,
                               StreamHandle stream);
 
 // act [n * k, inter] fp32, permuted rows: silu(x W_gate) * (x W_up) for each
-// active expert's rows, x [n, hidden] bf16 read through row_token.
+// active expert's rows, x [n, hidden] bf16 read through row_token. Also
+// InvalidArgument for an FP8 table off the per-expert layout, without
+// scales or with blocks of columns not a multiple of 8 (and so MoeDecodeDown).
 absl::Status MoeDecodeGateUp(const Bf16* x, int64_t n, int hidden, int inter, int top_k,
                              int num_experts, const MoeDecodeTable& table,
                              const MoeDecodeRouting& routing, float* act, StreamHandle stream);

@@ -161,11 +161,12 @@ std::vector<float> GridF32(size_t count, uint32_t seed) {
 // FP8 experts per expert [out, in] (an FP8 checkpoint's, --expert_dtype=fp8's)
 // read by GateUp / Down as e4m3 bytes times their block's scale: against the
 // host's SwiGLU and down projection over the same values (q * scale in fp32),
-// with 16 x 16 blocks (several along each side) and fp32 or bf16 scales, for
-// one token and a batch whose rows share experts.
+// with 16 x 32 blocks (several along each side, partial ones at the ends of
+// inter = 40) and fp32 or bf16 scales, for one token and a batch whose rows
+// share experts. An FP8 table the kernels cannot read is refused.
 TEST(MoeDecodeGpuTest, Fp8ExpertsAreReadWithTheirBlockScales) {
   VISMOE_SKIP_WITHOUT_GPU();
-  constexpr int kE = 4, kK = 2, kH = 64, kI = 32, kBlock = 16;
+  constexpr int kE = 4, kK = 2, kH = 64, kI = 40, kBlockRows = 16, kBlockCols = 32;
   for (const bool bf16_scales : {false, true}) {
     for (const int64_t n : {int64_t{1}, int64_t{5}}) {
       SCOPED_TRACE(::testing::Message()
@@ -185,7 +186,8 @@ TEST(MoeDecodeGpuTest, Fp8ExpertsAreReadWithTheirBlockScales) {
         for (int p = 0; p < 3; ++p) {
           const int rows = p == 2 ? kH : kI, cols = p == 2 ? kI : kH;
           Part& part = experts[e][p];
-          const int sr = rows / kBlock, sc = cols / kBlock;
+          const int sr = (rows + kBlockRows - 1) / kBlockRows;
+          const int sc = (cols + kBlockCols - 1) / kBlockCols;
           for (int i = 0; i < sr * sc; ++i) {
             const float v = scale(rng);
             part.s.push_back(bf16_scales ? Bf16ToFloat(FloatToBf16(v)) : v);
@@ -194,7 +196,7 @@ TEST(MoeDecodeGpuTest, Fp8ExpertsAreReadWithTheirBlockScales) {
             for (int c = 0; c < cols; ++c) {
               const uint8_t q = FloatToE4m3(value(rng) * 8.0f);
               part.q.push_back(q);
-              part.w.push_back(E4m3ToFloat(q) * part.s[(r / kBlock) * sc + c / kBlock]);
+              part.w.push_back(E4m3ToFloat(q) * part.s[(r / kBlockRows) * sc + c / kBlockCols]);
             }
           }
           auto dq = Upload(part.q);
@@ -233,8 +235,8 @@ TEST(MoeDecodeGpuTest, Fp8ExpertsAreReadWithTheirBlockScales) {
       table.up_scale = dev + 4 * kE;
       table.down_scale = dev + 5 * kE;
       table.scale_bf16 = bf16_scales;
-      table.block_rows = kBlock;
-      table.block_cols = kBlock;
+      table.block_rows = kBlockRows;
+      table.block_cols = kBlockCols;
 
       std::vector<uint16_t> x(n * kH);
       for (auto& v : x) v = FloatToBf16(value(rng));
@@ -278,8 +280,20 @@ TEST(MoeDecodeGpuTest, Fp8ExpertsAreReadWithTheirBlockScales) {
           }
         }
       }
-      // fp32 accumulation over 64 and 32 terms: far below 1e-4 of the outputs' scale.
+      // fp32 accumulation over 64 and 40 terms: far below 1e-4 of the outputs' scale.
       EXPECT_LE(worst, 1e-4 * scale_of) << "worst " << worst << " of " << scale_of;
+      MoeDecodeTable fused = table;  // FP8 is read per expert [out, in] only
+      fused.layout = WeightLayout::kInOut;
+      EXPECT_EQ(MoeDecodeGateUp(dx->as<Bf16>(), n, kH, kI, kK, kE, fused, b.view, act->as<float>(),
+                                nullptr)
+                    .code(),
+                absl::StatusCode::kInvalidArgument);
+      MoeDecodeTable straddling = table;  // 8-column groups would straddle blocks
+      straddling.block_cols = 12;
+      EXPECT_EQ(MoeDecodeDown(act->as<float>(), n, kH, kI, kK, kE, straddling, b.view,
+                              yp->as<float>(), nullptr)
+                    .code(),
+                absl::StatusCode::kInvalidArgument);
     }
   }
 }
