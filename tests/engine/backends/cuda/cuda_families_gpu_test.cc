@@ -28,6 +28,9 @@ TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 
 #else
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +40,7 @@ TEST(CudaFamiliesTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA";
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
 #include "engine/arch/qwen3_vl_moe.h"
+#include "engine/backends/cuda/cuda_decoder_ops.h"
 #include "engine/backends/registry.h"
 #include "engine/core/thread_pool.h"
 #include "engine/model/checkpoint.h"
@@ -151,6 +155,7 @@ class Loaded {
   }
 
   const ModelConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return *ckpt_; }
   const Qwen3VlMoeModel& cpu() const { return *cpu_; }
   const Qwen3VlMoeModel& gpu() const { return *gpu_; }
   ResidentExpertProvider* resident() { return resident_.get(); }
@@ -197,6 +202,55 @@ TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
       EXPECT_TRUE(device->CheckInvariants(&why)) << why;
     }
   }
+}
+
+// DeepSeek's decode steps (latent attention reading the cache length from the
+// device, the group router, the permutation of its ids, shared experts) as
+// CUDA graphs against the same ops launched one by one: the graphs are
+// captured and replayed, and the logits agree to bf16 reassociation.
+TEST(CudaFamiliesTest, DeepseekDecodeStepsAsGraphsMatchOpByOp) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  Loaded m;
+  ASSERT_NO_FATAL_FAILURE(
+      m.Load(absl::StrCat(testing::FixturesDir(), "/tiny-deepseek-v3"), /*synthetic=*/true));
+  const nlohmann::json cases =
+      testing::ReadJsonFile(absl::StrCat(testing::FixturesDir(), "/golden/deepseek_v3_cases.json"));
+  ASSERT_TRUE(cases.is_array() && !cases.empty());
+  cuda::CudaDecoderOps::Options o;
+  o.max_tokens_per_step = 256;
+  auto graph_ops = cuda::CudaDecoderOps::Create(m.config(), m.checkpoint(), o);
+  ASSERT_TRUE(graph_ops.ok()) << graph_ops.status();
+  setenv("VISMOE_CUDA_GRAPHS", "0", 1);
+  auto plain_ops = cuda::CudaDecoderOps::Create(m.config(), m.checkpoint(), o);
+  unsetenv("VISMOE_CUDA_GRAPHS");
+  ASSERT_TRUE(plain_ops.ok()) << plain_ops.status();
+  const cuda::CudaDecoderOps* graphs = graph_ops->get();
+  auto with_graphs = Qwen3VlMoeModel::Create(m.config(), *std::move(graph_ops));
+  auto op_by_op = Qwen3VlMoeModel::Create(m.config(), *std::move(plain_ops));
+  ASSERT_TRUE(with_graphs.ok() && op_by_op.ok());
+  int moe_layers = 0;
+  for (int l = 0; l < m.config().text.num_hidden_layers; ++l) {
+    moe_layers += m.config().text.IsMoeLayer(l);
+  }
+  auto device = m.Provider(moe_layers, 0);
+  ASSERT_NE(device, nullptr);
+  for (const auto& c : cases) {
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+    const auto a = testing::GreedyLogits(**with_graphs, device.get(), ids, kDecodeSteps);
+    const auto b = testing::GreedyLogits(**op_by_op, device.get(), ids, kDecodeSteps);
+    ASSERT_EQ(a.size(), b.size());
+    float worst = 0, scale = 0;
+    for (size_t step = 0; step < a.size(); ++step) {
+      ASSERT_EQ(a[step].size(), b[step].size());
+      for (size_t i = 0; i < a[step].size(); ++i) {
+        worst = std::max(worst, std::fabs(a[step][i] - b[step][i]));
+        scale = std::max(scale, std::fabs(b[step][i]));
+      }
+    }
+    EXPECT_LE(worst, 1e-3f * scale) << "graph vs op by op";
+  }
+  EXPECT_GE(graphs->graphs_captured(), 1);
+  EXPECT_GT(graphs->graph_launches(), graphs->graphs_captured());
 }
 
 // --expert_dtype=fp8 on CUDA: a bf16 checkpoint's experts quantised at load
