@@ -135,9 +135,13 @@ absl::Status CudaDecoderStep::Experts(int layer, Phase phase, const RouterResult
   }
   VISMOE_RETURN_IF_ERROR(
       RunExpertBatches(*experts, phase, layer, active, tokens, launcher, &held_));
-  VISMOE_RETURN_IF_ERROR(UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
-                                          /*accumulate=*/false, y_, st_));
-  return SharedExperts(layer, /*accumulate=*/true);
+  // Shared experts (DeepSeek) into y first and the weighted sum added to
+  // them, rounded as DeviceMoe rounds (after the routed GEMMs: stream order
+  // keeps their gate_up_ and act_ from the shared ones).
+  const bool shared = ops_.layers_[layer].shared_gate != nullptr;
+  if (shared) VISMOE_RETURN_IF_ERROR(SharedExperts(layer, /*accumulate=*/false));
+  return UnpermuteCombine(yp_, slot_row_, top_weights_, n_, k, static_cast<int>(h_),
+                          /*accumulate=*/shared, y_, st_);
 }
 
 absl::Status CudaDecoderStep::UploadCommittedRouting(const RouterResult& r) {

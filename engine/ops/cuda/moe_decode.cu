@@ -529,6 +529,9 @@ absl::Status MoeDecodeRoute(const float* logits, int64_t n, int num_experts, int
                             bool renormalize, const MoeDecodeRouting& routing, int32_t* host_ids,
                             StreamHandle stream) {
   VISMOE_RETURN_IF_ERROR(CheckRows("MoeDecodeRoute", n, 8, 8, num_experts, top_k));
+  if (logits == nullptr) {  // (RouteKernel would permute whatever ids are there)
+    return absl::InvalidArgumentError("cuda::MoeDecodeRoute: no logits (MoeDecodePermute?)");
+  }
   const size_t smem =
       (static_cast<size_t>(kWarps) * num_experts + n * top_k + num_experts + 1) * sizeof(float);
   RouteKernel<<<1, kThreads, smem, stream>>>(logits, static_cast<int>(n), num_experts, top_k,

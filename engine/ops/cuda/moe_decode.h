@@ -10,8 +10,9 @@
 // Numerics: the routing is MoeRouterTopK's, bit for bit; the expert products
 // accumulate in fp32 and stay fp32 through SwiGLU and the down projection
 // (the grouped-GEMM path rounds both to bf16); the weighted sum over the
-// top-k slots runs in slot order and is rounded to bf16 once, then added to
-// the residual stream with one more rounding -- UnpermuteCombine + Add.
+// top-k slots runs in slot order and is rounded to bf16 once (DeepSeek's: with
+// the bf16 shared experts' output it starts from), then added to the residual
+// stream with one more rounding -- UnpermuteCombine + Add.
 // The permutation is BuildMoePermutation's: within an expert, rows in
 // ascending (token, slot) order; the result does not depend on it.
 #ifndef VISMOE_ENGINE_OPS_CUDA_MOE_DECODE_H_

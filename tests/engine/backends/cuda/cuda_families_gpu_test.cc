@@ -251,6 +251,22 @@ TEST(CudaFamiliesTest, DeepseekDecodeStepsAsGraphsMatchOpByOp) {
   }
   EXPECT_GE(graphs->graphs_captured(), 1);
   EXPECT_GT(graphs->graph_launches(), graphs->graphs_captured());
+  // And the graphs hold DeviceMoe: a decode-sized step prepares it for every
+  // pinned MoE layer (the provider pins them all).
+  auto cache = graphs->CreateKvCache(8);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::vector<int> token = {1};
+  const std::vector<int64_t> positions = {0, 0, 0};
+  StepInput in;
+  in.tokens = token;
+  in.positions = positions;
+  auto step = graphs->BeginStep(in, cache->get());
+  ASSERT_TRUE(step.ok()) << step.status();
+  for (int l = 0; l < m.config().text.num_hidden_layers; ++l) {
+    if (m.config().text.IsMoeLayer(l)) {
+      EXPECT_TRUE((*step)->PrepareDeviceMoe(l, device.get())) << l;
+    }
+  }
 }
 
 // --expert_dtype=fp8 on CUDA: a bf16 checkpoint's experts quantised at load
