@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # The device tool sends the tracked tree with its carried paths, 64 MiB at
 # most, and the fixtures alone are ~64 MiB. `hide` untracks and ignores, for
-# one device call, the fixtures no part of run_bundle.sh reads (the first
-# trained VQA model, the CPU parity goldens, the FP8 VL checkpoint and the
-# DeepSeek and DeepSeek-VL2 ones (their configs travel, and three DeepSeek
-# tokenizers: the gpu tests run them on synthetic weights), which the
-# CUDA backend does not run yet or which the
-# text FP8 one covers, the OLMoE, Mixtral, GPT-OSS and PhiMoE shapes whose
-# others (clip_qkv, sliding windows, MXFP4, LongRoPE) cover the same CUDA
-# paths and more,
-# the chat-template goldens and the committed GPU reports); `restore` puts
-# them back in the index exactly as HEAD has them. The files never leave the disk.
+# one device call, the fixtures no part of run_bundle.sh reads: the first
+# trained VQA model, the CPU parity goldens, the FP8 VL checkpoint (the text
+# FP8 one covers its CUDA path), the OLMoE, Mixtral, GPT-OSS and PhiMoE shapes
+# whose others (clip_qkv, sliding windows, MXFP4, LongRoPE) cover the same
+# CUDA paths and more, the chat-template goldens, the committed GPU reports,
+# and the checkpoints (not the configs and tokenizers) of the fixtures the gpu
+# tests run on synthetic weights: DeepSeek, DeepSeek-VL2, OLMoE-clip,
+# Mixtral-swa, PhiMoE-LongRoPE. `restore` puts them back in the index exactly
+# as HEAD has them. The files never leave the disk.
 #   tests/gpu/travel_light.sh hide | restore | size
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,15 +25,18 @@ paths=(
   tests/fixtures/tiny-olmoe
   tests/fixtures/golden/olmoe_logits.safetensors
   tests/fixtures/golden/olmoe_clip_logits.safetensors
+  tests/fixtures/tiny-olmoe-clip/model.safetensors
   tests/fixtures/tiny-mixtral
   tests/fixtures/golden/mixtral_logits.safetensors
   tests/fixtures/golden/mixtral_swa_logits.safetensors
+  tests/fixtures/tiny-mixtral-swa/model.safetensors
   tests/fixtures/tiny-qwen3-vl-moe-fp8
   tests/fixtures/golden/fp8
   tests/fixtures/golden/fp8_text_logits.safetensors
   tests/fixtures/tiny-phimoe
   tests/fixtures/golden/phimoe_logits.safetensors
   tests/fixtures/golden/phimoe_longrope_logits.safetensors
+  tests/fixtures/tiny-phimoe-longrope/model.safetensors
   tests/fixtures/chat_templates
   tests/fixtures/tiny-deepseek-v2-lite/model.safetensors
   tests/fixtures/tiny-deepseek-v2-lite/tokenizer.json

@@ -69,10 +69,10 @@ struct Family {
 };
 // The second shape of each: its paths are a superset of the first's (and
 // the GPU bundle carries only these, tests/gpu/travel_light.sh).
-constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip"},
-                                {"tiny-mixtral-swa", "mixtral_swa"},
+constexpr Family kFamilies[] = {{"tiny-olmoe-clip", "olmoe_clip", true},
+                                {"tiny-mixtral-swa", "mixtral_swa", true},
                                 {"tiny-gpt-oss-mxfp4", "gpt_oss_mxfp4"},
-                                {"tiny-phimoe-longrope", "phimoe_longrope"},
+                                {"tiny-phimoe-longrope", "phimoe_longrope", true},
                                 {"tiny-qwen3-moe-fp8", "fp8_text"},
                                 {"tiny-deepseek-v2", "deepseek_v2", true},
                                 {"tiny-deepseek-v3", "deepseek_v3", true},
