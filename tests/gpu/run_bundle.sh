@@ -25,6 +25,8 @@
 #       synthetic weights: all resident with --routing_stats (the model's own next-token
 #       repeat, reuse distance, LRU/Belady hit ratios), then at 24G and 40G, and at 24G with
 #       --expert_dtype=fp8 (about 5 minutes)
+#   tests/gpu/run_bundle.sh deepseek               DeepSeek-V2-Lite's shape (synthetic; latent
+#       attention, shared experts, 26 x 64 experts) all resident and at 12G
 #   tests/gpu/run_bundle.sh profile                device time per op family
 #       (--device_op_timing) of the VQA model and of the 30B shape all resident
 #       (VISMOE_PROFILE_30B=0: not the 30B shape), and each kernel's time under ncu
@@ -47,9 +49,9 @@ mkdir -p "$OUT"
 what=${1:-}
 shift || true
 case "$what" in
-  all | kernels | tests | vqa | bench | streams | realistic | profile | ncu | ncu30b | accelerate) ;;
+  all | kernels | tests | vqa | bench | streams | realistic | deepseek | profile | ncu | ncu30b | accelerate) ;;
   *)
-    echo "usage: $0 all | kernels | tests | vqa | bench BUDGET [IMAGES...] | streams | realistic | profile |" \
+    echo "usage: $0 all | kernels | tests | vqa | bench BUDGET [IMAGES...] | streams | realistic | deepseek | profile |" \
       "ncu | ncu30b | accelerate MAX_GPU_MEMORY IMAGES [TOKENS]" >&2
     exit 2
     ;;
@@ -127,6 +129,19 @@ bench30b() {  # NAME BUDGET IMAGES [flags...]
     ${VISMOE_SYNTHETIC_ROUTING:+--synthetic_routing=$VISMOE_SYNTHETIC_ROUTING} \
     --prefetch=router-lookahead --eviction=guarded --max_context_tokens=8192 \
     --prompt="Describe the images in detail." "$@"
+}
+
+# DeepSeek-V2-Lite's shape (the published config; latent attention, shared
+# experts): text only, VISMOE_DEEPSEEK_MODEL=tests/fixtures/tiny-deepseek-v2-lite
+# checks the script on the CPU.
+model_deepseek=${VISMOE_DEEPSEEK_MODEL:-tests/fixtures/synthetic/deepseek-v2-lite}
+bench_deepseek() {  # NAME BUDGET [flags...]
+  local name=$1 budget=$2
+  shift 2
+  bench "$name" --model="$model_deepseek" --synthetic_weights --backend="$backend" \
+    --budget="$budget" --synthetic_images=0 --max_new_tokens=128 --max_context_tokens=4096 \
+    --prefetch=router-lookahead --eviction=guarded \
+    --prompt="Tell me a long story about a lighthouse keeper and the sea." "$@"
 }
 
 vqa_model=tests/fixtures/vqa-direct-qwen3-vl-moe
@@ -230,6 +245,12 @@ case "$what" in
     bench30b 30b-40G-1img-realistic 40G 1
     # Issue #36's table: FP8 experts (quantised at load, widened per group) at 24 GiB.
     bench30b 30b-24G-1img-realistic-fp8 24G 1 --expert_dtype=fp8
+    ;;
+  deepseek)
+    # DeepSeek-V2-Lite's shape on CUDA (31 GB of bf16 weights): all resident, and at 12 GiB
+    # (about a third of its experts as slabs).
+    bench_deepseek deepseek-v2-lite-0 0
+    bench_deepseek deepseek-v2-lite-12G 12G
     ;;
   vqa) run_vqa ;;
   profile) run_profile ;;

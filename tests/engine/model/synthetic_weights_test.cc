@@ -88,6 +88,32 @@ TEST(SyntheticWeightsTest, ThirtyBShapedSizesMatchReference) {
   EXPECT_NEAR(static_cast<double>(sizes->total_bytes) / 2 / 1e9, 31.1, 0.2);
 }
 
+// The DeepSeek-V2-Lite-shaped fixture (the published config.json, for the
+// GPU benchmark of a latent-attention model): one expert's bytes as the
+// README's table gives them, the latent attention, shared experts and the
+// dense first layer term by term, and the published 15.7B parameters.
+TEST(SyntheticWeightsTest, DeepseekV2LiteShapedSizesMatchThePublishedModel) {
+  const ModelConfig config = LoadConfig(testing::FixturesDir() + "/synthetic/deepseek-v2-lite");
+  ASSERT_TRUE(config.text.mla.has_value());
+  EXPECT_EQ(config.text.mla->kv_lora_rank, 512);
+  EXPECT_EQ(config.text.KvRowElems(), 512 + 64);  // the latent KV cache's row
+  ASSERT_TRUE(config.text.yarn.has_value());
+  auto sizes = MeasureSynthetic(config);
+  ASSERT_TRUE(sizes.ok()) << sizes.status();
+  EXPECT_EQ(sizes->expert_bytes, 17301504);  // 3 x 2048 x 1408 bf16
+  EXPECT_EQ(sizes->num_experts_total, int64_t{64} * 26);
+  const int64_t h = 2048;
+  const int64_t attention = 16 * 192 * h          // q_proj
+                            + 576 * h + 512       // kv_a_proj_with_mqa, kv_a_layernorm
+                            + 4096 * 512          // kv_b_proj
+                            + h * 2048            // o_proj
+                            + 2 * h;              // the layer's norms
+  const int64_t moe = 64 * h + 3 * h * 2 * 1408;  // router, two shared experts
+  const int64_t text = 2 * int64_t{102400} * h + h + 27 * attention + 3 * h * 10944 + 26 * moe;
+  EXPECT_EQ(sizes->total_bytes - sizes->expert_bytes_total, 2 * text);
+  EXPECT_NEAR(static_cast<double>(sizes->total_bytes) / 2 / 1e9, 15.7, 0.05);
+}
+
 // The branches no fixture covers (dense MLP layers, attention biases, tied
 // embeddings, per-expert layout with vision off): the loaders accept the specs.
 TEST(SyntheticWeightsTest, LoadersAcceptSpecsOfUncoveredBranches) {
