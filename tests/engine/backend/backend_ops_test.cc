@@ -9,8 +9,10 @@
 // The reference reads expert weights from the checkpoint's host views
 // whatever memory the backend reads them from. A second pass runs every
 // pinned MoE layer through DeviceMoe (the device hit path; on the CPU the
-// HostDeferredMoe protocol) and checks what TakeDeferred hands the host.
-// A backend whose probe fails here (cuda without a GPU) is reported as skipped.
+// HostDeferredMoe protocol) and checks what TakeDeferred hands the host; a
+// third rewrites each layer's routing as expert skipping and the commit miss
+// policy do before Experts. A backend whose probe fails here (cuda without a
+// GPU) is reported as skipped.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -598,7 +600,7 @@ void ReferenceStep::Experts(int layer, const RouterResult& r, ExpertProvider* ex
     experts->Release(layer, e);
     for (int64_t t = 0; t < n_; ++t) {
       for (int j = 0; j < r.top_k; ++j) {
-        if (r.experts[t * r.top_k + j] != e) continue;
+        if (r.experts[t * r.top_k + j] != e || r.IsSkipped(t, j)) continue;
         std::vector<double> act(in);
         for (int64_t i = 0; i < in; ++i) {
           // GPT-OSS: gate / up interleaved (columns 2i, 2i + 1); others: gate first.
@@ -756,15 +758,18 @@ class OpRunner {
  public:
   // `experts` serves the backend, `host` (the checkpoint's views) the
   // reference; `device_moe` runs pinned MoE layers through DeviceMoe.
+  // `rewrites`: the routing of each MoE layer is rewritten before Experts,
+  // as expert skipping and the commit miss policy rewrite it (RewriteRouting).
   OpRunner(const Model& m, DecoderOps& ops, ExpertProvider* experts, ExpertProvider* host,
-           double rel, bool device_moe)
+           double rel, bool device_moe, bool rewrites = false)
       : m_(m),
         c_(m.config.text),
         ops_(ops),
         experts_(experts),
         host_(host),
         rel_(rel),
-        device_moe_(device_moe) {
+        device_moe_(device_moe),
+        rewrites_(rewrites) {
     auto w = TextWeights::Load(m.config, *m.ckpt);
     EXPECT_TRUE(w.ok()) << w.status();
     if (w.ok()) weights_ = std::make_unique<TextWeights>(*std::move(w));
@@ -781,6 +786,7 @@ class OpRunner {
   // The MoE block of layer l, through Route + Experts or DeviceMoe.
   void Moe(DecoderStep& step, ReferenceStep& ref, int l, int64_t n, bool compare);
   void CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterResult& r);
+  void RewriteRouting(int l, RouterResult* r) const;
   void Compare(DecoderStep& step, StepRows rows, const std::vector<double>& want,
                const std::string& what) {
     if (!compare_) return;
@@ -796,6 +802,7 @@ class OpRunner {
   ExpertProvider* host_;
   const double rel_;
   const bool device_moe_;
+  const bool rewrites_;
   std::unique_ptr<TextWeights> weights_;
   std::vector<std::vector<double>> k_, v_;
   bool compare_ = false;
@@ -838,6 +845,29 @@ void OpRunner::Step(DecoderStep& step, ReferenceStep& ref, int64_t n, bool compa
   ASSERT_TRUE(step.Logits(/*all_rows=*/false, &logits).ok());
   ASSERT_EQ(logits.size(), static_cast<size_t>(c_.vocab_size));
   if (compare) ExpectClose(logits.data(), ref.Logits(), rel_, "logits");
+}
+
+// Expert skipping's and the commit miss policy's rewrites, on fixed slots:
+// a token's later slots skipped by turns (slot 0 never: a token keeps an
+// expert), and every fourth token's last slot committed to the next expert
+// its row does not hold, its weight kept. Both backends and the reference
+// then compute the rewritten routing.
+void OpRunner::RewriteRouting(int l, RouterResult* r) const {
+  const int k = r->top_k, e_count = r->num_experts;
+  r->skipped.assign(r->experts.size(), 0);
+  r->committed.assign(r->experts.size(), 0);
+  for (int64_t t = 0; t < r->n; ++t) {
+    int* row = r->experts.data() + t * k;
+    for (int j = 1; j < k; ++j) r->skipped[t * k + j] = (t + j + l) % 3 == 0 ? 1 : 0;
+    if (t % 4 != 1 || k < 2 || k >= e_count) continue;
+    int e = row[k - 1];
+    do {
+      e = (e + 1) % e_count;
+    } while (std::find(row, row + k, e) != row + k);
+    row[k - 1] = e;
+    r->committed[t * k + k - 1] = 1;
+    r->skipped[t * k + k - 1] = 0;
+  }
 }
 
 void OpRunner::CheckRouting(ReferenceStep& ref, int l, int64_t n, const RouterResult& r) {
@@ -885,6 +915,7 @@ void OpRunner::Moe(DecoderStep& step, ReferenceStep& ref, int l, int64_t n, bool
   RouterResult r;
   ASSERT_TRUE(step.Route(l, /*with_scores=*/true, &r).ok());
   if (compare) CheckRouting(ref, l, n, r);
+  if (rewrites_) RewriteRouting(l, &r);
   ASSERT_EQ(r.experts.size(), static_cast<size_t>(n * c_.num_experts_per_tok));
   ASSERT_TRUE(step.Experts(l, Phase::kPrefill, r, experts_).ok());
   ref.Experts(l, r, host_);
@@ -934,11 +965,12 @@ void OpRunner::Run(const Shape& shape) {
 class BackendOpsTest : public ::testing::TestWithParam<std::string> {
  protected:
   // Every model of the table on every shape, pinned MoE layers through
-  // DeviceMoe when `device_moe`.
-  void RunTable(bool device_moe);
+  // DeviceMoe when `device_moe`, the routing rewritten (OpRunner) with
+  // `rewrites`.
+  void RunTable(bool device_moe, bool rewrites = false);
 };
 
-void BackendOpsTest::RunTable(bool device_moe) {
+void BackendOpsTest::RunTable(bool device_moe, bool rewrites) {
   const Backend* backend = nullptr;
   for (const Backend* b : RegisteredBackends()) {
     if (GetParam() == b->name()) backend = b;
@@ -971,7 +1003,7 @@ void BackendOpsTest::RunTable(bool device_moe) {
       if (s.visual && !m.config.has_vision) continue;
       SCOPED_TRACE(::testing::Message()
                    << "prefix " << s.prefix << ", n " << s.n << (s.visual ? ", visual" : ""));
-      OpRunner runner(m, **ops, experts.get(), experts.resident.get(), rel, device_moe);
+      OpRunner runner(m, **ops, experts.get(), experts.resident.get(), rel, device_moe, rewrites);
       runner.Run(s);
       if (HasFatalFailure()) return;
     }
@@ -981,6 +1013,14 @@ void BackendOpsTest::RunTable(bool device_moe) {
 TEST_P(BackendOpsTest, EveryOpMatchesTheReference) { RunTable(/*device_moe=*/false); }
 
 TEST_P(BackendOpsTest, DeviceMoeMatchesTheReference) { RunTable(/*device_moe=*/true); }
+
+// Experts over a routing rewritten as expert skipping (skipped slots add
+// nothing, their experts fetched only where another slot keeps them) and the
+// commit miss policy (slots moved to other experts; the CUDA backend uploads
+// the routing and rebuilds its permutation) rewrite it.
+TEST_P(BackendOpsTest, SkippedAndCommittedSlotsMatchTheReference) {
+  RunTable(/*device_moe=*/false, /*rewrites=*/true);
+}
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
