@@ -64,10 +64,6 @@ paths=(
   tests/fixtures/tiny-deepseek-vl2/tokenizer_config.json
   tests/fixtures/tiny-deepseek-vl2-mla/model-00001-of-000001.safetensors
   tests/fixtures/tiny-deepseek-vl2-mla/model.safetensors.index.json
-  tests/fixtures/tiny-deepseek-vl2-mla/processor_config.json
-  tests/fixtures/tiny-deepseek-vl2-mla/special_tokens_map.json
-  tests/fixtures/tiny-deepseek-vl2-mla/tokenizer.json
-  tests/fixtures/tiny-deepseek-vl2-mla/tokenizer_config.json
   tests/fixtures/golden/deepseek_vl2_logits.safetensors
   tests/fixtures/golden/deepseek_vl2_mla_logits.safetensors
   tests/fixtures/golden/deepseek_vl2_pixel_values.safetensors

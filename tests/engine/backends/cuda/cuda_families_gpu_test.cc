@@ -269,6 +269,51 @@ TEST(CudaFamiliesTest, DeepseekDecodeStepsAsGraphsMatchOpByOp) {
   }
 }
 
+// DeepSeek-VL2 (latent attention, the biased sigmoid router) served with an
+// image by an engine on --backend=cuda: its tower on the host's ops, its
+// language model on the device; the same prompt and visual tokens as the CPU
+// engine's over the same synthetic weights, and tokens out.
+TEST(CudaFamiliesTest, DeepseekVl2ServesAnImageWithItsLanguageModelOnCuda) {
+  VISMOE_SKIP_WITHOUT_GPU();
+  RgbImage image;
+  image.width = 200;
+  image.height = 150;
+  for (int y = 0; y < image.height; ++y) {
+    for (int x = 0; x < image.width; ++x) {
+      for (int c = 0; c < 3; ++c)
+        image.pixels.push_back(static_cast<uint8_t>((x * 3 + y * 5 + c * 70) % 256));
+    }
+  }
+  GenerateRequest request;
+  request.images.push_back(image);
+  ChatMessage user;
+  user.role = "user";
+  user.content.push_back(ContentPart{ContentPart::Kind::kImage, "", 0});
+  user.content.push_back(ContentPart{ContentPart::Kind::kText, "What is in the picture?", -1});
+  request.messages.push_back(user);
+  request.sampling.max_new_tokens = 8;
+  std::vector<GenerateResult> results;
+  for (const char* backend : {"cpu", "cuda"}) {
+    SCOPED_TRACE(backend);
+    EngineOptions o;
+    o.model_path = absl::StrCat(testing::FixturesDir(), "/tiny-deepseek-vl2-mla");
+    o.backend = backend;
+    o.max_context_tokens = 512;
+    o.synthetic_weights = true;
+    o.synthetic_seed = kSyntheticSeed;
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->info().backend, backend);
+    auto r = (*engine)->Generate(request, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->token_ids.empty());
+    results.push_back(*std::move(r));
+  }
+  EXPECT_GT(results[0].usage.visual_tokens_before, 0);
+  EXPECT_EQ(results[1].usage.visual_tokens_before, results[0].usage.visual_tokens_before);
+  EXPECT_EQ(results[1].usage.prompt_tokens, results[0].usage.prompt_tokens);
+}
+
 // --expert_dtype=fp8 on CUDA: a bf16 checkpoint's experts quantised at load
 // (128 x 128 blocks), kept FP8 in their slabs and widened per group before
 // their GEMMs, against the CPU decoder over the same quantised experts --
