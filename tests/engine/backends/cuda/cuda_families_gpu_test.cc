@@ -170,6 +170,21 @@ class Loaded {
   OffloadDeviceParts parts_;
 };
 
+// Each case's prompt logits and greedy steps: the CPU decoder over `host`
+// against the CUDA decoder over `device`, within the bf16 tolerance.
+void ExpectCasesAgree(const Loaded& m, ExpertProvider* host, ExpertProvider* device,
+                      const nlohmann::json& cases) {
+  for (const auto& c : cases) {
+    const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
+    std::vector<int> cpu_tokens, gpu_tokens;
+    const auto cpu = testing::GreedyLogits(m.cpu(), host, ids, kDecodeSteps, nullptr, &cpu_tokens);
+    const auto gpu =
+        testing::GreedyLogits(m.gpu(), device, ids, kDecodeSteps, nullptr, &gpu_tokens);
+    testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, m.config().text.vocab_size,
+                                kRelTol);
+  }
+}
+
 TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
   VISMOE_SKIP_WITHOUT_GPU();
   for (const Family& f : kFamilies) {
@@ -188,16 +203,7 @@ TEST(CudaFamiliesTest, GoldenCasesMatchTheCpuPinnedAndOffloaded) {
       SCOPED_TRACE(::testing::Message() << "pinned " << pinned << ", slabs " << slabs);
       auto device = m.Provider(pinned, slabs);
       ASSERT_NE(device, nullptr);
-      for (const auto& c : cases) {
-        const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
-        std::vector<int> cpu_tokens, gpu_tokens;
-        const auto cpu =
-            testing::GreedyLogits(m.cpu(), m.resident(), ids, kDecodeSteps, nullptr, &cpu_tokens);
-        const auto gpu =
-            testing::GreedyLogits(m.gpu(), device.get(), ids, kDecodeSteps, nullptr, &gpu_tokens);
-        testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, m.config().text.vocab_size,
-                                    kRelTol);
-      }
+      ExpectCasesAgree(m, m.resident(), device.get(), cases);
       std::string why;
       EXPECT_TRUE(device->CheckInvariants(&why)) << why;
     }
@@ -342,16 +348,7 @@ TEST(CudaFamiliesTest, ExpertsQuantisedAtLoadMatchTheCpuOnes) {
     ASSERT_TRUE(pinned_weights.ok()) << pinned_weights.status();
     EXPECT_EQ(pinned_weights->down.dtype, DType::kF8E4M3);
     EXPECT_EQ(pinned_weights->layout, ExpertWeights::Layout::kSeparate);
-    for (const auto& c : cases) {
-      const std::vector<int> ids = c["input_ids"].get<std::vector<int> >();
-      std::vector<int> cpu_tokens, gpu_tokens;
-      const auto cpu =
-          testing::GreedyLogits(m.cpu(), host.get(), ids, kDecodeSteps, nullptr, &cpu_tokens);
-      const auto gpu =
-          testing::GreedyLogits(m.gpu(), device.get(), ids, kDecodeSteps, nullptr, &gpu_tokens);
-      testing::ExpectGreedyAgrees(cpu, cpu_tokens, gpu, gpu_tokens, m.config().text.vocab_size,
-                                  kRelTol);
-    }
+    ExpectCasesAgree(m, host.get(), device.get(), cases);
     std::string why;
     EXPECT_TRUE(device->CheckInvariants(&why)) << why;
   }

@@ -33,6 +33,7 @@ namespace {
 
 using testing::Download;
 using testing::ExpectClose;
+using testing::MaxAbs;
 using testing::RandomBf16;
 using testing::ToF32;
 using testing::Upload;
@@ -41,12 +42,6 @@ std::vector<float> DownloadBf16(const DeviceBuffer& buf, size_t n) {
   absl::StatusOr<std::vector<uint16_t> > v = Download<uint16_t>(buf, n);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? ToF32(*v) : std::vector<float>(n, NAN);
-}
-
-float MaxAbs(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
 }
 
 TEST(LatentAttentionGpuTest, RopeHeadsRotatesTheRopePartsAsTheCpu) {
