@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/calibrate/mlp_trainer.h"
+#include "engine/core/stats_sink.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/model_config.h"
@@ -18,7 +19,7 @@
 #include "engine/policy/mlp_lookahead.h"
 #include "engine/policy/router_lookahead_predictor.h"
 #include "engine/policy/token_compressor.h"
-#include "engine/core/stats_sink.h"
+#include "engine/runtime/sampler.h"
 
 namespace vismoe::bench {
 namespace {
@@ -132,6 +133,34 @@ absl::Status CompressorBenchmarks(const TextConfig& t, const MicroOptions& o, st
   return absl::OkStatus();
 }
 
+// One token drawn from a row of the model's vocabulary of logits, N(0, 2):
+// flatter than a trained model's, so the walks go deeper than they usually
+// would. `sample.greedy` is the bound (one pass over the row).
+void SamplerBenchmarks(const TextConfig& t, const MicroOptions& o, std::mt19937_64& rng,
+                       std::vector<MicroResult>* out) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(std::max(1, t.vocab_size));
+  for (float& x : logits) x = normal(rng);
+  struct Case {
+    const char* name;
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Case& c :
+       {Case{"greedy", 0.0f, 0, 1.0f}, Case{"t1", 1.0f, 0, 1.0f},
+        Case{"t0.7.top_p0.9", 0.7f, 0, 0.9f}, Case{"t0.7.top_k50", 0.7f, 50, 1.0f}}) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.top_k = c.top_k;
+    p.top_p = c.top_p;
+    Sampler sampler(p);
+    out->push_back(TimeCalls(absl::StrCat("sample.", c.name, ".vocab", logits.size()),
+                             o.min_seconds,
+                             [&] { return static_cast<double>(sampler.Sample(logits)); }));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<MicroResult>> RunMicroBenchmarks(const MicroOptions& o) {
@@ -149,6 +178,7 @@ absl::StatusOr<std::vector<MicroResult>> RunMicroBenchmarks(const MicroOptions& 
   std::mt19937_64 rng(0);
   std::vector<MicroResult> out;
   VISMOE_RETURN_IF_ERROR(CompressorBenchmarks(t, o, rng, &out));
+  SamplerBenchmarks(t, o, rng, &out);
 
   // history: one decode step of one MoE layer = Observe(top-k) + Predict(next layer, B).
   HistoryPredictor history(t.num_hidden_layers, t.num_experts, 0.8);

@@ -2,13 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/argmax.h"
 
 namespace vismoe {
+namespace {
+
+// Candidates are bucketed by logit for the walks in decreasing order: a walk
+// sums whole buckets until the one where its target falls, and sorts only
+// that bucket's members.
+constexpr int kBuckets = 4096;
+
+}  // namespace
 
 absl::Status Sampler::Validate(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) {
@@ -31,46 +39,106 @@ Sampler::Sampler(const SamplingParams& p)
 
 int Sampler::Argmax(absl::Span<const float> logits) { return GreedyArgmax(logits); }
 
+bool Sampler::Before(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+template <typename Fn>
+void Sampler::ForEachCandidate(Fn fn) const {
+  if (top_k_set_) {
+    for (const Candidate& c : candidates_) fn(c.logit, c.id);
+  } else {
+    for (size_t i = 0; i < logits_.size(); ++i) fn(logits_[i], static_cast<int>(i));
+  }
+}
+
+int Sampler::BucketOf(float logit) const {
+  return static_cast<int>(std::min<double>(kBuckets - 1, (top_ - logit) * scale_));
+}
+
+double Sampler::WeightOf(float logit) const { return std::exp(logit / temperature_ - max_); }
+
+double Sampler::Weigh(absl::Span<const float> logits) {
+  logits_ = logits;
+  const size_t v = logits.size();
+  top_k_set_ = top_k_ > 0 && static_cast<size_t>(top_k_) < v;
+  if (top_k_set_) {
+    // Only the top_k survive: select them from a scratch list of every id.
+    std::vector<Candidate> all(v);
+    for (size_t i = 0; i < v; ++i) all[i] = {logits[i], static_cast<int>(i), 0.0};
+    std::nth_element(all.begin(), all.begin() + top_k_, all.end(), Before);
+    candidates_.assign(all.begin(), all.begin() + top_k_);
+  }
+  float low = std::numeric_limits<float>::infinity();
+  float high = -low;
+  ForEachCandidate([&](float logit, int) {
+    low = std::min(low, logit);
+    high = std::max(high, logit);
+  });
+  max_ = high / temperature_;
+  top_ = high;
+  // (top - logit) * scale never decreases as the logit falls, so a bucket
+  // holds a range of logits and every bucket before it larger ones.
+  const double range = top_ - low;
+  scale_ = range > 0 ? kBuckets / range : 0.0;
+  mass_.assign(kBuckets, 0.0);
+  last_bucket_ = 0;
+  double sum = 0;
+  ForEachCandidate([&](float logit, int) {
+    const double w = WeightOf(logit);
+    const int b = BucketOf(logit);
+    mass_[b] += w;
+    last_bucket_ = std::max(last_bucket_, b);
+    sum += w;
+  });
+  sorted_bucket_ = -1;
+  return sum;
+}
+
+void Sampler::SortBucket(int bucket) {
+  if (sorted_bucket_ == bucket) return;
+  members_.clear();
+  ForEachCandidate([&](float logit, int id) {
+    if (BucketOf(logit) == bucket) members_.push_back({logit, id, WeightOf(logit)});
+  });
+  std::sort(members_.begin(), members_.end(), Before);
+  sorted_bucket_ = bucket;
+}
+
+Sampler::Cut Sampler::FindCut(double target, bool strict, const Cut* limit) {
+  auto reached = [&](double mass) { return strict ? mass > target : mass >= target; };
+  const int last = limit != nullptr ? limit->bucket : last_bucket_;
+  double mass = 0;
+  int b = 0;
+  // An empty bucket never stops the walk (the mass before it did not reach
+  // the target), so b ends on a bucket with members.
+  for (; b < last && !reached(mass + mass_[b]); ++b) mass += mass_[b];
+  SortBucket(b);
+  const size_t end = (limit != nullptr && b == limit->bucket) ? limit->rank + 1 : members_.size();
+  for (size_t i = 0; i < end; ++i) {
+    mass += members_[i].weight;
+    if (reached(mass)) return {b, i, mass};
+  }
+  return {b, end - 1, mass};  // rounding kept the mass a hair short: the last candidate
+}
+
 int Sampler::Sample(absl::Span<const float> logits) {
   if (temperature_ == 0.0f) return Argmax(logits);
-  const int v = static_cast<int>(logits.size());
-  std::vector<int> order(v);
-  std::iota(order.begin(), order.end(), 0);
-  const int k = (top_k_ > 0 && top_k_ < v) ? top_k_ : v;
-  auto by_logit = [&](int a, int b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-  order.resize(k);
-  // Softmax over the kept candidates, in double for a stable cumulative sum.
-  std::vector<double> p(k);
-  const double mx = logits[order[0]] / temperature_;
-  double sum = 0;
-  for (int i = 0; i < k; ++i) {
-    p[i] = std::exp(logits[order[i]] / temperature_ - mx);
-    sum += p[i];
-  }
-  int keep = k;
+  // Softmax weights in double, for stable cumulative sums.
+  const double sum = Weigh(logits);
+  double kept = sum;
+  Cut top_p;
+  const Cut* limit = nullptr;
   if (top_p_ < 1.0f) {
-    double cum = 0;
-    for (int i = 0; i < k; ++i) {
-      cum += p[i] / sum;
-      if (cum >= top_p_) {
-        keep = i + 1;
-        break;
-      }
-    }
+    top_p = FindCut(top_p_ * sum, /*strict=*/false, nullptr);
+    kept = top_p.mass;
+    limit = &top_p;
   }
-  double kept = 0;
-  for (int i = 0; i < keep; ++i) kept += p[i];
   // Draw u in [0, kept) from 53 random bits: portable, unlike the std distributions.
   const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * kept;
-  double acc = 0;
-  for (int i = 0; i < keep; ++i) {
-    acc += p[i];
-    if (u < acc) return order[i];
-  }
-  return order[keep - 1];
+  const Cut drawn = FindCut(u, /*strict=*/true, limit);
+  logits_ = {};  // the caller's row: not kept past the call
+  return members_[drawn.rank].id;
 }
 
 }  // namespace vismoe

@@ -282,6 +282,12 @@ TEST(VismoeBenchE2eTest, MicroBenchmarksReportEveryEntry) {
   EXPECT_TRUE(names.count("predict.router-lookahead.decode.rows1"));
   EXPECT_TRUE(names.count("predict.router-lookahead.prefill.rows1024"));
   EXPECT_TRUE(names.count("predict.mlp-lookahead.forward"));
+  for (const char* kind : {"greedy", "t1", "t0.7.top_p0.9", "t0.7.top_k50"}) {
+    const std::string prefix = std::string("sample.") + kind + ".vocab";
+    EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return n.rfind(prefix, 0) == 0;
+    })) << prefix;
+  }
 }
 
 // --micro_kernel_dtypes adds the block-scaled weights (F8_E4M3, MXFP4) on the

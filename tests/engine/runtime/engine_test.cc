@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,7 +13,6 @@
 #include "engine/core/dtype.h"
 #include "engine/model/safetensors_file.h"
 #include "engine/model/safetensors_writer.h"
-#include "engine/runtime/sampler.h"
 #include "engine/runtime/stop_matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -514,31 +512,6 @@ TEST(EngineCreateTest, NonFiniteWeightsAreRefusedOrFailTheRequest) {
   r.sampling.temperature = 0.7f;  // the logits path, sampled on the host
   auto sampled = (*experts)->Generate(r, {});
   EXPECT_EQ(sampled.status().code(), absl::StatusCode::kInternal) << sampled.status();
-}
-
-TEST(SamplerTest, GreedyTopKAndTopPLimits) {
-  std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f};
-  SamplingParams p;
-  EXPECT_EQ(Sampler(p).Sample(logits), 1);
-  p.temperature = 5.0f;
-  p.top_k = 1;
-  EXPECT_EQ(Sampler(p).Sample(logits), 1);
-  p.top_k = 0;
-  p.top_p = 0.01f;
-  EXPECT_EQ(Sampler(p).Sample(logits), 1);
-  // top_k = 2 never yields tokens 0 or 3; both survivors appear.
-  p.top_p = 1.0f;
-  p.top_k = 2;
-  p.seed = 3;
-  Sampler s(p);
-  std::set<int> seen;
-  for (int i = 0; i < 200; ++i) seen.insert(s.Sample(logits));
-  EXPECT_EQ(seen, (std::set<int>{1, 2}));
-  p.seed = 3;
-  Sampler a(p), b(p);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.Sample(logits), b.Sample(logits));
-  p.top_p = 1.5f;
-  EXPECT_FALSE(Sampler::Validate(p).ok());
 }
 
 TEST(StopMatcherTest, HoldsBackPossiblePrefixes) {
