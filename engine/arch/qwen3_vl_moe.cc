@@ -522,20 +522,22 @@ absl::Status Qwen3VlMoeModel::Layer(int layer, Batch& b, DecoderStep& step,
 
 absl::Status Qwen3VlMoeModel::Logits(Batch& b, DecoderStep& step) const {
   bool all = false;
-  bool greedy = true;  // every entry takes its greedy token: no logits leave the device
+  bool drawn = true;  // every entry takes its token: no logits leave the device
+  std::vector<TokenDraw> draws;
   for (const DecoderBatchEntry& e : b.entries) {
     all = all || e.input->all_logits;
-    greedy = greedy && e.greedy_token != nullptr;
+    drawn = drawn && e.token != nullptr;
+    draws.push_back(e.draw != nullptr ? *e.draw : TokenDraw{});
   }
-  if (greedy && !all) {
+  if (drawn && !all) {
     std::vector<int> tokens;
-    VISMOE_RETURN_IF_ERROR(step.GreedyTokens(&tokens));
+    VISMOE_RETURN_IF_ERROR(step.DrawTokens(draws, &tokens));
     if (tokens.size() != b.entries.size()) {
       return absl::InternalError(
-          absl::StrCat(tokens.size(), " greedy tokens for ", b.entries.size(), " sequences"));
+          absl::StrCat(tokens.size(), " tokens for ", b.entries.size(), " sequences"));
     }
     for (size_t i = 0; i < tokens.size(); ++i) {
-      *b.entries[i].greedy_token = tokens[i];
+      *b.entries[i].token = tokens[i];
       b.entries[i].logits->clear();
     }
     return absl::OkStatus();

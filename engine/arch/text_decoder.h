@@ -25,6 +25,7 @@
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
 #include "engine/core/speculative_execution.h"
+#include "engine/core/token_draw.h"
 #include "engine/model/model_config.h"
 #include "engine/offload/expert_provider.h"
 
@@ -89,13 +90,15 @@ struct DecoderBatchEntry {
   const DecoderInput* input = nullptr;
   KvCache* cache = nullptr;              // this sequence's own cache
   std::vector<float>* logits = nullptr;  // its logits, as Forward writes them
-  // Non-null: the caller samples this entry greedily and needs no logits.
+  // Non-null: the caller needs this entry's next token, not its logits.
   // When every entry of a step says so (and none asks for all_logits), the
-  // decoder writes each entry's greedy token here (GreedyArgmax of the
-  // logits it would have returned) and leaves its logits empty, so a device
-  // backend copies back token ids only; otherwise the logits are written
-  // and this is left alone.
-  int* greedy_token = nullptr;
+  // decoder writes each entry's token here -- drawn by `draw` from the
+  // logits it would have returned (TokenPicker; GreedyArgmax when `draw` is
+  // null or greedy), or -1 when they are not finite -- and leaves its logits
+  // empty, so a device backend copies back token ids only; otherwise the
+  // logits are written and this is left alone.
+  int* token = nullptr;
+  const TokenDraw* draw = nullptr;
 };
 
 class TextDecoder {

@@ -40,6 +40,7 @@
 #include "engine/core/phase.h"
 #include "engine/core/routing.h"
 #include "engine/core/speculative_execution.h"
+#include "engine/core/token_draw.h"
 #include "engine/offload/expert_provider.h"
 
 namespace vismoe {
@@ -159,12 +160,13 @@ class DecoderStep {
   // each sequence ([sequences, vocab]): host fp32 logits. A backend surfaces
   // its asynchronous errors here at the latest.
   virtual absl::Status Logits(bool all_rows, std::vector<float>* logits) = 0;
-  // The greedy token of each sequence's last row, one per sequence, where the
-  // caller needs no logits: GreedyArgmax (engine/core/argmax.h) of the
-  // logits Logits(false) would give, or -1 where that row holds a NaN or an
-  // infinity (AllFinite). A device backend copies only the ids back (the CPU
-  // one takes the argmax of its logits).
-  virtual absl::Status GreedyTokens(std::vector<int>* tokens) = 0;
+  // The next token of each sequence, one per sequence, where the caller
+  // needs no logits: drawn by draws[s] (TokenPicker, engine/core/
+  // token_draw.h; GreedyArgmax for a greedy draw) from the row Logits(false)
+  // would give, or -1 where that row holds a NaN or an infinity (AllFinite).
+  // A device backend copies only the ids back (the CPU one draws from its
+  // logits). REQUIRES: draws.size() == the step's sequences.
+  virtual absl::Status DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens) = 0;
 
   // ---- Pinned layers without the host (engine/backends/cuda/README.md) ----
   // Whether DeviceMoe can run `layer` in this step: the provider pins its

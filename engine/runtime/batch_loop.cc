@@ -142,7 +142,7 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
   if (seq->prefilling()) return;  // more prompt chunks to come
   // Broken weights or activations give NaN or Inf logits: no token drawn
   // from them is an answer.
-  if (seq->logits.empty() ? seq->greedy_token < 0 : !AllFinite(seq->logits)) {
+  if (seq->logits.empty() ? seq->token < 0 : !AllFinite(seq->logits)) {
     spdlog::error("the model's logits are not finite (NaN or Inf) at generated token {}",
                   seq->result.token_ids.size());
     Finish(seq, absl::InternalError(absl::StrCat(
@@ -153,8 +153,8 @@ void BatchLoop::Postprocess(const ScheduledChunk& chunk, const absl::Status& sta
   const bool first = seq->result.token_ids.empty();
   if (first && seq->callbacks.on_prefill_logits) seq->callbacks.on_prefill_logits(seq->logits);
   const bool room = seq->cache->CheckRoom(1).ok();
-  // Empty logits: the decoder took the greedy token on the device.
-  if (seq->logits.empty() ? seq->output.AcceptToken(seq->greedy_token, room)
+  // Empty logits: the decoder drew the token (on the device).
+  if (seq->logits.empty() ? seq->output.AcceptToken(seq->token, room)
                           : seq->output.Accept(seq->logits, room)) {
     Finish(seq, absl::OkStatus());
     return;

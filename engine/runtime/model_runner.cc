@@ -228,8 +228,9 @@ std::vector<absl::Status> ModelRunner::Run(absl::Span<const ScheduledChunk> step
     for (size_t i : live) {
       Sequence* s = step[i].seq;
       BuildInput(step[i]);
-      batch.push_back(
-          {&s->input, s->cache.get(), &s->logits, s->greedy_only() ? &s->greedy_token : nullptr});
+      s->draw = s->output.NextDraw();  // kept until a token is accepted
+      batch.push_back({&s->input, s->cache.get(), &s->logits,
+                       s->tokens_only() ? &s->token : nullptr, &s->draw});
     }
     fwd = p_.model->ForwardBatch(batch, p_.experts);
     const std::optional<size_t> failed = FailedEntry(fwd);

@@ -121,12 +121,13 @@ struct Sequence {
   ObserverChain decode_chain;
   DecoderInput input;  // this step's, rebuilt every step
   std::vector<float> logits;
-  // The step's greedy token when the decoder returned no logits
-  // (DecoderBatchEntry::greedy_token).
-  int greedy_token = -1;
-  // Whether its steps may return the greedy token instead of logits: greedy
-  // sampling and no caller that wants the prefill's logits.
-  bool greedy_only() const { return output.greedy() && !callbacks.on_prefill_logits; }
+  // The step's token when the decoder returned no logits, and how it was
+  // drawn (DecoderBatchEntry::token, draw).
+  int token = -1;
+  TokenDraw draw;
+  // Whether its steps may return the token instead of logits: no caller
+  // wants the prefill's logits.
+  bool tokens_only() const { return !callbacks.on_prefill_logits; }
 
   GenerateResult result;
   TokenOutput output;

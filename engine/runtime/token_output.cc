@@ -33,6 +33,7 @@ bool TokenOutput::Accept(absl::Span<const float> logits, bool room) {
 }
 
 bool TokenOutput::AcceptToken(int tok, bool room) {
+  sampler_.Consumed();  // a device may have drawn it from NextDraw()
   if (result_->token_ids.empty()) first_token_ = std::chrono::steady_clock::now();
   if (std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end()) {
     Finish(FinishReason::kEos);

@@ -41,11 +41,11 @@ class TokenOutput {
   // `room`: whether the KV cache can take one more token. Returns true when
   // the sequence has finished; result->finish_reason and text are then final.
   bool Accept(absl::Span<const float> logits, bool room);
-  // The same for a token the caller sampled greedily itself (greedy()).
+  // The same for a token the caller drew itself by NextDraw().
   bool AcceptToken(int token, bool room);
-  // Whether sampling is greedy (temperature 0): the token is the argmax of
-  // the logits, which a device can take without sending the logits back.
-  bool greedy() const { return sampling_.temperature == 0.0f; }
+  // How the next token is drawn (the same until a token is accepted): a
+  // device picks it from the logits without sending them back.
+  TokenDraw NextDraw() { return sampler_.NextDraw(); }
   // Ends the sequence early as cancelled (no held-back text is flushed, as
   // the caller no longer listens).
   void Cancel();

@@ -62,7 +62,7 @@ class CpuDecoderStep final : public DecoderStep {
   absl::Status DenseMlp(int layer) override;
   absl::Status AddDeepStack(int layer) override;
   absl::Status Logits(bool all_rows, std::vector<float>* logits) override;
-  absl::Status GreedyTokens(std::vector<int>* tokens) override;
+  absl::Status DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens) override;
   absl::StatusOr<const float*> HostRows(StepRows which) override;
   bool PrepareDeviceMoe(int layer, ExpertProvider* experts) override {
     return ops_.deferred_moe() && experts->LayerPinned(layer);
@@ -523,14 +523,20 @@ absl::Status CpuDecoderStep::Logits(bool all_rows, std::vector<float>* logits) {
   return absl::OkStatus();
 }
 
-absl::Status CpuDecoderStep::GreedyTokens(std::vector<int>* tokens) {
+absl::Status CpuDecoderStep::DrawTokens(absl::Span<const TokenDraw> draws,
+                                        std::vector<int>* tokens) {
+  if (draws.size() != seq_rows_.size()) {
+    return absl::InternalError(
+        absl::StrCat(draws.size(), " draws for ", seq_rows_.size(), " sequences"));
+  }
   std::vector<float> logits;
   VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
   const size_t vocab = static_cast<size_t>(c_.vocab_size);
   tokens->clear();
+  TokenPicker picker;
   for (size_t s = 0; s < seq_rows_.size(); ++s) {
     const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
-    tokens->push_back(AllFinite(row) ? GreedyArgmax(row) : -1);
+    tokens->push_back(DrawToken(row, draws[s], &picker));
   }
   return absl::OkStatus();
 }

@@ -31,6 +31,7 @@
 #include "engine/ops/cuda/moe_router.h"
 #include "engine/ops/cuda/norm.h"
 #include "engine/ops/cuda/rope.h"
+#include "engine/ops/cuda/token_draw_rows.h"
 
 namespace vismoe::cuda {
 namespace {
@@ -273,9 +274,16 @@ absl::Status CudaDecoderOps::SetUpDeviceMoe(const Options& options) {
   VISMOE_ASSIGN_OR_RETURN(
       greedy_ids_, PinnedHostBuffer::Allocate(static_cast<size_t>(max_tokens_) * sizeof(int32_t),
                                               true, /*mapped=*/true));
+  VISMOE_ASSIGN_OR_RETURN(
+      token_draws_,
+      PinnedHostBuffer::Allocate(static_cast<size_t>(max_tokens_) * sizeof(cuda::DeviceTokenDraw),
+                                 true, /*mapped=*/true));
   if (options.op_timing) timer_ = std::make_unique<OpTimer>(options.stats);
   const char* graphs = std::getenv("VISMOE_CUDA_GRAPHS");
   graphs_enabled_ = graphs == nullptr || std::string(graphs) != "0";
+  const char* sampling = std::getenv("VISMOE_CUDA_DEVICE_SAMPLING");
+  device_sampling_ =
+      options.device_sampling || (sampling != nullptr && std::string(sampling) == "1");
   // Softmax top-k routing (or DeepSeek's routers, then the permutation) and
   // SwiGLU experts (and shared ones); GPT-OSS's and PhiMoE's layers take the
   // host-driven path.

@@ -35,8 +35,9 @@
 //   after an event recorded behind its batch has completed (the provider may
 //   hand a released slab to the next copy) -> weighted sum per token in slot
 //   order.
-// Greedy sampling takes the argmax on the device (GreedyTokens): a decode
-// step of pinned layers waits for the device once and copies a few bytes.
+// Sampling happens on the device (DrawTokens: the argmax, or TokenPicker's
+// draw in DrawTokenRows): a decode step of pinned layers waits for the
+// device once and copies a few bytes per sequence.
 //
 // Host execution (miss policy cpu, static host layers; engine/policy/
 // host_experts.md): an expert the provider puts on the host has its permuted
@@ -104,6 +105,10 @@ class CudaDecoderOps final : public DecoderOps {
     // Experts quantised to FP8 at load (--expert_dtype=fp8), widened as an
     // FP8 checkpoint's are.
     bool fp8_experts = false;
+    // Sampled tokens drawn on the device (DrawTokenRows). Off until the gpu
+    // tests have run it on a GPU: sampled steps then copy their logits back
+    // and draw on the host. VISMOE_CUDA_DEVICE_SAMPLING=1 also turns it on.
+    bool device_sampling = false;
   };
   // all_logits: [16, vocab] fp32 at a time.
   static constexpr int64_t kLogitRowsPerChunk = 16;
@@ -231,11 +236,13 @@ class CudaDecoderOps final : public DecoderOps {
   bool widen_experts_ = false;  // block-scaled experts (FP8, MXFP4) are widened per group
   mutable PinnedLayerTables pinned_tables_;  // DeviceMoe's expert tables
   mutable DeferredStaging staging_;          // DeviceMoe's host view
-  mutable PinnedHostBuffer greedy_ids_;      // mapped: GreedyTokens' ids
+  mutable PinnedHostBuffer greedy_ids_;      // mapped: DrawTokens' ids
+  mutable PinnedHostBuffer token_draws_;     // mapped: DrawTokens' DeviceTokenDraw per row
   mutable std::unique_ptr<OpTimer> timer_;   // Options::op_timing
   // CUDA graphs of decode steps (step_graphs.h); VISMOE_CUDA_GRAPHS=0 turns
   // them off.
   bool graphs_enabled_ = true;
+  bool device_sampling_ = false;  // Options::device_sampling
   mutable bool graph_capture_failed_ = false;
   mutable StepGraphs graphs_;
   mutable PinnedHostBuffer step_inputs_;  // the staged inputs of a graph step

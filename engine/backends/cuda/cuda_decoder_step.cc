@@ -14,6 +14,7 @@
 #include "engine/ops/cuda/moe_permute.h"
 #include "engine/ops/cuda/norm.h"
 #include "engine/ops/cuda/rope.h"
+#include "engine/ops/cuda/token_draw_rows.h"
 
 namespace vismoe::cuda {
 
@@ -396,13 +397,40 @@ absl::Status CudaDecoderStep::Logits(bool all_rows, std::vector<float>* logits) 
   return absl::OkStatus();
 }
 
-absl::Status CudaDecoderStep::GreedyTokens(std::vector<int>* tokens) {
-  VISMOE_RETURN_IF_ERROR(Flush());
-  Time(OpTimer::Family::kLogits);
+// Every row's logits to the host, drawn there (TokenPicker).
+absl::Status CudaDecoderStep::DrawOnHost(absl::Span<const TokenDraw> draws,
+                                         std::vector<int>* tokens) {
+  std::vector<float> logits;
+  VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
+  const size_t vocab = static_cast<size_t>(c_.vocab_size);
+  tokens->clear();
+  TokenPicker picker;
+  for (size_t s = 0; s < draws.size(); ++s) {
+    const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
+    tokens->push_back(DrawToken(row, draws[s], &picker));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDecoderStep::DrawTokens(absl::Span<const TokenDraw> draws,
+                                         std::vector<int>* tokens) {
   const int64_t vocab = c_.vocab_size;
   const int64_t rows = static_cast<int64_t>(seq_rows_.size());
+  if (static_cast<int64_t>(draws.size()) != rows) {
+    return absl::InternalError(absl::StrCat(draws.size(), " draws for ", rows, " sequences"));
+  }
+  bool sampled = false;
+  for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
+  if (sampled && !ops_.device_sampling_) return DrawOnHost(draws, tokens);
+  VISMOE_RETURN_IF_ERROR(Flush());
+  Time(OpTimer::Family::kLogits);
   if (static_cast<size_t>(rows) * sizeof(int32_t) > ops_.greedy_ids_.size()) {
     return absl::InternalError(absl::StrCat(rows, " sequences in one step: more than sized for"));
+  }
+  auto* host_draws = static_cast<DeviceTokenDraw*>(ops_.token_draws_.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const TokenDraw& d = draws[r];
+    host_draws[r] = {d.temperature, d.top_k, d.top_p, 0, d.uniform};
   }
   VISMOE_ASSIGN_OR_RETURN(const Bf16* src, LastRows());
   const int64_t chunk = std::min(rows, CudaDecoderOps::kLogitRowsPerChunk);
@@ -411,16 +439,50 @@ absl::Status CudaDecoderStep::GreedyTokens(std::vector<int>* tokens) {
   VISMOE_ASSIGN_OR_RETURN(char* argmax_work,
                           scratch().AllocateArray<char>(GreedyArgmaxWorkspaceBytes(chunk)));
   auto* ids = static_cast<int32_t*>(ops_.greedy_ids_.device_data());
+  const auto* dev_draws = static_cast<const DeviceTokenDraw*>(ops_.token_draws_.device_data());
+  // Rows the kernel leaves to the host (kDrawOnHost): a top_k draw's logits
+  // come back with its chunk; a crowded bucket's (rare) from its chunk
+  // computed again -- the same shape, so the same logits.
+  std::vector<std::vector<float>> host_rows(static_cast<size_t>(rows));
+  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+  auto keep_row = [&](int64_t i, int64_t first) -> absl::Status {
+    host_rows[i].resize(static_cast<size_t>(vocab));
+    return CopyToHostAsync(host_rows[i].data(), out + (i - first) * vocab, row_bytes, st_);
+  };
   // Stream order lets the next chunk reuse `normed` and `out`: no wait inside.
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t m = std::min(chunk, rows - r);
     VISMOE_RETURN_IF_ERROR(LmHead(src, r, m, normed, out));
     VISMOE_RETURN_IF_ERROR(GreedyArgmaxRows(out, m, vocab, ids + r, argmax_work, st_));
+    if (!sampled) continue;
+    VISMOE_RETURN_IF_ERROR(DrawTokenRows(out, m, vocab, dev_draws + r, ids + r, st_));
+    for (int64_t i = r; i < r + m; ++i) {
+      const TokenDraw& d = draws[i];
+      if (d.temperature > 0.0f && d.top_k > 0 && d.top_k < vocab) {
+        VISMOE_RETURN_IF_ERROR(keep_row(i, r));
+      }
+    }
   }
   VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
-  ReleaseHeld();
   const auto* host = static_cast<const int32_t*>(ops_.greedy_ids_.data());
   tokens->assign(host, host + rows);
+  auto crowded = [&](int64_t i) { return (*tokens)[i] == kDrawOnHost && host_rows[i].empty(); };
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t m = std::min(chunk, rows - r);
+    bool again = false;
+    for (int64_t i = r; i < r + m; ++i) again = again || crowded(i);
+    if (!again) continue;
+    VISMOE_RETURN_IF_ERROR(LmHead(src, r, m, normed, out));
+    for (int64_t i = r; i < r + m; ++i) {
+      if (crowded(i)) VISMOE_RETURN_IF_ERROR(keep_row(i, r));
+    }
+    VISMOE_RETURN_IF_ERROR(ops_.stream_.Synchronize());
+  }
+  TokenPicker picker;
+  for (int64_t i = 0; i < rows; ++i) {
+    if ((*tokens)[i] == kDrawOnHost) (*tokens)[i] = DrawToken(host_rows[i], draws[i], &picker);
+  }
+  ReleaseHeld();
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "engine/core/argmax.h"
 #include "engine/core/stats_sink.h"
 #include "engine/core/thread_pool.h"
+#include "engine/core/token_draw.h"
 #include "engine/offload/memory_plan.h"
 #include "engine/offload/offload_expert_provider.h"
 #include "engine/policy/expert_predictor_factory.h"
@@ -282,10 +283,10 @@ TEST_F(DeferredTest, EveryLayerPinned) {
   ExpectSameAsHostDriven(MoeLayers(), /*image=*/true, /*compress_layer=*/1);
 }
 
-// Greedy entries get their token instead of logits when every entry of the
-// step is greedy; a step with one entry that needs logits returns logits to
-// all and leaves the tokens alone.
-TEST_F(DeferredTest, GreedyTokensInsteadOfLogits) {
+// Entries get their token (greedy or drawn) instead of logits when every
+// entry of the step wants one; a step with one entry that needs logits
+// returns logits to all and leaves the tokens alone.
+TEST_F(DeferredTest, TokensInsteadOfLogits) {
   ModelRun run;
   Make(true, MoeLayers(), &run);
   if (HasFatalFailure()) return;
@@ -304,6 +305,17 @@ TEST_F(DeferredTest, GreedyTokensInsteadOfLogits) {
   EXPECT_TRUE(g1.empty() && g2.empty());
   EXPECT_EQ(t1, GreedyArgmax(l1));
   EXPECT_EQ(t2, GreedyArgmax(l2));
+  // Sampled draws: the picker's tokens from the same logits.
+  auto s1 = run.model->NewKvCache(32), s2 = run.model->NewKvCache(32);
+  const TokenDraw top_p{1.0f, 0, 0.9f, 0.37}, top_k{0.7f, 4, 1.0f, 0.8};
+  int v1 = -1, v2 = -1;
+  std::vector<DecoderBatchEntry> sampled = {{&in1, s1.get(), &g1, &v1, &top_p},
+                                            {&in2, s2.get(), &g2, &v2, &top_k}};
+  ASSERT_TRUE(run.model->ForwardBatch(sampled, run.experts.get()).ok());
+  EXPECT_TRUE(g1.empty() && g2.empty());
+  TokenPicker picker;
+  EXPECT_EQ(v1, picker.Pick(l1, top_p));
+  EXPECT_EQ(v2, picker.Pick(l2, top_k));
   // A mixed step: logits for everyone, tokens untouched.
   auto e1 = run.model->NewKvCache(32), e2 = run.model->NewKvCache(32);
   int u1 = -1;

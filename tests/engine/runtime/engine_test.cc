@@ -207,6 +207,17 @@ TEST_F(EngineTest, SamplingIsDeterministicPerSeed) {
   EXPECT_EQ(a->token_ids, b->token_ids);
   EXPECT_EQ(s1, s2);
   EXPECT_NE(a->token_ids, d->token_ids);
+  // The step draws the tokens (DrawTokens); a caller that wants the
+  // prefill's logits gets every step's logits instead and the host draws:
+  // the same tokens, one random number per token either way.
+  c.request.sampling.seed = 42;
+  GenerateCallbacks with_logits;
+  int prefills = 0;
+  with_logits.on_prefill_logits = [&](absl::Span<const float>) { ++prefills; };
+  auto host = engine_->Generate(c.request, with_logits);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(prefills, 1);
+  EXPECT_EQ(host->token_ids, a->token_ids);
 }
 
 TEST_F(EngineTest, InvalidRequestsAreRejected) {
@@ -509,7 +520,7 @@ TEST(EngineCreateTest, NonFiniteWeightsAreRefusedOrFailTheRequest) {
     EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal) << out.status();
     EXPECT_THAT(std::string(out.status().message()), HasSubstr("non-finite logits"));
   }
-  r.sampling.temperature = 0.7f;  // the logits path, sampled on the host
+  r.sampling.temperature = 0.7f;  // drawn by the step, which finds the row not finite
   auto sampled = (*experts)->Generate(r, {});
   EXPECT_EQ(sampled.status().code(), absl::StatusCode::kInternal) << sampled.status();
 }

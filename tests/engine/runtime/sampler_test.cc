@@ -160,6 +160,13 @@ TEST(SamplerTest, GreedyTopKAndTopPLimits) {
   const std::vector<float> even = {0.0f, 0.0f};
   Sampler half(p);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(half.Sample(even), 0) << i;
+  // A temperature whose quotient overflows: the greedy token, its limit.
+  p.temperature = 1e-40f;
+  p.top_p = 1.0f;
+  ASSERT_TRUE(Sampler::Validate(p).ok());
+  EXPECT_EQ(Sampler(p).Sample(logits), 1);
+  const std::vector<float> negative = {-3.0f, -1.0f, -2.0f};
+  EXPECT_EQ(Sampler(p).Sample(negative), 1);
   p.top_p = 1.5f;
   EXPECT_FALSE(Sampler::Validate(p).ok());
 }

@@ -27,8 +27,10 @@ TEST(Qwen3VlMoeCudaTest, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA
 #include "engine/arch/qwen3_vl_moe.h"
 #include "engine/arch/qwen3_vl_vision.h"
 #include "engine/backends/cuda/cuda_decoder_ops.h"
+#include "engine/core/argmax.h"
 #include "engine/core/dtype.h"
 #include "engine/core/thread_pool.h"
+#include "engine/core/token_draw.h"
 #include "engine/device/cuda/cuda_copy_backend.h"
 #include "engine/device/cuda/cuda_device_allocator.h"
 #include "engine/device/cuda/pinned_host_allocator.h"
@@ -78,6 +80,7 @@ class CudaDecoderTest : public ::testing::Test {
     cpu_ = *std::move(cpu);
     CudaDecoderOps::Options o;
     o.max_tokens_per_step = 512;
+    o.device_sampling = true;  // DrawnTokensAreTheHostsDrawsFromTheSameLogits runs it
     auto ops = CudaDecoderOps::Create(config_, *ckpt_, o);
     ASSERT_TRUE(ops.ok()) << ops.status();
     auto gpu = Qwen3VlMoeModel::Create(config_, *std::move(ops));
@@ -404,6 +407,47 @@ TEST_F(CudaDecoderTest, BatchedStepsMatchTheCpuReference) {
   EXPECT_TRUE(interleaved) << "no block table has a gap: the test reads no scattered blocks";
   std::string why;
   EXPECT_TRUE(device->CheckInvariants(&why)) << why;
+}
+
+// A step whose entries want tokens, not logits, draws them on the device
+// (DrawTokens): each the token the host draws from the logits the same step
+// returns -- a sampled draw (DrawTokenRows), a top_k draw (left to the host,
+// the row's logits computed again) and a greedy one.
+TEST_F(CudaDecoderTest, DrawnTokensAreTheHostsDrawsFromTheSameLogits) {
+  const nlohmann::json cases = vismoe::testing::TextCases();
+  ASSERT_TRUE(cases.is_array() && cases.size() >= 2);
+  auto device = DeviceProvider(NumMoeLayers(), 0, "none");  // all pinned: the same sums twice
+  ASSERT_NE(device, nullptr);
+  const std::vector<TokenDraw> draws = {
+      {1.0f, 0, 0.9f, 0.37}, {0.8f, 3, 1.0f, 0.61}, {0.0f, 0, 1.0f, 0.0}};
+  const size_t n = draws.size();
+  std::vector<DecoderInput> inputs(n);
+  for (size_t i = 0; i < n; ++i) {
+    inputs[i].tokens = cases[i % cases.size()]["input_ids"].get<std::vector<int> >();
+  }
+  std::vector<std::unique_ptr<KvCache> > a, b;
+  std::vector<std::vector<float> > logits(n), unused(n);
+  std::vector<int> tokens(n, -5);
+  std::vector<DecoderBatchEntry> with_logits, with_tokens;
+  for (size_t i = 0; i < n; ++i) {
+    a.push_back(gpu_->NewKvCache(256));
+    b.push_back(gpu_->NewKvCache(256));
+    with_logits.push_back({&inputs[i], a[i].get(), &logits[i]});
+    with_tokens.push_back({&inputs[i], b[i].get(), &unused[i], &tokens[i], &draws[i]});
+  }
+  absl::Status st = gpu_->ForwardBatch(with_logits, device.get());
+  ASSERT_TRUE(st.ok()) << st;
+  st = gpu_->ForwardBatch(with_tokens, device.get());
+  ASSERT_TRUE(st.ok()) << st;
+  TokenPicker picker;
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(::testing::Message() << "entry " << i);
+    EXPECT_TRUE(unused[i].empty());
+    ASSERT_EQ(logits[i].size(), static_cast<size_t>(config_.text.vocab_size));
+    const int want =
+        draws[i].temperature == 0.0f ? GreedyArgmax(logits[i]) : picker.Pick(logits[i], draws[i]);
+    EXPECT_EQ(tokens[i], want);
+  }
 }
 
 TEST_F(CudaDecoderTest, BadInputIsAClearErrorAndTheModelKeepsWorking) {
