@@ -12,7 +12,7 @@
 //   table and the weighted sum run as five launches with no host in the
 //   loop; the ids land in DeferredStaging and the host reads them a layer or
 //   more behind. With every layer pinned a decode step waits for the device
-//   once, for its greedy tokens (GreedyTokens) or logits.
+//   once, for its tokens (DrawTokens) or logits.
 // Decode steps (one row per sequence) defer their ops and run them as a
 // captured CUDA graph, recorded once and replayed while the decoder calls the
 // same ops (step_graphs.h; cuda_decoder_step_graph.cc); the host then
