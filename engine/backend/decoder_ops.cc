@@ -66,6 +66,22 @@ absl::StatusOr<std::unique_ptr<DecoderStep>> DecoderOps::BeginStep(const StepInp
   return BeginStep(in);
 }
 
+absl::Status DecoderStep::DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens) {
+  std::vector<float> logits;
+  VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
+  if (draws.empty() || logits.size() % draws.size() != 0) {
+    return absl::InternalError(absl::StrCat(draws.size(), " draws for ", logits.size(), " logits"));
+  }
+  const size_t vocab = logits.size() / draws.size();
+  tokens->clear();
+  TokenPicker picker;
+  for (size_t s = 0; s < draws.size(); ++s) {
+    const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
+    tokens->push_back(DrawToken(row, draws[s], &picker));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DecoderStep::DeviceMoe(int layer, Phase /*phase*/, ExpertProvider* /*experts*/,
                                     bool /*observed*/) {
   return absl::UnimplementedError(

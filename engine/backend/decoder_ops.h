@@ -164,9 +164,10 @@ class DecoderStep {
   // needs no logits: drawn by draws[s] (TokenPicker, engine/core/
   // token_draw.h; GreedyArgmax for a greedy draw) from the row Logits(false)
   // would give, or -1 where that row holds a NaN or an infinity (AllFinite).
-  // A device backend copies only the ids back (the CPU one draws from its
-  // logits). REQUIRES: draws.size() == the step's sequences.
-  virtual absl::Status DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens) = 0;
+  // A device backend copies only the ids back; this default draws on the
+  // host from Logits(false) (the CPU backend's way, and a device's fallback).
+  // REQUIRES: draws.size() == the step's sequences.
+  virtual absl::Status DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens);
 
   // ---- Pinned layers without the host (engine/backends/cuda/README.md) ----
   // Whether DeviceMoe can run `layer` in this step: the provider pins its

@@ -529,16 +529,7 @@ absl::Status CpuDecoderStep::DrawTokens(absl::Span<const TokenDraw> draws,
     return absl::InternalError(
         absl::StrCat(draws.size(), " draws for ", seq_rows_.size(), " sequences"));
   }
-  std::vector<float> logits;
-  VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
-  const size_t vocab = static_cast<size_t>(c_.vocab_size);
-  tokens->clear();
-  TokenPicker picker;
-  for (size_t s = 0; s < seq_rows_.size(); ++s) {
-    const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
-    tokens->push_back(DrawToken(row, draws[s], &picker));
-  }
-  return absl::OkStatus();
+  return DecoderStep::DrawTokens(draws, tokens);
 }
 
 absl::StatusOr<const float*> CpuDecoderStep::HostRows(StepRows which) {

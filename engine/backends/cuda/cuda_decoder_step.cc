@@ -397,21 +397,6 @@ absl::Status CudaDecoderStep::Logits(bool all_rows, std::vector<float>* logits) 
   return absl::OkStatus();
 }
 
-// Every row's logits to the host, drawn there (TokenPicker).
-absl::Status CudaDecoderStep::DrawOnHost(absl::Span<const TokenDraw> draws,
-                                         std::vector<int>* tokens) {
-  std::vector<float> logits;
-  VISMOE_RETURN_IF_ERROR(Logits(/*all_rows=*/false, &logits));
-  const size_t vocab = static_cast<size_t>(c_.vocab_size);
-  tokens->clear();
-  TokenPicker picker;
-  for (size_t s = 0; s < draws.size(); ++s) {
-    const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
-    tokens->push_back(DrawToken(row, draws[s], &picker));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CudaDecoderStep::DrawTokens(absl::Span<const TokenDraw> draws,
                                          std::vector<int>* tokens) {
   const int64_t vocab = c_.vocab_size;
@@ -421,7 +406,8 @@ absl::Status CudaDecoderStep::DrawTokens(absl::Span<const TokenDraw> draws,
   }
   bool sampled = false;
   for (const TokenDraw& d : draws) sampled = sampled || d.temperature > 0.0f;
-  if (sampled && !ops_.device_sampling_) return DrawOnHost(draws, tokens);
+  // Without the device's draw: every row's logits to the host, drawn there.
+  if (sampled && !ops_.device_sampling_) return DecoderStep::DrawTokens(draws, tokens);
   VISMOE_RETURN_IF_ERROR(Flush());
   Time(OpTimer::Family::kLogits);
   if (static_cast<size_t>(rows) * sizeof(int32_t) > ops_.greedy_ids_.size()) {

@@ -63,8 +63,6 @@ class CudaDecoderStep final : public DecoderStep {
   // Final norm, LM head and an argmax kernel per chunk of sequences; the ids
   // land in mapped host memory: one wait, a few bytes back.
   absl::Status DrawTokens(absl::Span<const TokenDraw> draws, std::vector<int>* tokens) override;
-  // DrawTokens without the device's draw (Options::device_sampling off).
-  absl::Status DrawOnHost(absl::Span<const TokenDraw> draws, std::vector<int>* tokens);
   absl::StatusOr<const float*> HostRows(StepRows which) override;
   // Decode-sized steps (<= kMaxDecodeRows rows) of a pinned layer whose
   // experts PinnedLayerTables can table.
